@@ -1,0 +1,1 @@
+"""kv-parity-bot: GitHub side."""

@@ -1,0 +1,140 @@
+"""`kv-parity`: one entry point for the campaign, the demo, verification, the webhook service and publishing."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from runners.campaign import CampaignRequest, run_campaign
+from runners.demo import SCENARIOS, demo_config, prepare_demo
+from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, load_config, load_profile, parse_config
+from runners.progress import JsonlProgress, ProgressSink, TerminalProgress
+from runners.report import CampaignReport, CheckConclusion
+from runners.revisions import RevisionError, git, resolve_sha
+
+EXIT_FOR_CONCLUSION = {
+    CheckConclusion.SUCCESS: 0,
+    CheckConclusion.FAILURE: 1,
+    CheckConclusion.ACTION_REQUIRED: 3,
+    CheckConclusion.NEUTRAL: 4,
+}
+EXIT_USAGE = 2
+
+
+def _rows(value: str | None) -> list[str] | None:
+    return [name.strip() for name in value.split(",") if name.strip()] if value else None
+
+
+def _config_for(args: argparse.Namespace) -> tuple[CampaignConfig, str]:
+    """Explicit file or profile if given; otherwise the config committed in the BASE revision, never the head."""
+    if args.config:
+        return load_config(Path(args.config)), str(args.config)
+    if args.profile:
+        return load_profile(args.profile), f"profile:{args.profile}"
+    repo = Path(args.repo)
+    base_sha = resolve_sha(repo, args.base)
+    try:
+        text = git(repo, "show", f"{base_sha}:{DEFAULT_CONFIG_PATH}")
+    except RevisionError as exc:
+        raise ConfigError(f"no campaign config at {DEFAULT_CONFIG_PATH} in base {base_sha[:12]}: {exc}") from exc
+    source = f"{DEFAULT_CONFIG_PATH}@{base_sha}"
+    return parse_config(text, source), source
+
+
+def _finish(report: CampaignReport, out: Path) -> int:
+    from bot.publish import write_artifact
+
+    written = write_artifact(report, out)
+    assert report.verdicts is not None
+    print(report.verdicts.summary)
+    print(f"report: {out / 'report.json'} ({len(written)} artifact files)")
+    return EXIT_FOR_CONCLUSION[report.verdicts.conclusion]
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    config, source = _config_for(args)
+    out = Path(args.out)
+    progress: ProgressSink = TerminalProgress()
+    if args.progress_jsonl:
+        progress = JsonlProgress(Path(args.progress_jsonl), echo=progress)
+    request = CampaignRequest(
+        repo=Path(args.repo), base=args.base, head=args.head, config=config, config_source=source, out_dir=out,
+        rows=_rows(args.rows), trace_path=Path(args.trace) if args.trace else None, keep_work=args.keep_work,
+        **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
+    )
+    return _finish(run_campaign(request, progress), out)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kv-parity-demo-"))
+    print(f"demo scenario {args.scenario!r} in {out}", file=sys.stderr)
+    repo, base, head, trace = prepare_demo(out, args.scenario)
+    request = CampaignRequest(repo=repo, base=base, head=head, config=demo_config(), config_source="profile:demo",
+                              out_dir=out / "campaign", trace_path=trace, rows=_rows(args.rows))
+    return _finish(run_campaign(request, TerminalProgress()), out / "campaign")
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from runners.verify import main_verify
+
+    return main_verify(Path(args.report))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kv-parity", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    campaign = sub.add_parser("campaign", help="run a full local campaign between two revisions")
+    campaign.add_argument("--repo", required=True, help="local git repository holding both revisions")
+    campaign.add_argument("--base", required=True, help="baseline revision (ref or SHA; pinned to a SHA)")
+    campaign.add_argument("--head", required=True, help="candidate revision (ref or SHA; pinned to a SHA)")
+    source = campaign.add_mutually_exclusive_group()
+    source.add_argument("--config", help=f"campaign config TOML (default: {DEFAULT_CONFIG_PATH} in the base)")
+    source.add_argument("--profile", help="a shipped profile: dynamo or demo")
+    campaign.add_argument("--rows", help="comma-separated row ids (default: every row)")
+    campaign.add_argument("--out", required=True, help="output directory for the report artifact")
+    campaign.add_argument("--trace", help="trace path overriding the config's (its checksum is still verified)")
+    campaign.add_argument("--campaign-id", help="id recorded in the report (default: random)")
+    campaign.add_argument("--progress-jsonl", help="also append progress events to this file")
+    campaign.add_argument("--keep-work", action="store_true", help="keep worktrees' binaries and traces")
+    campaign.set_defaults(func=cmd_campaign)
+
+    demo = sub.add_parser("demo", help="a full local campaign on the bundled demo harness")
+    demo.add_argument("--out", help="output directory (default: a new temporary directory)")
+    demo.add_argument("--scenario", default="identical", choices=sorted(SCENARIOS))
+    demo.add_argument("--rows", help="comma-separated row ids (default: every row)")
+    demo.set_defaults(func=cmd_demo)
+
+    verify = sub.add_parser("verify", help="recompute every verdict from a report.json alone")
+    verify.add_argument("report")
+    verify.set_defaults(func=cmd_verify)
+
+    sub.add_parser("serve", help="run the webhook service", add_help=False)
+    sub.add_parser("publish", help="(re)publish a finished report to a pull request", add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        from bot.server import serve_main
+
+        return serve_main(argv[1:])
+    if argv[:1] == ["publish"]:
+        from bot.publish import publish_main
+
+        return publish_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (ConfigError, RevisionError) as exc:
+        print(f"kv-parity: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Dispatch backends: where a campaign actually runs."""

@@ -1,0 +1,309 @@
+"""Local backend: the real campaign as a subprocess on this machine (demos, tests, single-node users).
+
+argv contract (a list, never a shell): `<prefix> --repo <clone> --base <sha> --head <sha> --config <file>
+[--rows a,b] --out <dir> --campaign-id <id> --progress-jsonl <file>`, where the prefix defaults to
+`kv-parity campaign` and `settings.local_campaign_argv` replaces it. Exit 2 means a usage/config error and
+no report; any other exit must leave `<out>/report.json`, which is validated with `CampaignReport`.
+
+The process gets its own session (process group), so cancel kills everything it started, and the service
+dying does not kill it: a restarted service adopts a still-running campaign by pid + start time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from bot.dispatch.base import PollResult, RunHandle, StartError
+from bot.store import CampaignView
+from runners.progress import ProgressEvent
+from runners.report import CampaignReport
+
+log = logging.getLogger(__name__)
+
+SHA = re.compile(r"^[0-9a-f]{40}$")
+EXIT_USAGE = 2
+TAIL_BYTES = 2000
+HANDLE_FILE = "handle.json"
+
+
+def default_argv_prefix() -> list[str]:
+    """`kv-parity campaign`, preferring the script next to this interpreter (the service's own venv)."""
+    sibling = Path(sys.executable).with_name("kv-parity")
+    found = str(sibling) if sibling.is_file() else shutil.which("kv-parity")
+    if found is None:
+        raise StartError("`kv-parity` not found next to the interpreter nor on PATH; set local_campaign_argv")
+    return [found, "campaign"]
+
+
+def campaign_argv(
+    prefix: list[str], repo: Path, campaign: CampaignView, config_file: Path, out_dir: Path, progress: Path
+) -> list[str]:
+    """The full argv of one campaign run (see the module docstring for the contract)."""
+    argv = [
+        *prefix,
+        "--repo",
+        str(repo),
+        "--base",
+        campaign.base_sha,
+        "--head",
+        campaign.head_sha,
+        "--config",
+        str(config_file),
+    ]
+    if campaign.rows:
+        argv += ["--rows", ",".join(campaign.rows)]
+    return argv + ["--out", str(out_dir), "--campaign-id", campaign.id, "--progress-jsonl", str(progress)]
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time in clock ticks) from /proc, or None when there is no such process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return fields[0], fields[19]
+
+
+def _start_token(pid: int) -> str | None:
+    stat = _proc_stat(pid) if Path("/proc/self/stat").exists() else None
+    return stat[1] if stat else None
+
+
+def process_alive(pid: int, token: str | None) -> bool:
+    """The process we started is still there (not a zombie, not another process that reused the pid)."""
+    if Path("/proc/self/stat").exists():
+        stat = _proc_stat(pid)
+        return stat is not None and stat[0] != "Z" and (token is None or stat[1] == token)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(path.stat().st_size - TAIL_BYTES, 0))
+            return handle.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(
+        self,
+        repo: Path,
+        *,
+        argv_prefix: list[str] | None = None,
+        fetch_remote: str = "origin",
+        cancel_grace_seconds: float = 10.0,
+    ) -> None:
+        self.repo = repo
+        self.argv_prefix = argv_prefix
+        self.fetch_remote = fetch_remote
+        self.cancel_grace_seconds = cancel_grace_seconds
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._offsets: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ start
+
+    def _git(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", "-C", str(self.repo), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def _ensure_commits(self, shas: list[str]) -> None:
+        """Both revisions must be in the clone; fetch them by SHA from the remote when they are not."""
+        missing = [sha for sha in shas if self._git("cat-file", "-e", f"{sha}^{{commit}}").returncode != 0]
+        if not missing:
+            return
+        fetched = self._git("fetch", "--no-tags", "--quiet", self.fetch_remote, *missing)
+        still = [sha for sha in missing if self._git("cat-file", "-e", f"{sha}^{{commit}}").returncode != 0]
+        if still:
+            raise StartError(
+                f"commits {[s[:12] for s in still]} are not in {self.repo} and fetching them from "
+                f"{self.fetch_remote!r} failed: {fetched.stderr.strip()[-500:]}"
+            )
+
+    def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
+        """Write the config, spawn the runner in its own session, and leave a handle file for `adopt`."""
+        if campaign.artifact_dir is None:
+            raise StartError(f"campaign {campaign.id} has no artifact directory")
+        for sha in (campaign.base_sha, campaign.head_sha):
+            if not SHA.match(sha):
+                raise StartError(f"{sha!r} is not a full commit SHA")
+        self._ensure_commits([campaign.base_sha, campaign.head_sha])
+        out_dir = campaign.artifact_dir
+        work = out_dir.parent
+        work.mkdir(parents=True, exist_ok=True)
+        config_file, progress, log_path = (
+            work / "campaign.toml",
+            work / "progress.jsonl",
+            work / "campaign.log",
+        )
+        config_file.write_text(config_text, encoding="utf-8")
+        prefix = self.argv_prefix if self.argv_prefix is not None else default_argv_prefix()
+        argv = campaign_argv(prefix, self.repo, campaign, config_file, out_dir, progress)
+        try:
+            with log_path.open("ab") as log_file:
+                process = subprocess.Popen(
+                    argv,
+                    cwd=work,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            raise StartError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+        self._children[campaign.id] = process
+        self._offsets[campaign.id] = 0
+        handle = RunHandle(
+            backend=self.name,
+            ref=str(process.pid),
+            token=_start_token(process.pid),
+            out_dir=str(out_dir),
+            progress_path=str(progress),
+        )
+        staging = work / f"{HANDLE_FILE}.tmp"
+        staging.write_text(handle.model_dump_json(), encoding="utf-8")
+        staging.replace(work / HANDLE_FILE)
+        log.info("campaign %s started as pid %d: %s", campaign.id, process.pid, argv)
+        return handle
+
+    def adopt(self, campaign: CampaignView) -> RunHandle | None:
+        """The handle of a run started just before the service died, before the store recorded it."""
+        if campaign.artifact_dir is None:
+            return None
+        try:
+            return RunHandle.model_validate_json((campaign.artifact_dir.parent / HANDLE_FILE).read_text())
+        except (OSError, ValidationError):
+            return None
+
+    # ------------------------------------------------------------------ poll
+
+    def _read_progress(self, campaign_id: str, handle: RunHandle) -> list[ProgressEvent]:
+        """Complete new lines of the progress file; a half-written last line waits for the next poll."""
+        if handle.progress_path is None:
+            return []
+        offset = self._offsets.get(campaign_id, 0)
+        try:
+            with open(handle.progress_path, "rb") as source:
+                source.seek(offset)
+                chunk = source.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._offsets[campaign_id] = offset + len(complete)
+        events = []
+        for line in complete.splitlines():
+            try:
+                events.append(ProgressEvent.model_validate_json(line))
+            except ValidationError as exc:
+                log.warning("campaign %s: unreadable progress line %r: %s", campaign_id, line[:200], exc)
+        return events
+
+    def poll(self, campaign: CampaignView, handle: RunHandle) -> PollResult:
+        pid = int(handle.ref)
+        process = self._children.get(campaign.id)
+        progress = self._read_progress(campaign.id, handle)
+        if process is not None and process.pid == pid:
+            code = process.poll()
+            if code is None:
+                return PollResult(running=True, progress=progress)
+            del self._children[campaign.id]
+            self._kill_group(pid, signal.SIGKILL)  # whatever the runner left behind
+            exit_code: int | None = code
+        elif process_alive(pid, handle.token):
+            return PollResult(running=True, progress=progress)
+        else:
+            exit_code = None  # adopted after a restart: the exit status went to whoever reaped it
+        progress += self._read_progress(campaign.id, handle)
+        self._offsets.pop(campaign.id, None)
+        return self._outcome(campaign, handle, exit_code, progress)
+
+    def _outcome(
+        self, campaign: CampaignView, handle: RunHandle, code: int | None, progress: list[ProgressEvent]
+    ) -> PollResult:
+        log_tail = _tail(Path(handle.out_dir).parent / "campaign.log")
+        if code is not None and code < 0:
+            return PollResult(
+                False, progress, error=f"runner killed by signal {-code}\n{log_tail}", exit_code=code
+            )
+        if code == EXIT_USAGE:
+            return PollResult(
+                False, progress, error=f"runner exited 2 (usage or config error)\n{log_tail}", exit_code=code
+            )
+        report_path = Path(handle.out_dir) / "report.json"
+        status = "exited" if code is None else f"exited {code}"
+        try:
+            text = report_path.read_text(encoding="utf-8")
+        except OSError:
+            return PollResult(
+                False, progress, error=f"runner {status} without {report_path}\n{log_tail}", exit_code=code
+            )
+        try:
+            report = CampaignReport.model_validate_json(text)
+        except ValidationError as exc:
+            return PollResult(
+                False, progress, error=f"runner {status}; {report_path} is invalid: {exc}", exit_code=code
+            )
+        if report.campaign_id != campaign.id:
+            return PollResult(
+                False,
+                progress,
+                exit_code=code,
+                error=f"{report_path} is for campaign {report.campaign_id!r}, not {campaign.id!r}",
+            )
+        return PollResult(False, progress, report=report, exit_code=code)
+
+    # ------------------------------------------------------------------ cancel
+
+    @staticmethod
+    def _kill_group(pgid: int, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+
+    def cancel(self, campaign: CampaignView, handle: RunHandle) -> None:
+        """SIGTERM to the process group, SIGKILL after the grace period; returns once the leader is gone."""
+        pid = int(handle.ref)
+        process = self._children.pop(campaign.id, None)
+        self._offsets.pop(campaign.id, None)
+        if process is None and not process_alive(pid, handle.token):
+            return
+        self._kill_group(pid, signal.SIGTERM)
+        if process is not None:
+            try:
+                process.wait(timeout=self.cancel_grace_seconds)
+            except subprocess.TimeoutExpired:
+                self._kill_group(pid, signal.SIGKILL)
+                process.wait()
+            self._kill_group(pid, signal.SIGKILL)
+            return
+        deadline = time.monotonic() + self.cancel_grace_seconds
+        while process_alive(pid, handle.token) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._kill_group(pid, signal.SIGKILL)
+        while process_alive(pid, handle.token):
+            time.sleep(0.05)

@@ -1,0 +1,148 @@
+"""Pydantic models of exactly the webhook fields the bot reads, and nothing else.
+
+Validating at the door means a malformed delivery is answered 400 naming the field, before it is queued,
+so the worker only ever sees payloads it can act on. SHAs are checked to be full hex SHAs because they end
+up in a subprocess's argv.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Sha = Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
+HANDLED_EVENTS = ("pull_request", "issue_comment", "check_run")
+
+
+class PayloadError(ValueError):
+    """A delivery whose payload lacks or mistypes a field the bot reads; the message names the field."""
+
+
+class _Read(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class User(_Read):
+    login: str
+    type: str = "User"
+
+
+class Repo(_Read):
+    full_name: str
+
+
+class Label(_Read):
+    name: str
+
+
+class HeadRef(_Read):
+    ref: str
+    sha: Sha
+    repo: Repo | None
+    """None when the fork the pull request came from was deleted."""
+
+
+class BaseRef(_Read):
+    ref: str
+    sha: Sha
+    repo: Repo
+
+
+class PullRequest(_Read):
+    number: int
+    state: str
+    head: HeadRef
+    base: BaseRef
+    labels: list[Label] = Field(default_factory=list)
+    user: User
+
+    @property
+    def is_fork(self) -> bool:
+        return self.head.repo is None or self.head.repo.full_name != self.base.repo.full_name
+
+
+class PullRequestEvent(_Read):
+    kind: Literal["pull_request"] = "pull_request"
+    action: str
+    pull_request: PullRequest
+    label: Label | None = None
+    sender: User
+    repository: Repo
+
+
+class Issue(_Read):
+    number: int
+    pull_request: dict[str, object] | None = None
+    """Present only when the issue is a pull request."""
+
+
+class Comment(_Read):
+    id: int
+    body: str | None = None
+    user: User
+
+
+class IssueCommentEvent(_Read):
+    kind: Literal["issue_comment"] = "issue_comment"
+    action: str
+    issue: Issue
+    comment: Comment
+    sender: User
+    repository: Repo
+
+
+class CheckRunPull(_Read):
+    number: int
+
+
+class CheckRun(_Read):
+    id: int
+    name: str
+    external_id: str | None = None
+    head_sha: Sha
+    pull_requests: list[CheckRunPull] = Field(default_factory=list)
+    """Empty for pull requests from forks; the campaign is then found by external_id."""
+
+
+class RequestedAction(_Read):
+    identifier: str
+
+
+class CheckRunEvent(_Read):
+    kind: Literal["check_run"] = "check_run"
+    action: str
+    check_run: CheckRun
+    requested_action: RequestedAction | None = None
+    sender: User
+    repository: Repo
+
+
+WebhookEvent = PullRequestEvent | IssueCommentEvent | CheckRunEvent
+_MODELS: dict[str, type[PullRequestEvent] | type[IssueCommentEvent] | type[CheckRunEvent]] = {
+    "pull_request": PullRequestEvent,
+    "issue_comment": IssueCommentEvent,
+    "check_run": CheckRunEvent,
+}
+
+
+def parse_event(event_name: str, body: bytes) -> WebhookEvent:
+    """The typed event for a handled X-GitHub-Event; PayloadError names the first bad fields."""
+    model = _MODELS.get(event_name)
+    if model is None:
+        raise PayloadError(f"event {event_name!r} is not handled (handled: {', '.join(HANDLED_EVENTS)})")
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PayloadError(f"payload is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PayloadError("payload is not a JSON object")
+    data.pop("kind", None)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()[:5]
+        ]
+        raise PayloadError(f"{event_name} payload: " + "; ".join(problems)) from exc

@@ -1,0 +1,564 @@
+"""The bot's only door to GitHub: one repository, PyGithub underneath, one retry policy on top.
+
+Keeping every call here means retry/backoff, error translation and logging are decided once, and
+the rest of the bot deals in small frozen models instead of live PyGithub objects (which fetch,
+and can fail, lazily on attribute access).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any, Literal, TypeVar
+
+import httpx
+from github import Auth, Github, GithubException, GithubIntegration
+from github.Artifact import Artifact
+from github.IssueComment import IssueComment
+from github.PaginatedList import PaginatedList
+from github.Repository import Repository
+from github.Requester import Requester
+from pydantic import BaseModel, ConfigDict, SecretStr
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_BASE_URL = "https://api.github.com"
+CheckStatus = Literal["queued", "in_progress", "completed", "waiting", "requested", "pending"]
+CheckConclusion = Literal[
+    "action_required", "cancelled", "failure", "neutral", "success", "skipped", "stale", "timed_out"
+]
+Reaction = Literal["+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"]
+MinimizeClassifier = Literal["ABUSE", "DUPLICATE", "OFF_TOPIC", "OUTDATED", "RESOLVED", "SPAM"]
+BASE_ROLES = frozenset({"admin", "maintain", "write", "triage", "read", "none"})
+
+
+class GitHubError(Exception):
+    """A GitHub call failed for good; ``status``/``body`` are GitHub's answer when there was one."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class GitHubValidationError(GitHubError):
+    """GitHub rejected the payload (422): retrying cannot help, the request must change."""
+
+
+class GitHubAuthError(GitHubError):
+    """The credentials were refused (401): a configuration problem, never retried."""
+
+
+class GitHubNotFoundError(GitHubError):
+    """The resource does not exist, or is invisible to these credentials (404)."""
+
+
+class GitHubRateLimitError(GitHubError):
+    """Rate limited (403/429); ``retry_after`` is how long GitHub asked us to wait, in seconds."""
+
+    def __init__(self, message: str, *, status: int, body: Any, retry_after: float) -> None:
+        super().__init__(message, status=status, body=body)
+        self.retry_after = retry_after
+
+
+class GitHubUnavailableError(GitHubError):
+    """5xx or no answer at all: transient on GitHub's side or the network's, so retried."""
+
+
+class _Frozen(BaseModel):
+    """Immutable snapshot, safe to pass around and compare."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+class TokenAuth(_Frozen):
+    """A token used as-is (PAT, or ``GITHUB_TOKEN`` inside Actions)."""
+
+    token: SecretStr
+
+
+class AppAuth(_Frozen):
+    """GitHub App credentials; installation tokens are minted from them and cached until expiry.
+
+    ``installation_id`` comes with every webhook; when absent it is looked up for the repository.
+    """
+
+    app_id: int
+    private_key: SecretStr
+    installation_id: int | None = None
+
+
+class PullInfo(_Frozen):
+    """What the bot needs to decide whether and what to benchmark for a pull request."""
+
+    number: int
+    state: str
+    head_sha: str
+    head_ref: str
+    head_repo_full_name: str | None  # None when the fork was deleted
+    base_ref: str
+    base_sha: str
+    is_fork: bool  # head lives elsewhere (or is gone): its code is untrusted
+    author_login: str
+    labels: list[str]
+    html_url: str
+
+
+class MergeBase(_Frozen):
+    """Where a head diverged from a base branch: the baseline to benchmark against."""
+
+    sha: str
+    status: Literal["ahead", "behind", "identical", "diverged"]
+    ahead_by: int
+    behind_by: int
+
+
+class CheckOutput(_Frozen):
+    """Check run output; GitHub requires title and summary together and caps summary/text at 65535."""
+
+    title: str
+    summary: str
+    text: str | None = None
+
+
+class CheckAction(_Frozen):
+    """A check run button (at most 3; label <= 20, description <= 40, identifier <= 20 chars)."""
+
+    label: str
+    description: str
+    identifier: str
+
+
+class CommentInfo(_Frozen):
+    """An issue/PR comment; ``node_id`` is what GraphQL (e.g. minimizing) needs."""
+
+    id: int
+    node_id: str
+    body: str
+    author_login: str
+    html_url: str
+
+
+def _comment_info(comment: IssueComment) -> CommentInfo:
+    return CommentInfo(
+        id=comment.id,
+        node_id=comment.node_id,
+        body=comment.body,
+        author_login=comment.user.login,
+        html_url=comment.html_url,
+    )
+
+
+class GitHubGateway:
+    """GitHub access for one repository, with bounded retries on transient failures.
+
+    Retried: 5xx, connection errors/timeouts, and rate limits (403/429) whose requested wait
+    (``Retry-After``, else ``x-ratelimit-reset``, else one minute) fits in ``max_wait``; waiting
+    longer would stall the bot, so those surface as :class:`GitHubRateLimitError` at once. Other
+    failures are translated and raised on the first attempt. Non-idempotent calls (comments,
+    dispatches) are retried too: a 5xx after GitHub acted can duplicate them, which is preferred
+    over silently dropping a report.
+
+    ``sleep`` and ``clock`` are injectable so tests can observe waits without waiting. PyGithub's
+    own pacing (``seconds_between_*``) follows GitHub's advice to space out mutating calls.
+    """
+
+    def __init__(
+        self,
+        repo_full_name: str,
+        auth: TokenAuth | AppAuth,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        bot_login: str | None = None,
+        max_attempts: int = 5,
+        max_wait: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+        timeout: int = 15,
+        seconds_between_requests: float | None = 0.25,
+        seconds_between_writes: float | None = 1.0,
+    ) -> None:
+        self._repo_name = repo_full_name
+        self._auth = auth
+        self._base_url = base_url.rstrip("/")
+        self._login = bot_login
+        self._max_wait = max_wait
+        self._clock = clock
+        self._timeout = timeout
+        self._client_kwargs: dict[str, Any] = {
+            "base_url": self._base_url,
+            "timeout": timeout,
+            "retry": None,  # tenacity below is the single retry layer
+            "per_page": 100,
+            "lazy": True,  # no GET before a PATCH/POST on an object we only know by id
+            "seconds_between_requests": seconds_between_requests,
+            "seconds_between_writes": seconds_between_writes,
+        }
+        self._retrying = Retrying(
+            stop=stop_after_attempt(max_attempts),
+            wait=self._wait,
+            retry=retry_if_exception(self._should_retry),
+            sleep=sleep,
+            reraise=True,
+            before_sleep=self._log_retry,
+        )
+
+    # ----------------------------------------------------------------- clients
+
+    def _app_auth(self) -> Auth.AppAuth:
+        assert isinstance(self._auth, AppAuth)
+        return Auth.AppAuth(self._auth.app_id, self._auth.private_key.get_secret_value())
+
+    @cached_property
+    def _integration(self) -> GithubIntegration:
+        return GithubIntegration(auth=self._app_auth(), **self._client_kwargs)
+
+    @cached_property
+    def _github(self) -> Github:
+        if isinstance(self._auth, TokenAuth):
+            return Github(auth=Auth.Token(self._auth.token.get_secret_value()), **self._client_kwargs)
+        installation_id = self._auth.installation_id
+        if installation_id is None:
+            owner, name = self._repo_name.split("/", 1)
+            installation_id = self._integration.get_repo_installation(owner, name).id
+        # AppInstallationAuth mints a token on first use and reuses it until shortly before expiry.
+        return Github(auth=self._app_auth().get_installation_auth(installation_id), **self._client_kwargs)
+
+    @property
+    def _requester(self) -> Requester:
+        return self._github.requester
+
+    @property
+    def _repo(self) -> Repository:
+        return self._github.get_repo(self._repo_name)
+
+    # ----------------------------------------------------------------- retry policy
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run ``fn`` under the retry policy, translating failures into GitHubError subclasses."""
+
+        def attempt() -> T:
+            try:
+                return fn()
+            except GithubException as exc:
+                raise self._translate(what, exc) from exc
+            # requests' connection errors and timeouts (raised through PyGithub) are OSErrors.
+            except (OSError, httpx.TransportError) as exc:
+                raise GitHubUnavailableError(f"{what}: no answer from GitHub ({exc})") from exc
+
+        return self._retrying(attempt)
+
+    def _translate(self, what: str, exc: GithubException) -> GitHubError:
+        status, body = exc.status, exc.data
+        headers = {key.lower(): str(value) for key, value in (exc.headers or {}).items()}
+        message = body.get("message") if isinstance(body, dict) else None
+        text = f"{what}: HTTP {status} {message or ''}".rstrip()
+        if status == 422:
+            log.error("GitHub rejected %s: %s", what, json.dumps(body))
+            return GitHubValidationError(text, status=status, body=body)
+        if status == 401:
+            return GitHubAuthError(text, status=status, body=body)
+        if status in (403, 429) and self._is_rate_limited(status, message, headers):
+            return GitHubRateLimitError(
+                text, status=status, body=body, retry_after=self._retry_after(headers)
+            )
+        if status == 404:
+            return GitHubNotFoundError(text, status=status, body=body)
+        if status >= 500:
+            return GitHubUnavailableError(text, status=status, body=body)
+        return GitHubError(text, status=status, body=body)
+
+    @staticmethod
+    def _is_rate_limited(status: int, message: str | None, headers: Mapping[str, str]) -> bool:
+        return (
+            status == 429
+            or "retry-after" in headers
+            or headers.get("x-ratelimit-remaining") == "0"
+            or Requester.isRateLimitError(message or "")
+        )
+
+    def _retry_after(self, headers: Mapping[str, str]) -> float:
+        """Seconds GitHub asked us to wait; one minute when it did not say (GitHub's guidance)."""
+        for header, relative in (("retry-after", True), ("x-ratelimit-reset", False)):
+            try:
+                seconds = float(headers[header])
+            except (KeyError, ValueError):
+                continue
+            return max(seconds if relative else seconds - self._clock(), 0.0)
+        return 60.0
+
+    def _should_retry(self, exc: BaseException) -> bool:
+        if isinstance(exc, GitHubRateLimitError):
+            return exc.retry_after <= self._max_wait
+        return isinstance(exc, GitHubUnavailableError)
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, GitHubRateLimitError):
+            return exc.retry_after
+        return float(min(2 ** (state.attempt_number - 1), self._max_wait))
+
+    @staticmethod
+    def _log_retry(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.warning("GitHub call failed (attempt %d), retrying in %.1fs: %s", state.attempt_number, wait, exc)
+
+    # ----------------------------------------------------------------- identity
+
+    def authenticated_login(self) -> str:
+        """Who our own comments are from, so the bot can ignore them (``<app-slug>[bot]`` for apps).
+
+        Installation tokens cannot read ``/user``; with ``GITHUB_TOKEN`` pass
+        ``bot_login="github-actions[bot]"``.
+        """
+        if self._login is None:
+            if isinstance(self._auth, TokenAuth):
+                self._login = self._call("GET /user", lambda: self._github.get_user().login)
+            else:
+                self._login = self._call("GET /app", lambda: f"{self._integration.get_app().slug}[bot]")
+        return self._login
+
+    # ----------------------------------------------------------------- repository reads
+
+    def pull(self, number: int) -> PullInfo:
+        def fetch() -> PullInfo:
+            pr = self._repo.get_pull(number)
+            head_repo = pr.head.repo
+            head_repo_name = head_repo.full_name if head_repo is not None else None
+            return PullInfo(
+                number=pr.number,
+                state=pr.state,
+                head_sha=pr.head.sha,
+                head_ref=pr.head.ref,
+                head_repo_full_name=head_repo_name,
+                base_ref=pr.base.ref,
+                base_sha=pr.base.sha,
+                is_fork=head_repo_name is None or head_repo_name.lower() != pr.base.repo.full_name.lower(),
+                author_login=pr.user.login,
+                labels=[label.name for label in pr.labels],
+                html_url=pr.html_url,
+            )
+
+        return self._call(f"GET pull #{number}", fetch)
+
+    def merge_base(self, base_ref: str, head_sha: str) -> MergeBase:
+        def fetch() -> MergeBase:
+            comparison = self._repo.compare(base_ref, head_sha)
+            return MergeBase.model_validate(
+                {
+                    "sha": comparison.merge_base_commit.sha,
+                    "status": comparison.status,
+                    "ahead_by": comparison.ahead_by,
+                    "behind_by": comparison.behind_by,
+                }
+            )
+
+        return self._call(f"compare {base_ref}...{head_sha}", fetch)
+
+    def permission(self, login: str) -> str:
+        """The user's role: admin, maintain, write, triage, read or none.
+
+        Custom roles are reported as the base level they build on. A 404 (unknown user) is "none".
+        """
+        url = f"{self._repo.url}/collaborators/{urllib.parse.quote(login, safe='')}/permission"
+        try:
+            _, data = self._call(
+                f"GET permission of {login}", lambda: self._requester.requestJsonAndCheck("GET", url)
+            )
+        except GitHubNotFoundError:
+            return "none"
+        role = data.get("role_name")
+        return role if role in BASE_ROLES else str(data["permission"])
+
+    def read_file(self, path: str, ref: str) -> bytes | None:
+        """The file's bytes at ``ref``; None when the path (or the ref) does not exist."""
+        try:
+            content = self._call(f"GET {path}@{ref}", lambda: self._repo.get_contents(path, ref=ref))
+        except GitHubNotFoundError:
+            return None
+        if isinstance(content, list):
+            raise GitHubError(f"{path}@{ref} is a directory, not a file")
+        if content.encoding == "base64":
+            return content.decoded_content
+        # Files over 1 MB come without inline content; the blob API serves up to 100 MB.
+        blob = self._call(f"GET blob {content.sha}", lambda: self._repo.get_git_blob(content.sha))
+        return base64.b64decode(blob.content)
+
+    # ----------------------------------------------------------------- check runs
+
+    def create_check_run(
+        self,
+        head_sha: str,
+        name: str,
+        external_id: str,
+        status: CheckStatus = "queued",
+        output: CheckOutput | None = None,
+        actions: Sequence[CheckAction] = (),
+        details_url: str | None = None,
+    ) -> int:
+        kwargs: dict[str, Any] = {
+            "name": name,
+            "head_sha": head_sha,
+            "external_id": external_id,
+            "status": status,
+        }
+        if output is not None:
+            kwargs["output"] = output.model_dump(exclude_none=True)
+        if actions:
+            kwargs["actions"] = [action.model_dump() for action in actions]
+        if details_url is not None:
+            kwargs["details_url"] = details_url
+        run = self._call(f"create check run {name!r}", lambda: self._repo.create_check_run(**kwargs))
+        return run.id
+
+    def update_check_run(
+        self,
+        check_run_id: int,
+        *,
+        status: CheckStatus | None = None,
+        conclusion: CheckConclusion | None = None,
+        output: CheckOutput | None = None,
+        actions: Sequence[CheckAction] | None = None,
+        details_url: str | None = None,
+    ) -> None:
+        """Change only what is given; ``actions=[]`` removes the buttons."""
+        kwargs: dict[str, Any] = {}
+        if status is not None:
+            kwargs["status"] = status
+        if conclusion is not None:
+            kwargs["conclusion"] = conclusion
+        if output is not None:
+            kwargs["output"] = output.model_dump(exclude_none=True)
+        if actions is not None:
+            kwargs["actions"] = [action.model_dump() for action in actions]
+        if details_url is not None:
+            kwargs["details_url"] = details_url
+        self._call(
+            f"update check run {check_run_id}",
+            lambda: self._repo.get_check_run(check_run_id).edit(**kwargs),
+        )
+
+    # ----------------------------------------------------------------- comments
+
+    def _comment(self, comment_id: int) -> IssueComment:
+        return IssueComment(self._requester, url=f"{self._repo.url}/issues/comments/{comment_id}")
+
+    def create_comment(self, number: int, body: str) -> CommentInfo:
+        return self._call(
+            f"comment on #{number}",
+            lambda: _comment_info(self._repo.get_issue(number).create_comment(body)),
+        )
+
+    def edit_comment(self, comment_id: int, body: str) -> CommentInfo:
+        def edit() -> CommentInfo:
+            comment = self._comment(comment_id)
+            comment.edit(body)
+            return _comment_info(comment)
+
+        return self._call(f"edit comment {comment_id}", edit)
+
+    def list_comments(self, number: int) -> list[CommentInfo]:
+        return self._call(
+            f"list comments of #{number}",
+            lambda: [_comment_info(comment) for comment in self._repo.get_issue(number).get_comments()],
+        )
+
+    def minimize_comment(self, node_id: str, classifier: MinimizeClassifier = "OUTDATED") -> None:
+        """Fold an outdated bot report away (GraphQL only; REST cannot minimize)."""
+        _, data = self._call(
+            f"minimize comment {node_id}",
+            lambda: self._requester.graphql_named_mutation(
+                "minimizeComment",
+                {"subjectId": node_id, "classifier": classifier},
+                "minimizedComment { isMinimized }",
+            ),
+        )
+        if not (data.get("minimizedComment") or {}).get("isMinimized"):
+            raise GitHubError(f"comment {node_id} was not minimized", body=data)
+
+    def react(self, comment_id: int, content: Reaction) -> None:
+        self._call(
+            f"react to comment {comment_id}", lambda: self._comment(comment_id).create_reaction(content)
+        )
+
+    # ----------------------------------------------------------------- Actions
+
+    def dispatch_workflow(self, workflow_file: str, ref: str, inputs: Mapping[str, str]) -> None:
+        self._call(
+            f"dispatch {workflow_file}@{ref}",
+            lambda: self._repo.get_workflow(workflow_file).create_dispatch(ref, dict(inputs), throw=True),
+        )
+
+    def find_dispatched_run(self, workflow_file: str, created_after: datetime) -> int | None:
+        """The first ``workflow_dispatch`` run of the workflow created at or after ``created_after``.
+
+        The dispatch API returns no run id, so the run is found by time; GitHub filters at whole
+        seconds, hence "at or after". Returns None while GitHub has not created the run yet.
+        """
+        if created_after.tzinfo is None:
+            raise ValueError("created_after must be timezone-aware")
+        since = created_after.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        def find() -> int | None:
+            runs = self._repo.get_workflow(workflow_file).get_runs(
+                event="workflow_dispatch", created=f">={since}"
+            )
+            candidates = [(run.created_at, run.id) for run in runs]
+            return min(candidates)[1] if candidates else None
+
+        return self._call(f"find runs of {workflow_file}", find)
+
+    def download_artifact(self, run_id: int, name: str) -> bytes | None:
+        """The artifact's zip archive; None when the run has no live artifact of that name."""
+
+        def locate() -> str | None:
+            artifacts: PaginatedList[Artifact] = PaginatedList(
+                Artifact,
+                self._requester,
+                f"{self._repo.url}/actions/runs/{run_id}/artifacts",
+                {"name": name},
+                list_item="artifacts",
+            )
+            live = [artifact for artifact in artifacts if artifact.name == name and not artifact.expired]
+            if not live:
+                return None
+            newest = max(live, key=lambda artifact: artifact.created_at)
+            status, headers, body = self._requester.requestJson(
+                "GET", f"{self._repo.url}/actions/artifacts/{newest.id}/zip"
+            )
+            if status == 302:
+                return str(headers["location"])
+            if status in (404, 410):
+                return None
+            raise Requester.createException(status, headers, json.loads(body) if body else {})
+
+        location = self._call(f"locate artifact {name!r} of run {run_id}", locate)
+        if location is None:
+            return None
+
+        def fetch() -> bytes:
+            # A pre-signed URL on another host: our token must not travel there.
+            response = httpx.get(location, timeout=self._timeout)
+            if response.status_code >= 500:
+                raise GitHubUnavailableError(
+                    f"artifact download: HTTP {response.status_code}", status=response.status_code
+                )
+            if response.status_code != 200:
+                raise GitHubError(
+                    f"artifact download: HTTP {response.status_code}",
+                    status=response.status_code,
+                    body=response.text,
+                )
+            return response.content
+
+        return self._call(f"download artifact {name!r}", fetch)

@@ -1,0 +1,789 @@
+"""Pure rendering: a campaign report (or a campaign's state) in, Markdown strings out.
+
+Every string a human reads on GitHub comes from `templates/*.md.j2` through this module, so golden files pin
+exactly what is posted. Nothing here performs I/O beyond reading templates; the effects live in
+`bot.publish`. Numbers are formatted here, layout lives in the templates.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from runners.progress import ProgressEvent
+from runners.report import (
+    CampaignReport,
+    CheckConclusion,
+    GateVerdict,
+    PerfResult,
+    PerfVerdict,
+    RowReport,
+    SemanticVerdict,
+    campaign_verdicts,
+)
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+STATUS_MARKER = "<!-- kv-parity:status -->"
+RESULT_MARKER_PREFIX = "<!-- kv-parity:result"
+CHECK_TEXT_LIMIT = 65_535
+"""GitHub's limit for a check run's output.summary and output.text."""
+COMMENT_LIMIT = 65_536
+"""GitHub's limit for an issue comment body."""
+TITLE_LIMIT = 255
+"""GitHub documents no limit for output.title; 255 keeps it on one line everywhere it is shown."""
+
+ICONS: dict[str, str] = {
+    "PASS": "✅",
+    "PASS_WITH_SEMANTIC_EXCEPTIONS": "☑️",
+    "FAIL": "❌",
+    "INCONCLUSIVE": "⚠️",
+    "BLOCKED": "⛔",
+    "NOT_RUN": "➖",
+}
+CONCLUSION_HEADLINES: dict[str, str] = {
+    "success": "✅ Parity holds and no slowdown beyond the threshold",
+    "failure": "❌ Parity campaign failed",
+    "neutral": "⚠️ Parity campaign inconclusive",
+    "action_required": "⛔ Parity campaign blocked: maintainers must act",
+    "cancelled": "🚫 Parity campaign cancelled",
+    "timed_out": "⌛ Parity campaign timed out",
+}
+ENDED_STATES: dict[str, tuple[str, str]] = {
+    "cancelled": ("cancelled", "🚫 Cancelled"),
+    "superseded": ("neutral", "⏭️ Superseded"),
+    "timed_out": ("timed_out", "⌛ Timed out"),
+    "errored": ("failure", "💥 Errored"),
+    "config_error": ("action_required", "⛔ Config error"),
+}
+"""Campaign end states without a report: check-run conclusion and the status line's label."""
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")
+_MD_LINE_START = re.compile(r"^(?:[#+-]|\d{1,9}(?=[.)]))(?=[.)]?(?:\s|$))")
+
+
+# --- filters ----------------------------------------------------------------------------------------------
+
+
+def _escape(text: str, line_start: bool) -> str:
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    if line_start:
+        text = _MD_LINE_START.sub(
+            lambda m: m.group(0) + "\\" if m.group(0)[0].isdigit() else "\\" + m.group(0), text
+        )
+    text = re.sub(r"(?<![\w@])@(?=[A-Za-z0-9])", "@\u200b", text)
+    return re.sub(r"#(?=\d)", "#\u200b", text)
+
+
+def md(value: object) -> str:
+    """Escape user-controlled text (branch names, reasons, logins) so it renders literally, on one line.
+
+    Backslash-escapes the characters that format, link, open HTML or split a table cell anywhere in a line,
+    plus those that start a block at the beginning, and defuses `@mentions` and `#123` references, so a
+    branch named `**x**|<img>` or `@team` neither formats, breaks a table nor notifies anyone.
+    """
+    return _escape(" ".join(str(value).split()), line_start=True)
+
+
+_CODE_SPAN = re.compile(r"(`[^`]+`)")
+
+
+def prose(value: object) -> str:
+    """Escape a bot-composed reason like `md`, but keep its `code spans` (they render literally anyway)."""
+    parts = _CODE_SPAN.split(" ".join(str(value).split()))
+    return "".join(
+        code(part[1:-1]) if index % 2 else _escape(part, line_start=index == 0)
+        for index, part in enumerate(parts)
+    )
+
+
+def code(value: object, table: bool = True) -> str:
+    """An inline code span that survives any content: the fence outgrows inner backticks.
+
+    In a table cell a pipe must be escaped even inside code; outside tables (`table=False`) the backslash
+    would show, so it is left alone.
+    """
+    text = " ".join(str(value).split())
+    if table:
+        text = text.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def block(value: object) -> str:
+    """A fenced block for multi-line text (config errors, stderr tails) that the text cannot close early."""
+    text = str(value).rstrip("\n")
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=2)
+    fence = "`" * (longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def short(sha: str | None) -> str:
+    return (sha or "")[:7]
+
+
+def ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def pct(value: float) -> str:
+    """A signed percentage with a real minus sign, e.g. `+0.4%` or `−1.2%`."""
+    return f"{value * 100:+.1f}%".replace("-", "−")
+
+
+def count(value: int) -> str:
+    return f"{value:,}"
+
+
+def when(value: object) -> str:
+    """A timestamp (unix seconds or datetime) as `YYYY-MM-DD HH:MM UTC`; '—' when unknown."""
+    if value is None:
+        return "—"
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
+    elif isinstance(value, int | float):
+        moment = datetime.fromtimestamp(float(value), UTC)
+    else:
+        return md(value)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def duration(seconds: float | None) -> str:
+    """A human ETA: `45 s`, `6 min`, `1 h 20 min`."""
+    if seconds is None:
+        return "—"
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{round(seconds)} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def icon(verdict: object) -> str:
+    return ICONS.get(str(verdict), "")
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES_DIR),
+        undefined=StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        md=md,
+        prose=prose,
+        code=code,
+        block=block,
+        short=short,
+        ratio=ratio,
+        pct=pct,
+        count=count,
+        when=when,
+        duration=duration,
+        icon=icon,
+    )
+    return env
+
+
+ENV = _environment()
+
+
+def _render(template: str, **context: Any) -> str:
+    text = ENV.get_template(template).render(**context)
+    return re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"
+
+
+# --- trimming ---------------------------------------------------------------------------------------------
+
+
+def _size(text: str) -> int:
+    """Length as GitHub's limits count it, measured in UTF-8 bytes so multi-byte text can never overflow."""
+    return len(text.encode("utf-8"))
+
+
+def trim_markdown(text: str, limit: int, pointer: str) -> str:
+    """Cut `text` to `limit` at a line outside any code fence and append `pointer` (to the full report).
+
+    Cutting inside a fence would turn the rest of the page into code, so the cut backs up to the last line
+    where no fence is open.
+    """
+    if _size(text) <= limit:
+        return text
+    note = f"\n\n---\n✂️ {pointer}\n"
+    budget = limit - _size(note)
+    kept: list[str] = []
+    used = 0
+    last_safe = 0
+    fence: str | None = None
+    for line in text.split("\n"):
+        cost = _size(line) + 1
+        if used + cost > budget:
+            break
+        kept.append(line)
+        used += cost
+        match = re.match(r"^ {0,3}(`{3,}|~{3,})", line)
+        if match:
+            marker = match.group(1)
+            if fence is None:
+                fence = marker
+            elif marker[0] == fence[0] and len(marker) >= len(fence):
+                fence = None
+        if fence is None:
+            last_safe = len(kept)
+    return "\n".join(kept[:last_safe]).rstrip("\n") + note
+
+
+# --- view models ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckRunContent:
+    """What a check run shows: a one-line title, a glanceable summary and the complete text."""
+
+    title: str
+    summary: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Links:
+    """Where the full evidence lives; every field may be unknown (then no link is rendered)."""
+
+    artifact_url: str | None = None
+    check_run_url: str | None = None
+    result_url: str | None = None
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    y_min: float
+    y_max: float
+    ratios: list[float]
+    lower: float
+    upper: float
+    threshold: float
+
+    @property
+    def values(self) -> str:
+        return ", ".join(f"{r:.4f}" for r in self.ratios)
+
+    def flat(self, value: float) -> str:
+        return ", ".join([f"{value:.4f}"] * len(self.ratios))
+
+
+@dataclass(frozen=True)
+class RowView:
+    """One row's cells, pre-formatted so every surface shows the same words for the same evidence."""
+
+    id: str
+    report: RowReport | None
+    semantic: str
+    digests: str
+    coverage: str
+    performance: str
+    diagnostics: str
+    placement: str
+    perf_verdict: str
+    reasons: list[str] = field(default_factory=list)
+    chart: Chart | None = None
+
+
+def _digest_cell(row: RowReport) -> str:
+    parity = row.parity
+    if parity is None:
+        return "no parity evidence"
+    if parity.identical:
+        return f"✅ match {code(parity.candidate_digest[:12])}"
+    shown = ", ".join(code(d.pointer) for d in parity.differences[:3]) or ", ".join(
+        code(p) for p in parity.differing_pointers[:3]
+    )
+    more = parity.differences_total - min(3, max(len(parity.differences), len(parity.differing_pointers[:3])))
+    tail = f" (+{count(more)} more)" if more > 0 else ""
+    verified = [o.record.id for o in row.exceptions if o.verified]
+    if row.semantic == SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS:
+        covered_by = ", ".join(code(v) for v in verified)
+        return f"☑️ {count(parity.differences_total)} differ, all covered by {covered_by}"
+    return f"❌ differ at {shown}{tail}"
+
+
+def _coverage_cell(row: RowReport) -> str:
+    coverage = row.coverage
+    if coverage is None:
+        return "no coverage evidence"
+    low, high = row.row.expect.pressure
+    counts = coverage.counts.get("candidate") or next(iter(coverage.counts.values()))
+    failed = [check.name for check in coverage.checks if not check.ok]
+    status = (
+        f"✅ {len(coverage.checks)}/{len(coverage.checks)}"
+        if not failed
+        else (
+            f"❌ {len(coverage.checks) - len(failed)}/{len(coverage.checks)} ({', '.join(map(md, failed))})"
+        )
+    )
+    pressure = counts.readmitted_pressure_events
+    band = "∈" if low <= pressure <= high else "∉"
+    queued = sum(counts.queued_by_pool.values())
+    return (
+        f"{status} · pressure {pressure} {band} [{low}, {high}] · handoffs {count(counts.handoffs)}"
+        f" · queued {queued}"
+    )
+
+
+def diagnostics_breached(perf: PerfResult | None) -> bool:
+    return perf is not None and any(check.breached for check in perf.diagnostics)
+
+
+def _perf_cell(row: RowReport, threshold: float) -> str:
+    perf = row.performance
+    verdict = row.perf_verdict
+    if verdict in (PerfVerdict.BLOCKED, PerfVerdict.NOT_RUN) or perf is None or perf.bounds is None:
+        return f"{icon(verdict)} {verdict.value}: not measured (see why)"
+    bounds = perf.bounds
+    numbers = f"{ratio(bounds.median)} [{ratio(bounds.lower)}, {ratio(bounds.upper)}]"
+    if diagnostics_breached(perf):
+        return f"{icon(verdict)} {verdict.value}: diagnostics breached, bounds not applied"
+    relation = {PerfVerdict.PASS: "≤", PerfVerdict.FAIL: ">"}.get(verdict, "straddle")
+    return f"{icon(verdict)} {numbers} {relation} {threshold:g} ({pct(bounds.median - 1)})"
+
+
+def _diagnostics_cell(perf: PerfResult | None) -> str:
+    if perf is None or not perf.diagnostics:
+        return "—"
+    breached = [check for check in perf.diagnostics if check.breached]
+    if not breached:
+        return f"✅ {len(perf.diagnostics)}/{len(perf.diagnostics)} ok"
+    return "⚠️ " + "; ".join(
+        f"{md(check.name)} {md(check.detail)} (needs {md(check.threshold)})" for check in breached
+    )
+
+
+def _placement_cell(row: RowReport) -> str:
+    perf = row.performance
+    cpus = ",".join(str(c) for c in row.placement_cpus)
+    text = f"{md(row.host)} · CPUs {cpus}"
+    if perf is not None:
+        place = perf.placement
+        text += f" · perf CPU {','.join(str(c) for c in place.cpu_set)} (NUMA {place.numa_node})"
+    return text
+
+
+def _chart(row: RowReport, threshold: float) -> Chart | None:
+    perf = row.performance
+    if perf is None or perf.bounds is None or not perf.ratios:
+        return None
+    values = [*perf.ratios, perf.bounds.lower, perf.bounds.upper, threshold]
+    margin = max(0.005, (max(values) - min(values)) * 0.1)
+    return Chart(
+        title=f"{row.row.id}: candidate / baseline per pair",
+        y_min=math.floor((min(values) - margin) * 100) / 100,
+        y_max=math.ceil((max(values) + margin) * 100) / 100,
+        ratios=perf.ratios,
+        lower=perf.bounds.lower,
+        upper=perf.bounds.upper,
+        threshold=threshold,
+    )
+
+
+def row_views(report: CampaignReport) -> list[RowView]:
+    """Every configured row, including the ones that never ran (shown as not run, never silently dropped)."""
+    threshold = report.config.perf.threshold
+    ran = {row.row.id: row for row in report.rows}
+    views: list[RowView] = []
+    for row in report.rows:
+        reasons = [] if row.semantic == SemanticVerdict.PASS else list(row.semantic_reasons)
+        if row.perf_verdict != PerfVerdict.PASS:
+            reasons.append(f"performance {row.perf_verdict.value}: {row.perf_reason}")
+        views.append(
+            RowView(
+                id=row.row.id,
+                report=row,
+                semantic=f"{icon(row.semantic)} {row.semantic.value}",
+                digests=_digest_cell(row),
+                coverage=_coverage_cell(row),
+                performance=_perf_cell(row, threshold),
+                diagnostics=_diagnostics_cell(row.performance),
+                placement=_placement_cell(row),
+                perf_verdict=row.perf_verdict.value,
+                reasons=reasons,
+                chart=_chart(row, threshold),
+            )
+        )
+    for config_row in report.config.rows:
+        if config_row.id not in ran and report.stopped is not None:
+            views.append(
+                RowView(
+                    id=config_row.id,
+                    report=None,
+                    semantic="➖ not run",
+                    digests="—",
+                    coverage="—",
+                    performance="➖ not run",
+                    diagnostics="—",
+                    placement="—",
+                    perf_verdict="NOT_RUN",
+                )
+            )
+    return views
+
+
+def _gate_lines(report: CampaignReport) -> list[tuple[str, str, str]]:
+    """(gate, verdict cell, why) for the three independent gates."""
+    verdicts = report.verdicts or campaign_verdicts(report)
+    threshold = report.config.perf.threshold
+    rows = report.rows
+    if verdicts.semantic == SemanticVerdict.PASS:
+        semantic_why = f"canonical digests match on {len(rows)}/{len(rows)} rows"
+    elif verdicts.semantic == SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS:
+        ids = sorted({o.record.id for r in rows for o in r.exceptions if o.verified})
+        semantic_why = f"every difference is covered by a verified exception ({', '.join(ids)})"
+    elif report.stopped is not None:
+        semantic_why = f"stopped at {report.stopped.stage} before any verdict"
+    else:
+        failed = [r.row.id for r in rows if r.semantic == SemanticVerdict.FAIL]
+        semantic_why = (
+            f"{len(failed)} of {len(rows)} rows failed: {', '.join(failed)}" if failed else "no row ran"
+        )
+    perf_rows = {v: [r.row.id for r in rows if r.perf_verdict == v] for v in PerfVerdict}
+    perf_why = {
+        PerfVerdict.PASS: f"upper bound ≤ {threshold:g} on every row",
+        PerfVerdict.FAIL: f"lower bound > {threshold:g} on {', '.join(perf_rows[PerfVerdict.FAIL])}",
+        PerfVerdict.INCONCLUSIVE: f"no decision on {', '.join(perf_rows[PerfVerdict.INCONCLUSIVE])}",
+        PerfVerdict.BLOCKED: f"could not measure {', '.join(perf_rows[PerfVerdict.BLOCKED])}",
+        PerfVerdict.NOT_RUN: f"not run: stopped at {report.stopped.stage}"
+        if report.stopped
+        else f"not run on {', '.join(perf_rows[PerfVerdict.NOT_RUN]) or 'any row'}",
+    }[verdicts.performance]
+    sizes_why = report.sizes.reason if report.sizes else "not measured"
+    return [
+        ("Semantic parity", f"{icon(verdicts.semantic)} {verdicts.semantic.value}", semantic_why),
+        ("Performance", f"{icon(verdicts.performance)} {verdicts.performance.value}", perf_why),
+        ("Binary and .text size", f"{icon(verdicts.sizes)} {verdicts.sizes.value}", sizes_why),
+    ]
+
+
+def relationship(report: CampaignReport) -> str:
+    """How the baseline relates to the candidate, in words (Stage 1.1 asks for it to be documented)."""
+    base = short(report.merge_base)
+    return {
+        "ancestor": "baseline is an ancestor of the candidate",
+        "identical": "baseline and candidate are the same commit",
+        "descendant": "baseline descends from the candidate",
+        "diverged": f"diverged from merge base {code(base)}",
+        "unrelated": "no common history",
+    }.get(report.relationship, md(report.relationship))
+
+
+def headline(report: CampaignReport) -> str:
+    """The verdict in words; a pass with exceptions never reads as plain byte parity."""
+    verdicts = report.verdicts or campaign_verdicts(report)
+    if (
+        verdicts.conclusion == CheckConclusion.SUCCESS
+        and verdicts.semantic == SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS
+    ):
+        return "☑️ Passed with verified semantic exceptions and no slowdown beyond the threshold"
+    return CONCLUSION_HEADLINES[verdicts.conclusion.value]
+
+
+def verdict_line(report: CampaignReport) -> str:
+    """One line for the sticky status comment and the check-run title."""
+    verdicts = report.verdicts or campaign_verdicts(report)
+    line = (
+        f"semantic {verdicts.semantic.value} · performance {verdicts.performance.value}"
+        f" · sizes {verdicts.sizes.value}"
+    )
+    if report.stopped is not None:
+        line += f" · stopped at {report.stopped.stage}"
+    return line
+
+
+def _context(report: CampaignReport, links: Links, command_word: str, **extra: Any) -> dict[str, Any]:
+    verdicts = report.verdicts or campaign_verdicts(report)
+    revisions = {r.arm: r for r in report.revisions}
+    return {
+        "mode": "report",
+        "report": report,
+        "verdicts": verdicts,
+        "conclusion": verdicts.conclusion.value,
+        "headline": headline(report),
+        "verdict_line": verdict_line(report),
+        "gates": _gate_lines(report),
+        "rows": row_views(report),
+        "baseline": revisions["baseline"],
+        "candidate": revisions["candidate"],
+        "links": links,
+        "command_word": command_word,
+        "threshold": report.config.perf.threshold,
+        **extra,
+    }
+
+
+def _fit_rows(template: str, context: dict[str, Any], limit: int, pointer: str) -> str:
+    """Render every row's details; if too long, drop trailing rows' details (saying so), then hard-trim."""
+    views: list[RowView] = context["rows"]
+    shown = len(views)
+    while True:
+        text = _render(template, **context, detailed=views[:shown], omitted=[v.id for v in views[shown:]])
+        if _size(text) <= limit or shown == 0:
+            return trim_markdown(text, limit, pointer)
+        # Shrink proportionally to the overflow, at least one row per step.
+        shown = min(shown - 1, int(shown * limit / _size(text)))
+        shown = max(shown, 0)
+
+
+def _pointer(links: Links) -> str:
+    if links.artifact_url:
+        return (
+            f"Trimmed to fit GitHub's limit; the complete report is in the [artifact]({links.artifact_url})."
+        )
+    return "Trimmed to fit GitHub's limit; the complete report is report.md in the campaign artifact."
+
+
+def check_run_content(report: CampaignReport, links: Links, command_word: str = "/parity") -> CheckRunContent:
+    """The completed check run: title, summary (glance) and text (every row's evidence and charts)."""
+    context = _context(report, links, command_word)
+    title = f"{headline(report)} — {verdict_line(report)}"
+    summary = _fit_rows("check_run_summary.md.j2", context, CHECK_TEXT_LIMIT, _pointer(links))
+    text = _fit_rows("check_run_text.md.j2", context, CHECK_TEXT_LIMIT, _pointer(links))
+    return CheckRunContent(title=_one_line(title, TITLE_LIMIT), summary=summary, text=text)
+
+
+def result_comment(report: CampaignReport, links: Links, command_word: str = "/parity") -> str:
+    """The NEW comment posted when verdicts land (its marker carries the campaign id for idempotency)."""
+    context = _context(
+        report, links, command_word, marker=result_marker(report.campaign_id, context_sha(report))
+    )
+    return _fit_rows("comment_result.md.j2", context, COMMENT_LIMIT, _pointer(links))
+
+
+def report_markdown(report: CampaignReport, links: Links, command_word: str = "/parity") -> str:
+    """report.md for the artifact: everything, never trimmed."""
+    context = _context(report, links, command_word)
+    return _render("report.md.j2", **context, detailed=context["rows"], omitted=[])
+
+
+def context_sha(report: CampaignReport) -> str:
+    return next(r.sha for r in report.revisions if r.arm == "candidate")
+
+
+def result_marker(campaign_id: str, head_sha: str) -> str:
+    return f"{RESULT_MARKER_PREFIX} campaign={campaign_id} sha={head_sha} -->"
+
+
+def result_marker_campaign(body: str) -> str | None:
+    """The campaign id of a result comment we posted (the marker opens the body), else None.
+
+    Requiring the marker at the very start ignores people quoting our comments (quotes start with `>`).
+    """
+    match = re.match(re.escape(RESULT_MARKER_PREFIX) + r" campaign=(\S+) sha=\S+ -->", body)
+    return match.group(1) if match else None
+
+
+def is_status_comment(body: str) -> bool:
+    return body.startswith(STATUS_MARKER)
+
+
+STATE_LABELS = {
+    "requested": "queued",
+    "dispatched": "starting",
+    "running": "running",
+    "completed": "completed",
+    "cancelled": "cancelled",
+    "superseded": "superseded",
+    "timed_out": "timed out",
+    "errored": "errored",
+}
+
+
+def state_label(state: object) -> str:
+    """A stored campaign state in reviewers' words (`requested` is waiting in the queue)."""
+    return STATE_LABELS.get(str(state), md(state))
+
+
+def sentence(text: str) -> str:
+    """Close a reason with a full stop unless it already ends a sentence."""
+    return "" if text.rstrip().endswith((".", "!", "?", ")")) else "."
+
+
+def first_line(reason: str) -> str:
+    """The headline of a possibly multi-line reason, saying how much more the check run shows."""
+    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head = lines[0].rstrip(":")
+    more = len(lines) - 1
+    return f"{head} ({more} more line{'s' if more != 1 else ''} in the check run)" if more else head
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- lifecycle surfaces -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProgressView:
+    """Where a running campaign is, for the in-progress check run and the status comment."""
+
+    stage: str
+    row: str | None
+    detail: str
+    done: int | None
+    total: int | None
+    eta_seconds: float | None
+
+    @classmethod
+    def of(cls, event: ProgressEvent, eta_seconds: float | None) -> ProgressView:
+        return cls(
+            stage=event.stage,
+            row=event.row,
+            detail=event.detail,
+            done=event.done,
+            total=event.total,
+            eta_seconds=eta_seconds,
+        )
+
+    @property
+    def step(self) -> str:
+        if self.done is None or not self.total:
+            return "—"
+        unit = "pair" if self.stage.startswith("perf") else "step"
+        return f"{unit} {self.done}/{self.total}"
+
+
+def progress_content(
+    campaign: Any,
+    progress: ProgressView | None,
+    links: Links,
+    command_word: str = "/parity",
+    *,
+    position: int | None = None,
+) -> CheckRunContent:
+    """The queued or in-progress check run: where the campaign is and how to stop it."""
+    context = {
+        "campaign": campaign,
+        "progress": progress,
+        "links": links,
+        "command_word": command_word,
+        "position": position,
+    }
+    where = f"{progress.stage}{' · ' + progress.row if progress.row else ''}" if progress else "queued"
+    step = f" · {progress.step}" if progress and progress.step != "—" else ""
+    eta = f" · ETA {duration(progress.eta_seconds)}" if progress and progress.eta_seconds is not None else ""
+    return CheckRunContent(
+        title=_one_line(
+            f"🏃 Running: {where}{step}{eta}"
+            if progress
+            else f"⏳ Queued{f' (position {position})' if position else ''}",
+            TITLE_LIMIT,
+        ),
+        summary=trim_markdown(
+            _render("check_run_summary.md.j2", mode="progress", **context),
+            CHECK_TEXT_LIMIT,
+            "Trimmed to fit GitHub's limit.",
+        ),
+        text="",
+    )
+
+
+def ended_content(
+    campaign: Any, state: str, reason: str, links: Links, command_word: str = "/parity"
+) -> CheckRunContent:
+    """A campaign that ended without a report (cancelled, superseded, timed out, errored, bad config)."""
+    conclusion, label = ENDED_STATES[state]
+    context = {
+        "campaign": campaign,
+        "state": state,
+        "label": label,
+        "reason": reason,
+        "links": links,
+        "command_word": command_word,
+        "conclusion": conclusion,
+    }
+    return CheckRunContent(
+        title=_one_line(f"{label}: {first_line(reason) or state}", TITLE_LIMIT),
+        summary=trim_markdown(
+            _render("check_run_summary.md.j2", mode="ended", **context),
+            CHECK_TEXT_LIMIT,
+            "Trimmed to fit GitHub's limit.",
+        ),
+        text="",
+    )
+
+
+def status_comment(
+    campaign: Any,
+    mode: str,
+    links: Links,
+    command_word: str = "/parity",
+    *,
+    position: int | None = None,
+    progress: ProgressView | None = None,
+    report: CampaignReport | None = None,
+    state: str | None = None,
+    reason: str | None = None,
+) -> str:
+    """The sticky status comment, starting with its marker so a restarted bot finds it again."""
+    label = ENDED_STATES[state][1] if state else ""
+    context = {
+        "marker": STATUS_MARKER,
+        "campaign": campaign,
+        "mode": mode,
+        "links": links,
+        "command_word": command_word,
+        "position": position,
+        "progress": progress,
+        "report": report,
+        "verdict_line": verdict_line(report) if report else "",
+        "headline": headline(report) if report else "",
+        "state": state,
+        "label": label,
+        "reason": reason,
+    }
+    return trim_markdown(
+        _render("comment_status.md.j2", **context), COMMENT_LIMIT, "Trimmed to fit GitHub's limit."
+    )
+
+
+REPLY_KINDS = ("refused", "help", "status", "duplicate", "unknown_command")
+
+
+def reply(
+    kind: str, command_word: str, commands: Iterable[Any], label: str, context: Mapping[str, Any]
+) -> str:
+    """A short reply to a command: refusals and errors name the reason and the fix."""
+    if kind not in REPLY_KINDS:
+        raise ValueError(f"unknown reply kind {kind!r}; expected one of {REPLY_KINDS}")
+    text = _render(
+        "reply.md.j2", kind=kind, command_word=command_word, commands=list(commands), label=label, **context
+    )
+    return trim_markdown(text, COMMENT_LIMIT, "Trimmed to fit GitHub's limit.")
+
+
+def rows_label(rows: Sequence[str] | None) -> str:
+    return ", ".join(rows) if rows else "every row"
+
+
+ENV.filters["rows_label"] = rows_label
+ENV.filters.update(state_label=state_label)
+ENV.globals.update(
+    first_line=first_line,
+    sentence=sentence,
+    diagnostics_breached=diagnostics_breached,
+    relationship=relationship,
+    GateVerdict=GateVerdict,
+)

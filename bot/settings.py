@@ -1,0 +1,134 @@
+"""Bot settings: one validated model, loaded from a TOML file and/or `KV_PARITY_*` environment variables.
+
+Environment variables win over the file so a deployment can keep secrets out of files. Lists (such as
+`local_campaign_argv`) are given in the environment as JSON arrays. Unknown keys in the file are errors
+(a typo must not silently fall back to a default); unrelated `KV_PARITY_*` variables are ignored because
+the runners use that prefix too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from runners.config import DEFAULT_CONFIG_PATH
+
+Permission = Literal["none", "read", "triage", "write", "maintain", "admin"]
+ENV_PREFIX = "KV_PARITY_"
+SETTINGS_FILE_ENV = "KV_PARITY_SETTINGS"
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used; the message names the key and the source."""
+
+
+class Settings(BaseModel):
+    """Everything an operator chooses; the defaults are the documented behaviour."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    webhook_secret: SecretStr = Field(min_length=1)
+    """Shared secret of the webhook; every delivery's X-Hub-Signature-256 is checked against it."""
+    token: SecretStr | None = None
+    """Plain token authentication (a PAT or an Actions token); exclusive with the App fields."""
+    app_id: int | None = None
+    private_key_path: Path | None = None
+    installation_id: int | None = None
+    api_base_url: str = "https://api.github.com"
+    api_seconds_between_requests: float | None = 0.25
+    api_seconds_between_writes: float | None = 1.0
+    """PyGithub's pacing (GitHub asks integrations to space out mutating calls); 0 in tests."""
+    repo: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    """Only events of this repository are acted on (None: any repository the credentials reach)."""
+    bot_login: str | None = None
+    """The bot's own login, to ignore its own comments; None asks the API once at start."""
+
+    label: str = "kv-parity"
+    command_word: str = "/parity"
+    min_permission: Permission = "write"
+    config_path: str = DEFAULT_CONFIG_PATH
+    """Campaign config path, always read at the merge-base revision, never from the head."""
+    check_name: str = "kv-parity"
+
+    backend: Literal["local"] = "local"
+    deadline_seconds: float = Field(6 * 3600, gt=0)
+    """Wall-clock budget of one campaign from its dispatch; past it the campaign is timed_out."""
+    max_attempts: int = Field(3, ge=1)
+    """How many times a campaign is started from scratch after losing its process to a restart."""
+    cancel_grace_seconds: float = Field(10.0, ge=0)
+    """Between SIGTERM and SIGKILL of a campaign's process group."""
+    poll_interval_seconds: float = Field(1.0, gt=0)
+    delivery_max_attempts: int = Field(5, ge=1)
+    """A delivery whose handling keeps failing (e.g. GitHub down past the gateway's retries) is retried
+    this many times by the worker, then recorded as failed."""
+
+    db_path: Path = Path("kv-parity-bot.sqlite3")
+    work_dir: Path = Path("kv-parity-work")
+    """Per-campaign directories: config written from the base revision, progress file, report, logs."""
+    local_repo_path: Path | None = None
+    """Clone the local backend runs campaigns in; missing commits are fetched from `local_fetch_remote`."""
+    local_fetch_remote: str = "origin"
+    local_campaign_argv: list[str] | None = None
+    """Command prefix the local backend runs instead of `kv-parity campaign`; the backend appends
+    `--repo --base --head --config [--rows] --out --campaign-id --progress-jsonl`. This is how a single-node
+    user plugs in a different runner."""
+
+    @model_validator(mode="after")
+    def _one_auth_mode(self) -> Settings:
+        """Exactly one way to authenticate, so there is never doubt about which identity acts."""
+        app = (self.app_id, self.private_key_path, self.installation_id)
+        if self.token is not None and any(v is not None for v in app):
+            raise ValueError("give either token or app_id/private_key_path/installation_id, not both")
+        if self.token is None and not all(v is not None for v in app):
+            raise ValueError("authentication needs token, or all of app_id, private_key_path installation_id")
+        if self.backend == "local" and self.local_repo_path is None:
+            raise ValueError("backend 'local' needs local_repo_path (a clone of the repository)")
+        return self
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for name, field in Settings.model_fields.items():
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is None:
+            continue
+        if field.annotation is not None and "list" in str(field.annotation):
+            try:
+                values[name] = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be a JSON array: {exc}") from exc
+        else:
+            values[name] = raw
+    return values
+
+
+def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from `path` (or $KV_PARITY_SETTINGS) overlaid with `KV_PARITY_<FIELD>` variables."""
+    env = os.environ if environ is None else environ
+    if path is None and env.get(SETTINGS_FILE_ENV):
+        path = Path(env[SETTINGS_FILE_ENV])
+    values: dict[str, object] = {}
+    source = "environment"
+    if path is not None:
+        try:
+            values = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise SettingsError(f"cannot read settings file {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
+        source = f"{path} + environment"
+    values.update(_env_values(env))
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}"
+            for error in exc.errors()
+        ]
+        raise SettingsError(f"invalid settings ({source}):\n  " + "\n  ".join(problems)) from exc

@@ -1,0 +1,665 @@
+"""SQLite (WAL) state of the bot: deliveries (dedupe + work queue), campaigns, their transitions, fork
+approvals, refusals already answered, and pending publications.
+
+Every campaign transition is written, with its reason and time, before the side effect it stands for
+(start a process, kill it, publish), so after a crash the store says what was meant to happen and the
+worker can finish it. Illegal transitions raise instead of being written.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+
+class CampaignState(StrEnum):
+    REQUESTED = "requested"
+    DISPATCHED = "dispatched"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+    TIMED_OUT = "timed_out"
+    ERRORED = "errored"
+
+
+S = CampaignState
+LIVE_STATES = frozenset({S.REQUESTED, S.DISPATCHED, S.RUNNING})
+ACTIVE_STATES = frozenset({S.DISPATCHED, S.RUNNING})
+"""States in which a process (or remote run) may exist for the campaign."""
+_ENDINGS = {S.CANCELLED, S.SUPERSEDED, S.TIMED_OUT, S.ERRORED}
+ALLOWED: dict[CampaignState | None, frozenset[CampaignState]] = {
+    None: frozenset({S.REQUESTED}),
+    S.REQUESTED: frozenset({S.DISPATCHED, *_ENDINGS}),
+    # Back to requested = restarted from scratch after the service lost the process.
+    S.DISPATCHED: frozenset({S.RUNNING, S.REQUESTED, *_ENDINGS}),
+    S.RUNNING: frozenset({S.COMPLETED, S.REQUESTED, *_ENDINGS}),
+    S.COMPLETED: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.SUPERSEDED: frozenset(),
+    S.TIMED_OUT: frozenset(),
+    S.ERRORED: frozenset(),
+}
+COVERING_STATES = (S.REQUESTED, S.DISPATCHED, S.RUNNING, S.COMPLETED)
+"""A campaign in one of these states covers its (PR, head, base, rows) key: a duplicate is refused."""
+
+
+class IllegalTransition(RuntimeError):
+    """A transition the state machine does not allow, or from a state the campaign is no longer in."""
+
+
+class CampaignView(BaseModel):
+    """A stored campaign as the publisher and the dispatch backends see it (read-only)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    repo: str
+    pr_number: int
+    head_sha: str
+    base_sha: str
+    relationship: str
+    """How base relates to head: ancestor (base is an ancestor of head), diverged, identical, behind."""
+    rows: list[str] | None
+    """Rows the requester named; None = every row of the base config."""
+    state: CampaignState
+    check_run_id: int | None
+    status_comment_id: int | None
+    requested_by: str
+    trigger: str
+    """label | synchronize | comment | check_run."""
+    created_at: datetime
+    deadline: datetime | None
+    """Set when the campaign is first dispatched: a campaign waiting in the queue does not time out."""
+    artifact_dir: Path | None
+    """Directory of the current attempt (report.json lands in its `out/`); None until dispatched."""
+    queue_position: int | None
+    """0 = dispatched or running; n >= 1 = n-th in line for its backend; None once finished."""
+    attempt: int
+    """Number of times it was started (restarts from scratch after a lost process add one)."""
+    reason: str
+    """Reason recorded with the latest transition."""
+    conclusion: str | None
+    """Check conclusion of the report once completed."""
+    config_source: str
+    """Where the campaign config was read, e.g. `.github/kv-parity.toml@<base sha>`."""
+
+
+@dataclass(frozen=True)
+class Transition:
+    campaign_id: str
+    from_state: CampaignState | None
+    to_state: CampaignState
+    at: datetime
+    reason: str
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: str
+    event: str
+    payload: bytes
+    attempts: int
+
+
+@dataclass(frozen=True)
+class Publication:
+    campaign_id: str
+    kind: str
+    """finished | ended"""
+    state: str
+    reason: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class NewCampaign:
+    repo: str
+    pr_number: int
+    head_sha: str
+    base_sha: str
+    relationship: str
+    rows: list[str] | None
+    rows_key: str
+    """Canonical selected-row ids (sorted, comma-joined): part of the duplicate key."""
+    requested_by: str
+    trigger: str
+    delivery_id: str
+    backend: str
+    config_text: str
+    config_source: str
+
+
+class DuplicateCampaign(Exception):
+    """The (PR, head, base, rows) key is already covered; `existing` is the campaign that covers it."""
+
+    def __init__(self, existing: CampaignView) -> None:
+        super().__init__(f"already covered by campaign {existing.id} ({existing.state})")
+        self.existing = existing
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS deliveries (
+    id TEXT PRIMARY KEY,
+    event TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    received_at REAL NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    not_before REAL NOT NULL DEFAULT 0,
+    outcome TEXT
+);
+CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries (status, not_before);
+CREATE TABLE IF NOT EXISTS rejected_deliveries (
+    seq INTEGER PRIMARY KEY,
+    delivery_id TEXT NOT NULL,
+    event TEXT NOT NULL,
+    received_at REAL NOT NULL,
+    reason TEXT NOT NULL,
+    payload BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS campaigns (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    repo TEXT NOT NULL,
+    pr_number INTEGER NOT NULL,
+    head_sha TEXT NOT NULL,
+    base_sha TEXT NOT NULL,
+    relationship TEXT NOT NULL,
+    rows TEXT,
+    rows_key TEXT NOT NULL,
+    state TEXT NOT NULL,
+    check_run_id INTEGER,
+    status_comment_id INTEGER,
+    published_position INTEGER,
+    requested_by TEXT NOT NULL,
+    trigger TEXT NOT NULL,
+    delivery_id TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    deadline REAL,
+    artifact_dir TEXT,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    handle TEXT,
+    reason TEXT NOT NULL DEFAULT '',
+    conclusion TEXT,
+    config_text TEXT NOT NULL,
+    config_source TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS campaigns_one_per_key
+    ON campaigns (repo, pr_number, head_sha, base_sha, rows_key)
+    WHERE state IN ('requested', 'dispatched', 'running', 'completed');
+CREATE INDEX IF NOT EXISTS campaigns_by_pr ON campaigns (repo, pr_number);
+CREATE INDEX IF NOT EXISTS campaigns_by_state ON campaigns (state);
+CREATE TABLE IF NOT EXISTS transitions (
+    seq INTEGER PRIMARY KEY,
+    campaign_id TEXT NOT NULL REFERENCES campaigns (id),
+    from_state TEXT,
+    to_state TEXT NOT NULL,
+    at REAL NOT NULL,
+    reason TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS transitions_by_campaign ON transitions (campaign_id);
+CREATE TABLE IF NOT EXISTS approvals (
+    repo TEXT NOT NULL,
+    pr_number INTEGER NOT NULL,
+    head_sha TEXT NOT NULL,
+    approved_by TEXT NOT NULL,
+    approved_at REAL NOT NULL,
+    PRIMARY KEY (repo, pr_number, head_sha)
+);
+CREATE TABLE IF NOT EXISTS refusals (
+    repo TEXT NOT NULL,
+    pr_number INTEGER NOT NULL,
+    login TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (repo, pr_number, login)
+);
+CREATE TABLE IF NOT EXISTS publications (
+    campaign_id TEXT NOT NULL REFERENCES campaigns (id),
+    kind TEXT NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    not_before REAL NOT NULL DEFAULT 0,
+    error TEXT,
+    PRIMARY KEY (campaign_id, kind)
+);
+"""
+
+_COLUMNS = (
+    "seq, id, repo, pr_number, head_sha, base_sha, relationship, rows, state, check_run_id, "
+    "status_comment_id, requested_by, trigger, created_at, deadline, artifact_dir, attempt, reason, "
+    "conclusion, config_source, backend"
+)
+
+
+def _utc(unix: float | None) -> datetime | None:
+    return None if unix is None else datetime.fromtimestamp(unix, UTC)
+
+
+class Store:
+    """One SQLite connection guarded by a lock; cheap enough to share between the HTTP side and a worker."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # FULL: an acknowledged delivery survives power loss, not only a process crash.
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # ------------------------------------------------------------------ deliveries
+
+    def add_delivery(self, delivery_id: str, event: str, payload: bytes) -> bool:
+        """Persist a verified delivery; False when this delivery id was already stored."""
+        with self._tx() as db:
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO deliveries (id, event, payload, received_at) VALUES (?, ?, ?, ?)",
+                (delivery_id, event, payload, time.time()),
+            )
+            return cursor.rowcount == 1
+
+    def reject_delivery(self, delivery_id: str, event: str, reason: str, payload: bytes) -> None:
+        """Keep a signed but malformed delivery for diagnosis; it never enters the work queue."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO rejected_deliveries (delivery_id, event, received_at, reason, payload) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (delivery_id, event, time.time(), reason, payload),
+            )
+
+    def rejected_deliveries(self) -> list[tuple[str, str, str]]:
+        with self._lock:
+            rows = self._db.execute("SELECT delivery_id, event, reason FROM rejected_deliveries ORDER BY seq")
+            return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    def next_delivery(self, now: float) -> Delivery | None:
+        """The oldest pending delivery that is due (deliveries are handled in arrival order)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id, event, payload, attempts FROM deliveries "
+                "WHERE status = 'pending' AND not_before <= ? ORDER BY rowid LIMIT 1",
+                (now,),
+            ).fetchone()
+        return None if row is None else Delivery(row[0], row[1], bytes(row[2]), row[3])
+
+    def finish_delivery(self, delivery_id: str, outcome: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE deliveries SET status = 'done', outcome = ? WHERE id = ?", (outcome, delivery_id)
+            )
+
+    def retry_delivery(self, delivery_id: str, error: str, not_before: float, *, give_up: bool) -> None:
+        """Count a failed attempt; after the last one the delivery is kept as failed for diagnosis."""
+        status = "failed" if give_up else "pending"
+        with self._tx() as db:
+            db.execute(
+                "UPDATE deliveries SET status = ?, attempts = attempts + 1, not_before = ?, outcome = ? "
+                "WHERE id = ?",
+                (status, not_before, error, delivery_id),
+            )
+
+    def delivery_status(self, delivery_id: str) -> tuple[str, str | None] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT status, outcome FROM deliveries WHERE id = ?", (delivery_id,)
+            ).fetchone()
+        return None if row is None else (str(row[0]), row[1])
+
+    def delivery_counts(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._db.execute("SELECT status, COUNT(*) FROM deliveries GROUP BY status").fetchall()
+        return {str(status): int(count) for status, count in rows}
+
+    # ------------------------------------------------------------------ campaigns
+
+    def _view(self, row: sqlite3.Row | tuple[object, ...]) -> CampaignView:
+        (
+            seq,
+            cid,
+            repo,
+            pr,
+            head,
+            base,
+            relationship,
+            rows,
+            state,
+            check_run_id,
+            comment_id,
+            requested_by,
+            trigger,
+            created_at,
+            deadline,
+            artifact_dir,
+            attempt,
+            reason,
+            conclusion,
+            config_source,
+            backend,
+        ) = row
+        state = CampaignState(str(state))
+        return CampaignView(
+            id=str(cid),
+            repo=str(repo),
+            pr_number=int(str(pr)),
+            head_sha=str(head),
+            base_sha=str(base),
+            relationship=str(relationship),
+            rows=None if rows is None else json.loads(str(rows)),
+            state=state,
+            check_run_id=None if check_run_id is None else int(str(check_run_id)),
+            status_comment_id=None if comment_id is None else int(str(comment_id)),
+            requested_by=str(requested_by),
+            trigger=str(trigger),
+            created_at=_utc(float(str(created_at))),
+            deadline=_utc(None if deadline is None else float(str(deadline))),
+            artifact_dir=None if artifact_dir is None else Path(str(artifact_dir)),
+            queue_position=self._position(int(str(seq)), state, str(backend)),
+            attempt=int(str(attempt)),
+            reason=str(reason),
+            conclusion=None if conclusion is None else str(conclusion),
+            config_source=str(config_source),
+        )
+
+    def _position(self, seq: int, state: CampaignState, backend: str) -> int | None:
+        if state in ACTIVE_STATES:
+            return 0
+        if state != S.REQUESTED:
+            return None
+        ahead = self._db.execute(
+            "SELECT COUNT(*) FROM campaigns WHERE backend = ? AND state = 'requested' AND seq < ?",
+            (backend, seq),
+        ).fetchone()[0]
+        return int(ahead) + 1
+
+    def _select(self, where: str, params: tuple[object, ...]) -> list[CampaignView]:
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM campaigns WHERE {where}", params).fetchall()
+            return [self._view(row) for row in rows]
+
+    def get(self, campaign_id: str) -> CampaignView | None:
+        found = self._select("id = ?", (campaign_id,))
+        return found[0] if found else None
+
+    def require(self, campaign_id: str) -> CampaignView:
+        view = self.get(campaign_id)
+        if view is None:
+            raise KeyError(f"no campaign {campaign_id}")
+        return view
+
+    def by_delivery(self, delivery_id: str) -> list[CampaignView]:
+        return self._select("delivery_id = ? ORDER BY seq", (delivery_id,))
+
+    def for_pr(
+        self, repo: str, pr_number: int, *, live_only: bool = False, limit: int = 20
+    ) -> list[CampaignView]:
+        """A pull request's campaigns, newest first."""
+        states = "AND state IN ('requested', 'dispatched', 'running')" if live_only else ""
+        return self._select(
+            f"repo = ? AND pr_number = ? {states} ORDER BY seq DESC LIMIT ?", (repo, pr_number, limit)
+        )
+
+    def in_states(self, states: frozenset[CampaignState], backend: str | None = None) -> list[CampaignView]:
+        """Campaigns in the given states, oldest first (FIFO)."""
+        marks = ", ".join("?" for _ in states)
+        where = f"state IN ({marks})" + (" AND backend = ?" if backend else "") + " ORDER BY seq"
+        return self._select(where, (*sorted(states), *([backend] if backend else [])))
+
+    def covering(
+        self, repo: str, pr_number: int, head_sha: str, base_sha: str, rows_key: str
+    ) -> CampaignView | None:
+        marks = ", ".join("?" for _ in COVERING_STATES)
+        found = self._select(
+            "repo = ? AND pr_number = ? AND head_sha = ? AND base_sha = ? AND rows_key = ? "
+            f"AND state IN ({marks})",
+            (repo, pr_number, head_sha, base_sha, rows_key, *COVERING_STATES),
+        )
+        return found[0] if found else None
+
+    def create_campaign(self, new: NewCampaign) -> CampaignView:
+        """Record a requested campaign (and its first transition); DuplicateCampaign if its key is covered."""
+        campaign_id = f"kvp-{uuid.uuid4().hex[:12]}"
+        now = time.time()
+        try:
+            with self._tx() as db:
+                db.execute(
+                    "INSERT INTO campaigns (id, repo, pr_number, head_sha, base_sha, relationship, rows, "
+                    "rows_key, state, requested_by, trigger, delivery_id, backend, created_at, reason, "
+                    "config_text, config_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        campaign_id,
+                        new.repo,
+                        new.pr_number,
+                        new.head_sha,
+                        new.base_sha,
+                        new.relationship,
+                        None if new.rows is None else json.dumps(new.rows),
+                        new.rows_key,
+                        S.REQUESTED.value,
+                        new.requested_by,
+                        new.trigger,
+                        new.delivery_id,
+                        new.backend,
+                        now,
+                        f"requested by @{new.requested_by} ({new.trigger})",
+                        new.config_text,
+                        new.config_source,
+                    ),
+                )
+                db.execute(
+                    "INSERT INTO transitions (campaign_id, from_state, to_state, at, reason) "
+                    "VALUES (?, NULL, ?, ?, ?)",
+                    (
+                        campaign_id,
+                        S.REQUESTED.value,
+                        now,
+                        f"requested by @{new.requested_by} ({new.trigger})",
+                    ),
+                )
+        except sqlite3.IntegrityError:
+            existing = self.covering(new.repo, new.pr_number, new.head_sha, new.base_sha, new.rows_key)
+            if existing is None:
+                raise
+            raise DuplicateCampaign(existing) from None
+        return self.require(campaign_id)
+
+    def transition(
+        self,
+        campaign_id: str,
+        to_state: CampaignState,
+        reason: str,
+        *,
+        publish: str | None = None,
+        published_state: str | None = None,
+        **updates: object,
+    ) -> CampaignView:
+        """Move a campaign to `to_state`, recording why; `publish` queues a publication in the same commit
+        (of kind `publish`, announcing `published_state`, by default the new state).
+
+        `updates` may set deadline (unix), artifact_dir, attempt, handle (JSON text or None), conclusion.
+        """
+        allowed_updates = {"deadline", "artifact_dir", "attempt", "handle", "conclusion"}
+        unknown = set(updates) - allowed_updates
+        if unknown:
+            raise ValueError(f"cannot update {sorted(unknown)} in a transition")
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute("SELECT state FROM campaigns WHERE id = ?", (campaign_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"no campaign {campaign_id}")
+            current = CampaignState(row[0])
+            if to_state not in ALLOWED[current]:
+                raise IllegalTransition(f"campaign {campaign_id}: {current} -> {to_state} is not allowed")
+            sets = ", ".join(f"{name} = ?" for name in updates)
+            db.execute(
+                f"UPDATE campaigns SET state = ?, reason = ?{', ' + sets if sets else ''} WHERE id = ?",
+                (to_state.value, reason, *updates.values(), campaign_id),
+            )
+            db.execute(
+                "INSERT INTO transitions (campaign_id, from_state, to_state, at, reason) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (campaign_id, current.value, to_state.value, now, reason),
+            )
+            if publish is not None:
+                db.execute(
+                    "INSERT OR IGNORE INTO publications (campaign_id, kind, state, reason) "
+                    "VALUES (?, ?, ?, ?)",
+                    (campaign_id, publish, published_state or to_state.value, reason),
+                )
+        return self.require(campaign_id)
+
+    def transitions(self, campaign_id: str) -> list[Transition]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT campaign_id, from_state, to_state, at, reason FROM transitions WHERE campaign_id = ? "
+                "ORDER BY seq",
+                (campaign_id,),
+            ).fetchall()
+        return [
+            Transition(
+                r[0],
+                None if r[1] is None else CampaignState(r[1]),
+                CampaignState(r[2]),
+                datetime.fromtimestamp(r[3], UTC),
+                r[4],
+            )
+            for r in rows
+        ]
+
+    def _set(self, campaign_id: str, column: str, value: object) -> None:
+        with self._tx() as db:
+            db.execute(f"UPDATE campaigns SET {column} = ? WHERE id = ?", (value, campaign_id))
+
+    def set_check_run(self, campaign_id: str, check_run_id: int) -> None:
+        self._set(campaign_id, "check_run_id", check_run_id)
+
+    def set_status_comment(self, campaign_id: str, comment_id: int) -> None:
+        self._set(campaign_id, "status_comment_id", comment_id)
+
+    def set_published_position(self, campaign_id: str, position: int) -> None:
+        self._set(campaign_id, "published_position", position)
+
+    def published_position(self, campaign_id: str) -> int | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT published_position FROM campaigns WHERE id = ?", (campaign_id,)
+            ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def clear_handle(self, campaign_id: str) -> None:
+        self._set(campaign_id, "handle", None)
+
+    def handle(self, campaign_id: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT handle FROM campaigns WHERE id = ?", (campaign_id,)).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
+    def with_handles(self) -> list[tuple[CampaignView, str]]:
+        """Campaigns whose process may still exist (a handle not yet cleared)."""
+        views = self._select("handle IS NOT NULL ORDER BY seq", ())
+        return [(view, handle) for view in views if (handle := self.handle(view.id)) is not None]
+
+    def config_text(self, campaign_id: str) -> str:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT config_text FROM campaigns WHERE id = ?", (campaign_id,)
+            ).fetchone()
+        if row is None:
+            raise KeyError(f"no campaign {campaign_id}")
+        return str(row[0])
+
+    # ------------------------------------------------------------------ approvals and refusals
+
+    def approve_head(self, repo: str, pr_number: int, head_sha: str, login: str) -> None:
+        """An authorised human approved exactly this head of a fork pull request."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO approvals (repo, pr_number, head_sha, approved_by, approved_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (repo, pr_number, head_sha, login, time.time()),
+            )
+
+    def is_approved(self, repo: str, pr_number: int, head_sha: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM approvals WHERE repo = ? AND pr_number = ? AND head_sha = ?",
+                (repo, pr_number, head_sha),
+            ).fetchone()
+        return row is not None
+
+    def first_refusal(self, repo: str, pr_number: int, login: str, reason: str) -> bool:
+        """Record a refusal; True only the first time for this person on this pull request (answer once)."""
+        with self._tx() as db:
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO refusals (repo, pr_number, login, reason, at) VALUES (?, ?, ?, ?, ?)",
+                (repo, pr_number, login.lower(), reason, time.time()),
+            )
+            return cursor.rowcount == 1
+
+    # ------------------------------------------------------------------ publications
+
+    def due_publications(self, now: float) -> list[Publication]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT campaign_id, kind, state, reason, attempts FROM publications "
+                "WHERE status = 'pending' AND not_before <= ? ORDER BY rowid",
+                (now,),
+            ).fetchall()
+        return [Publication(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+    def publication_done(self, campaign_id: str, kind: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE publications SET status = 'done', error = NULL WHERE campaign_id = ? AND kind = ?",
+                (campaign_id, kind),
+            )
+
+    def publication_failed(
+        self, campaign_id: str, kind: str, error: str, not_before: float, *, give_up: bool
+    ) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE publications SET status = ?, attempts = attempts + 1, not_before = ?, error = ? "
+                "WHERE campaign_id = ? AND kind = ?",
+                ("failed" if give_up else "pending", not_before, error, campaign_id, kind),
+            )
+
+    def publications(self, campaign_id: str) -> list[tuple[str, str]]:
+        """(kind, status) of a campaign's publications."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT kind, status FROM publications WHERE campaign_id = ? ORDER BY rowid", (campaign_id,)
+            ).fetchall()
+        return [(str(r[0]), str(r[1])) for r in rows]

@@ -1,0 +1,261 @@
+"""The campaign, top down, in the protocol's order: pin -> trace -> build -> preflight -> sizes -> per row
+(determinism -> parity + coverage + exceptions -> performance) -> verdicts -> clean up.
+
+`prepare` (everything before the rows) and `run_row` are separate so one build can feed rows on other nodes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runners import __version__
+from runners.build import BuildError, ProtocolMismatch, build_artifact, toolchain
+from runners.canonical import undeclared_exclusions
+from runners.config import CampaignConfig, RowConfig
+from runners.coverage import CoverageError, check_evidence, count_evidence
+from runners.determinism import run_determinism
+from runners.exceptions import ExceptionFileError, load_records, verify_records
+from runners.harness import PreflightError, preflight_flags, row_args
+from runners.parity import compare
+from runners.perf import SampleHooks, run_performance
+from runners.placement import correctness_cpu_sets, host_facts, perf_placement
+from runners.progress import ProgressSink, emit
+from runners.report import (
+    ARMS,
+    Arm,
+    CampaignReport,
+    CoverageCheck,
+    CoverageResult,
+    ExceptionOutcome,
+    Revision,
+    RowReport,
+    SemanticVerdict,
+    StopRecord,
+    campaign_verdicts,
+    row_semantic_verdict,
+)
+from runners.revisions import RevisionError, apply_patch, relationship, resolve_sha, worktree
+from runners.sizes import size_gate
+from runners.trace import TraceError, prepare_trace
+
+STANDING_SKIPS = (
+    "round-robin routing: excluded from this campaign by the protocol",
+    "production-routing timing: needs a separate build without replay-bench; not requested",
+    "Stage 6 forced rare-lifecycle fixtures: not part of the automated campaign",
+    "profiler investigation: run by hand under Samply when a regression needs attribution",
+)
+
+
+class CampaignStop(Exception):
+    """Stops the campaign before every verdict exists; recorded in the report, never swallowed."""
+
+    def __init__(self, stage: str, reason: str, blocking: bool) -> None:
+        super().__init__(reason)
+        self.record = StopRecord(stage=stage, reason=reason, blocking=blocking)
+
+
+@dataclass
+class CampaignRequest:
+    repo: Path
+    base: str
+    head: str
+    config: CampaignConfig
+    config_source: str
+    out_dir: Path
+    rows: list[str] | None = None
+    campaign_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    trace_path: Path | None = None
+    determinism_patch: Path | None = None
+    keep_work: bool = False
+    perf_hooks: SampleHooks | None = None
+
+
+@dataclass
+class Prepared:
+    """What every row reuses: one artifact per revision, the verified trace slice, verified exceptions."""
+
+    binaries: dict[Arm, Path]
+    shas: dict[Arm, str]
+    trace: Path
+    exceptions: list[ExceptionOutcome]
+
+
+def run_campaign(request: CampaignRequest, progress: ProgressSink | None = None) -> CampaignReport:
+    config = request.config
+    report = CampaignReport(
+        campaign_id=request.campaign_id,
+        created_unix=round(time.time(), 3),
+        tool_version=__version__,
+        config=config,
+        config_source=request.config_source,
+        revisions=[],
+        relationship="unknown",
+        merge_base=None,
+        determinism_patch_sha256=None,
+        exclusions=list(config.harness.exclusions),
+        skipped=list(STANDING_SKIPS),
+    )
+    work = request.out_dir / "work"
+    request.out_dir.mkdir(parents=True, exist_ok=True)
+    work.mkdir(exist_ok=True)
+    try:
+        rows = config.select_rows(request.rows)
+        unselected = [row.id for row in config.rows if row not in rows]
+        if unselected:
+            report.skipped.append(f"rows not selected for this campaign: {', '.join(unselected)}")
+        prepared = prepare(request, report, work, progress)
+        for row in rows:
+            report.rows.append(run_row(request, prepared, row, work, progress))
+    except CampaignStop as stop:
+        report.stopped = stop.record
+        emit(progress, "stopped", f"{stop.record.stage}: {stop.record.reason}")
+    finally:
+        if not request.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+    report.verdicts = campaign_verdicts(report)
+    emit(progress, "done", report.verdicts.summary)
+    return report
+
+
+def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
+            progress: ProgressSink | None) -> Prepared:
+    """Stage 1 and preflight: pinned SHAs, the verified trace slice, one build per revision, flag checks."""
+    config = request.config
+    emit(progress, "pin", f"resolving {request.base} and {request.head}")
+    try:
+        shas: dict[Arm, str] = {"baseline": resolve_sha(request.repo, request.base),
+                                "candidate": resolve_sha(request.repo, request.head)}
+        report.relationship, report.merge_base = relationship(request.repo, shas["baseline"], shas["candidate"])
+    except RevisionError as exc:
+        raise CampaignStop("pin", str(exc), blocking=True) from exc
+    report.revisions = [
+        Revision(arm="baseline", sha=shas["baseline"], requested=request.base),
+        Revision(arm="candidate", sha=shas["candidate"], requested=request.head),
+    ]
+    emit(progress, "pin", f"baseline {shas['baseline'][:12]} is {report.relationship} of candidate "
+         f"{shas['candidate'][:12]}")
+
+    trace_source = request.trace_path or Path(config.trace.path)
+    trace = work / "trace-slice.jsonl"
+    try:
+        report.trace = prepare_trace(trace_source, config.trace, trace)
+    except TraceError as exc:
+        raise CampaignStop("trace", str(exc), blocking=True) from exc
+    emit(progress, "trace", f"{report.trace.count} rows from offset {report.trace.offset}, "
+         f"slice {report.trace.slice_sha256[:12]}")
+
+    try:
+        report.toolchain = toolchain()
+    except BuildError as exc:
+        raise CampaignStop("build", str(exc), blocking=True) from exc
+    binaries: dict[Arm, Path] = {}
+    exceptions: list[ExceptionOutcome] = []
+    patch = request.determinism_patch or (
+        request.repo / config.determinism.patch if config.determinism.patch else None)
+    for arm in ARMS:
+        emit(progress, "build", f"{arm} {shas[arm][:12]}")
+        with worktree(request.repo, shas[arm], work / f"tree-{arm}") as tree:
+            if patch is not None:
+                try:
+                    report.determinism_patch_sha256 = apply_patch(tree, patch)
+                except RevisionError as exc:
+                    raise CampaignStop("build", str(exc), blocking=True) from exc
+            try:
+                artifact = build_artifact(tree, arm, shas[arm], config.build, work / "bin")
+            except ProtocolMismatch as exc:
+                raise CampaignStop("build", str(exc), blocking=True) from exc
+            except BuildError as exc:
+                raise CampaignStop("build", str(exc), blocking=False) from exc
+            report.artifacts.append(artifact)
+            binaries[arm] = work / "bin" / artifact.binary_name
+            if arm == "candidate":
+                exceptions = _exceptions(report, tree, binaries, trace, progress)
+    emit(progress, "preflight", "checking every configured flag against both binaries")
+    flags = sorted({flag for row in config.rows for flag in config.flags_used(row)})
+    try:
+        preflight_flags(binaries, shas, flags)
+    except PreflightError as exc:
+        raise CampaignStop("preflight", str(exc), blocking=True) from exc
+    report.sizes = size_gate(report.artifact("baseline"), report.artifact("candidate"), config.sizes.max_growth)
+    emit(progress, "sizes", report.sizes.reason)
+    return Prepared(binaries=binaries, shas=shas, trace=trace, exceptions=exceptions)
+
+
+def _exceptions(report: CampaignReport, tree: Path, binaries: dict[Arm, Path], trace: Path,
+                progress: ProgressSink | None) -> list[ExceptionOutcome]:
+    """Stage 5 records come from the candidate checkout and are verified while it still exists."""
+    try:
+        records = load_records(tree)
+    except ExceptionFileError as exc:
+        raise CampaignStop("exceptions", str(exc), blocking=False) from exc
+    report.exception_records = records
+    if not records:
+        return []
+    emit(progress, "exceptions", f"running {len(records)} regression test(s) against both binaries")
+    return verify_records(records, tree, binaries, trace)
+
+
+def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: Path,
+            progress: ProgressSink | None) -> RowReport:
+    """One comparison row on this node: correctness first; performance only once correctness holds."""
+    config = request.config
+    args = row_args(config, row, prepared.trace)
+    cpu_sets = correctness_cpu_sets(4)
+    emit(progress, "determinism", f"2 + 2 fresh processes on CPU sets {cpu_sets}", row=row.id)
+    outcome = run_determinism(row_id=row.id, binaries=prepared.binaries, harness_args=args,
+                              exclusions=config.harness.exclusions, cpu_sets=cpu_sets,
+                              workdir=work / f"det-{row.id}", progress=progress)
+    report = RowReport(row=row, harness_args=args[1:], placement_cpus=sorted({c for s in cpu_sets for c in s}),
+                       host=host_facts().hostname, determinism=outcome.result,
+                       semantic=SemanticVerdict.FAIL, semantic_reasons=[])
+    if outcome.blocked:
+        report.semantic = SemanticVerdict.BLOCKED
+        report.semantic_reasons = outcome.blocked
+        report.perf_reason = "not run: the row is blocked"
+        return report
+    if outcome.failures or set(outcome.canonical) != set(ARMS):
+        report.semantic_reasons = [f"product failure: {failure}" for failure in outcome.failures]
+        report.perf_reason = "not run: correctness not established (product failure)"
+        return report
+
+    baseline, candidate = outcome.canonical["baseline"], outcome.canonical["candidate"]
+    report.parity = compare(row.id, baseline, candidate, request.out_dir / "evidence")
+    extra_reasons = [
+        f"{arm} harness excludes {pointers} outside the closed allowlist; stop for review"
+        for arm, canon in outcome.canonical.items()
+        if (pointers := undeclared_exclusions(canon, config.harness.exclusions))
+    ]
+    try:
+        counts = {arm: count_evidence(outcome.canonical[arm].data) for arm in ARMS}
+        disaggregated = "disaggregated" == baseline.data["metadata"]["execution"].get("topology")
+        report.coverage = CoverageResult(counts=counts, checks=check_evidence(counts, row.expect, disaggregated))
+    except CoverageError as exc:
+        report.coverage = CoverageResult(counts={}, checks=[
+            CoverageCheck(name="evidence present", ok=False, detail=str(exc))])
+    report.exceptions = prepared.exceptions
+    verdict, reasons = row_semantic_verdict(row.id, report.determinism, report.parity, report.coverage,
+                                            prepared.exceptions)
+    if extra_reasons:
+        verdict, reasons = SemanticVerdict.FAIL, [*extra_reasons, *reasons]
+    report.semantic, report.semantic_reasons = verdict, reasons
+    emit(progress, "parity", f"{verdict.value}: {reasons[0] if reasons else ''}", row=row.id)
+    if verdict not in (SemanticVerdict.PASS, SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS):
+        report.perf_reason = f"not run: correctness not established ({verdict.value})"
+        return report
+
+    placement = perf_placement()
+    perf = run_performance(row_id=row.id, harness_args=args, binaries=prepared.binaries, perf=config.perf,
+                           timing_field=config.harness.timing_field, placement=placement,
+                           workdir=work / f"perf-{row.id}", progress=progress, hooks=request.perf_hooks)
+    schedule = Path(perf.schedule_path)
+    if schedule.is_file():
+        kept = request.out_dir / schedule.name
+        shutil.copy2(schedule, kept)
+        perf = perf.model_copy(update={"schedule_path": kept.name})
+    report.performance, report.perf_verdict, report.perf_reason = perf, perf.verdict, perf.reason
+    report.placement_cpus = placement.cpu_set
+    return report

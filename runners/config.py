@@ -1,0 +1,260 @@
+"""Campaign configuration: everything the protocol says to resolve and record before running anything.
+
+The config is read from the *base* revision (never from the PR under test), validated here, and embedded
+verbatim in the report so a verdict can be recomputed from the report alone.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+PROTOCOL_EXCLUSIONS: tuple[str, ...] = (
+    "/summary/wall_time_ms",
+    "/summary/processed_tokens_per_s",
+    "/summary/processed_output_tokens_per_s",
+)
+"""The protocol's closed canonical-report exclusion list; adding to it requires a protocol review."""
+
+DEFAULT_CONFIG_PATH = ".github/kv-parity.toml"
+PROFILES_DIR = Path(__file__).parent / "profiles"
+
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class ConfigError(ValueError):
+    """A campaign config that cannot be used; the message names the offending key and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BuildConfig(_Strict):
+    """How to build the one release artifact per revision (Stage 1.4)."""
+
+    command: list[str] = Field(min_length=1)
+    package: str = "dynamo-bench"
+    bench_target: str = "offline_replay_bench"
+    features: list[str] = Field(min_length=1)
+    no_default_features: bool = True
+    workspace_dir: str = "."
+    """Directory of the Cargo workspace, relative to the repository root."""
+
+    @model_validator(mode="after")
+    def _command_matches_features(self) -> BuildConfig:
+        """The recorded feature list must be exactly what the command builds (no 'all features')."""
+        if "--all-features" in self.command:
+            raise ValueError("build.command must name explicit features, not --all-features")
+        named: list[str] = []
+        for index, word in enumerate(self.command):
+            if word == "--features" and index + 1 < len(self.command):
+                named.extend(f for f in self.command[index + 1].replace(",", " ").split() if f)
+            elif word.startswith("--features="):
+                named.extend(f for f in word.split("=", 1)[1].replace(",", " ").split() if f)
+        if sorted(named) != sorted(self.features):
+            raise ValueError(f"build.features {self.features} differ from the command's --features {named}")
+        if self.no_default_features != ("--no-default-features" in self.command):
+            raise ValueError("build.no_default_features must match --no-default-features in build.command")
+        return self
+
+
+class TraceConfig(_Strict):
+    """The Mooncake trace and its deterministic contiguous slice (Stage 3)."""
+
+    path: str
+    sha256: Sha256
+    offset: int = Field(ge=0)
+    count: int = Field(gt=0)
+    slice_sha256: Sha256 | None = None
+    """Checksum of the contiguous window itself, when it was qualified before."""
+
+
+class HarnessConfig(_Strict):
+    """How to drive the harness and read its outputs."""
+
+    timing_field: str = "replay_execution_ms"
+    exclusions: list[str] = Field(default_factory=lambda: list(PROTOCOL_EXCLUSIONS))
+    common_args: list[str] = Field(default_factory=list)
+
+    @field_validator("exclusions")
+    @classmethod
+    def _closed_exclusions(cls, value: list[str]) -> list[str]:
+        """The exclusion list is closed: anything beyond the protocol's three needs a protocol review."""
+        extra = [pointer for pointer in value if pointer not in PROTOCOL_EXCLUSIONS]
+        if extra:
+            raise ValueError(
+                f"{extra} not in the protocol's closed exclusion list {list(PROTOCOL_EXCLUSIONS)}; "
+                "stop for review before adding an exclusion"
+            )
+        return value
+
+    @field_validator("common_args")
+    @classmethod
+    def _no_output_flags(cls, value: list[str]) -> list[str]:
+        return _reject_output_flags(value)
+
+
+OUTPUT_FLAGS = ("--timings-jsonl", "--canonical-reports-jsonl", "--report-json", "--iterations")
+
+
+def _reject_output_flags(args: list[str]) -> list[str]:
+    """Output and iteration flags are owned by the runner; a config that sets them would corrupt a stage."""
+    for arg in args:
+        if arg.split("=", 1)[0] in OUTPUT_FLAGS:
+            raise ValueError(f"{arg.split('=', 1)[0]} is set by the runner per stage; remove it from args")
+    return args
+
+
+class ExpectedEvidence(_Strict):
+    """The lifecycle evidence band a frozen row configuration must show (Stage 3)."""
+
+    pressure: tuple[int, int] = Field(description="inclusive [min, max] preemptions/retractions")
+    handoff: bool = False
+    queued: int = 0
+    completed_all: bool = True
+
+    @field_validator("pressure")
+    @classmethod
+    def _band(cls, value: tuple[int, int]) -> tuple[int, int]:
+        low, high = value
+        if low < 1 or high < low:
+            raise ValueError(f"pressure band {list(value)} must satisfy 1 <= min <= max (zero = edge not hit)")
+        return value
+
+
+class RowConfig(_Strict):
+    """One engine/topology/frozen-configuration comparison row: the unit of node placement."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+    args: list[str]
+    runner_labels: list[str] = Field(default_factory=lambda: ["self-hosted"])
+    expect: ExpectedEvidence
+
+    @field_validator("args")
+    @classmethod
+    def _no_output_flags(cls, value: list[str]) -> list[str]:
+        return _reject_output_flags(value)
+
+
+class DeterminismConfig(_Strict):
+    """Stage 1.3: a temporary determinism correction applied identically to both revisions."""
+
+    patch: str | None = None
+    """Path of a `git apply` patch, relative to the config file's repository root."""
+
+
+class DiagnosticsThresholds(_Strict):
+    """Serial-dependence thresholds, declared before sampling (Stage 7.4)."""
+
+    max_abs_autocorr: float = Field(0.3, gt=0, le=1)
+    autocorr_lags: list[int] = Field(default_factory=lambda: [1, 2, 3])
+    min_trend_p: float = Field(0.01, gt=0, lt=1)
+    min_order_effect_p: float = Field(0.01, gt=0, lt=1)
+    min_telemetry_p: float = Field(0.01, gt=0, lt=1)
+
+
+class InvalidationRules(_Strict):
+    """The only environmental conditions that may invalidate a sample pair (Stage 7)."""
+
+    max_interference_ms: float = Field(5.0, ge=0)
+    """CPU time other processes may use on the pinned core during one sample."""
+    max_reruns_per_pair: int = Field(3, ge=0)
+
+
+class PerfConfig(_Strict):
+    """The pinned, paired, randomized performance gate (Stage 7)."""
+
+    warmups_per_arm: int = Field(5, ge=0)
+    pairs: int = Field(60, ge=10)
+    seed: int = 20261129
+    threshold: float = Field(1.05, gt=1.0)
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    diagnostics: DiagnosticsThresholds = DiagnosticsThresholds()
+    invalidation: InvalidationRules = InvalidationRules()
+    bootstrap_resamples: int = Field(2000, ge=100)
+
+    @field_validator("pairs")
+    @classmethod
+    def _balanced(cls, value: int) -> int:
+        if value % 2:
+            raise ValueError("pairs must be even so the schedule is balanced between arm orders")
+        return value
+
+
+class SizeConfig(_Strict):
+    """Release binary and .text growth gate."""
+
+    max_growth: float = Field(0.05, ge=0)
+
+
+class CampaignConfig(_Strict):
+    """The whole campaign contract, frozen before any process runs."""
+
+    schema_version: Literal[1] = 1
+    build: BuildConfig
+    trace: TraceConfig
+    harness: HarnessConfig = HarnessConfig()
+    rows: list[RowConfig] = Field(min_length=1)
+    determinism: DeterminismConfig = DeterminismConfig()
+    perf: PerfConfig = PerfConfig()
+    sizes: SizeConfig = SizeConfig()
+
+    @field_validator("rows")
+    @classmethod
+    def _unique_rows(cls, value: list[RowConfig]) -> list[RowConfig]:
+        ids = [row.id for row in value]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate row ids {duplicates}")
+        return value
+
+    def select_rows(self, wanted: list[str] | None) -> list[RowConfig]:
+        """The rows named by a command (`rows=a,b`), in config order; unknown names are an error."""
+        if not wanted:
+            return list(self.rows)
+        known = {row.id for row in self.rows}
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            raise ConfigError(f"unknown rows {unknown}; this config defines {sorted(known)}")
+        return [row for row in self.rows if row.id in wanted]
+
+    def flags_used(self, row: RowConfig) -> list[str]:
+        """Every flag a row passes, so preflight can check each against both binaries' --help."""
+        return sorted({a.split("=", 1)[0] for a in [*self.harness.common_args, *row.args] if a.startswith("--")})
+
+
+def parse_config(text: str, source: str) -> CampaignConfig:
+    """Parse TOML text; errors name the source, the key path and the reason."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    try:
+        return CampaignConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+            problems.append(f"{key}: {error['msg']}")
+        raise ConfigError(f"{source}: invalid campaign config:\n  " + "\n  ".join(problems)) from exc
+
+
+def load_config(path: Path) -> CampaignConfig:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read campaign config {path}: {exc.strerror}") from exc
+    return parse_config(text, str(path))
+
+
+def load_profile(name: str) -> CampaignConfig:
+    """A shipped profile: `dynamo` (the reference's four-row seed matrix) or `demo` (the fixture)."""
+    path = PROFILES_DIR / f"{name}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in PROFILES_DIR.glob("*.toml"))
+        raise ConfigError(f"unknown profile {name!r}; shipped profiles: {known}")
+    return load_config(path)

@@ -1,0 +1,101 @@
+"""Stage 2: the entropy-leak check. Baseline twice and candidate twice, each a fresh process.
+
+Repetitions run concurrently on disjoint CPU sets when the node has the cores, in waves otherwise; every
+process gets its own output path. Each revision must yield exactly one canonical digest.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runners.canonical import Canonical, CanonicalError, ReplayBenchNotActive, canonicalize
+from runners.harness import run_pinned
+from runners.progress import ProgressSink, emit
+from runners.report import ARMS, Arm, DeterminismResult, ProcessRecord
+
+REPETITIONS = 2
+
+
+@dataclass
+class DeterminismOutcome:
+    result: DeterminismResult
+    canonical: dict[Arm, Canonical]
+    """The first valid canonical report of each arm, for parity and coverage."""
+    failures: list[str] = field(default_factory=list)
+    """Product failures: crashes and missing or malformed output."""
+    blocked: list[str] = field(default_factory=list)
+    """Reports that did not assert replay_bench: the seeded routing contract was not active."""
+
+
+def run_determinism(
+    *,
+    row_id: str,
+    binaries: dict[Arm, Path],
+    harness_args: list[str],
+    exclusions: list[str],
+    cpu_sets: list[list[int]],
+    workdir: Path,
+    progress: ProgressSink | None = None,
+) -> DeterminismOutcome:
+    jobs: list[tuple[Arm, int]] = [(arm, rep) for rep in range(REPETITIONS) for arm in ARMS]
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    def one(index: int) -> tuple[ProcessRecord, Canonical | None, str | None, bool]:
+        arm, rep = jobs[index]
+        out = workdir / f"{row_id}-{arm}-{rep}.canonical.jsonl"
+        args = [*harness_args, "--iterations", "1", "--canonical-reports-jsonl", str(out)]
+        record, _ = run_pinned(binaries[arm], args, cpu_sets[index % len(cpu_sets)], arm=arm,
+                               purpose=f"determinism repetition {rep + 1}")
+        canonical, problem, blocked = _read_canonical(record, out, exclusions)
+        if canonical is not None:
+            record.canonical_digest = canonical.digest
+            record.section_digests = dict(canonical.section_digests)
+        record.error = problem
+        emit(progress, "determinism", f"{arm} repetition {rep + 1}: "
+             f"{canonical.digest[:12] if canonical else problem}", row=row_id)
+        return record, canonical, problem, blocked
+
+    with ThreadPoolExecutor(max_workers=max(1, len(cpu_sets))) as pool:
+        outcomes = list(pool.map(one, range(len(jobs))))
+
+    digests: dict[Arm, list[str]] = {arm: [] for arm in ARMS}
+    canonical: dict[Arm, Canonical] = {}
+    failures: list[str] = []
+    blocked: list[str] = []
+    for (arm, rep), (record, canon, problem, is_blocked) in zip(jobs, outcomes, strict=True):
+        if canon is not None:
+            digests[arm].append(canon.digest)
+            canonical.setdefault(arm, canon)
+        elif problem is not None:
+            (blocked if is_blocked else failures).append(f"{arm} repetition {rep + 1}: {problem}")
+    unstable = [arm for arm in ARMS if len(set(digests[arm])) > 1]
+    result = DeterminismResult(
+        runs=[outcome[0] for outcome in outcomes],
+        digests=digests,
+        concurrent=len(cpu_sets) > 1,
+        unstable_arms=unstable,
+    )
+    return DeterminismOutcome(result=result, canonical=canonical, failures=failures, blocked=blocked)
+
+
+def _read_canonical(
+    record: ProcessRecord, out: Path, exclusions: list[str]
+) -> tuple[Canonical | None, str | None, bool]:
+    """Never trust exit 0: the output file must exist and hold exactly one valid canonical line."""
+    if record.error is not None:
+        return None, f"{record.error}; stderr tail:\n{record.stderr_tail}", False
+    if record.exit_code != 0:
+        return None, f"harness exited {record.exit_code}; stderr tail:\n{record.stderr_tail}", False
+    if not out.is_file():
+        return None, f"harness exited 0 but wrote no canonical report at {out.name}", False
+    lines = [line for line in out.read_bytes().splitlines() if line.strip()]
+    if len(lines) != 1:
+        return None, f"expected 1 canonical line for --iterations 1, found {len(lines)}", False
+    try:
+        return canonicalize(lines[0], exclusions), None, False
+    except ReplayBenchNotActive as exc:
+        return None, str(exc), True
+    except CanonicalError as exc:
+        return None, f"malformed canonical report: {exc}", False

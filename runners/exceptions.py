@@ -1,0 +1,79 @@
+"""Stage 5: semantic exception records, read from the candidate revision and verified by running them.
+
+A record only counts when the runner itself has seen its regression test fail against the baseline binary and
+pass against the candidate binary. The test runs from the candidate checkout with `{binary}` and `{trace}`
+substituted, so a test the PR adds is exercised against the old behaviour instead of being absent there.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from runners.report import ARMS, Arm, ExceptionOutcome, ExceptionRecord, RegressionRun
+
+EXCEPTIONS_PATH = ".kv-parity/exceptions.toml"
+TAIL_CHARS = 1500
+
+
+class ExceptionFileError(ValueError):
+    """An exceptions file that cannot be read; the message names the record and key."""
+
+
+def load_records(tree: Path) -> list[ExceptionRecord]:
+    path = tree / EXCEPTIONS_PATH
+    if not path.is_file():
+        return []
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ExceptionFileError(f"{EXCEPTIONS_PATH}: not valid TOML: {exc}") from exc
+    unknown = sorted(set(data) - {"exception"})
+    if unknown:
+        raise ExceptionFileError(f"{EXCEPTIONS_PATH}: unknown top-level keys {unknown}; use [[exception]] tables")
+    records = []
+    for index, raw in enumerate(data.get("exception", [])):
+        try:
+            records.append(ExceptionRecord.model_validate(raw))
+        except ValidationError as exc:
+            where = ", ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ExceptionFileError(f"{EXCEPTIONS_PATH}: exception #{index + 1}: {where}") from exc
+    ids = [r.id for r in records]
+    if len(ids) != len(set(ids)):
+        raise ExceptionFileError(f"{EXCEPTIONS_PATH}: duplicate exception ids {ids}")
+    return records
+
+
+def verify_records(
+    records: list[ExceptionRecord], candidate_tree: Path, binaries: dict[Arm, Path], trace: Path,
+    timeout_s: float = 900,
+) -> list[ExceptionOutcome]:
+    """Run each record's regression test against both binaries; verified = fails on baseline, passes on candidate."""
+    outcomes = []
+    for record in records:
+        runs = [_run(record, arm, candidate_tree, binaries[arm], trace, timeout_s) for arm in ARMS]
+        base, cand = runs
+        if base.exit_code == 0:
+            verified, reason = False, "regression test also passes on the baseline: it does not pin the old behaviour"
+        elif cand.exit_code != 0:
+            verified, reason = False, f"regression test fails on the candidate (exit {cand.exit_code})"
+        else:
+            verified, reason = True, f"fails on baseline (exit {base.exit_code}), passes on candidate"
+        outcomes.append(ExceptionOutcome(record=record, runs=runs, verified=verified, reason=reason))
+    return outcomes
+
+
+def _run(record: ExceptionRecord, arm: Arm, tree: Path, binary: Path, trace: Path, timeout_s: float) -> RegressionRun:
+    argv = [word.replace("{binary}", str(binary)).replace("{trace}", str(trace)) for word in record.regression_test]
+    try:
+        completed = subprocess.run(argv, cwd=tree, capture_output=True, text=True, check=False, timeout=timeout_s)
+    except FileNotFoundError as exc:
+        return RegressionRun(arm=arm, argv=argv, exit_code=None, stdout_tail="", stderr_tail=str(exc))
+    except subprocess.TimeoutExpired:
+        return RegressionRun(arm=arm, argv=argv, exit_code=None, stdout_tail="",
+                             stderr_tail=f"timed out after {timeout_s:.0f} s")
+    return RegressionRun(arm=arm, argv=argv, exit_code=completed.returncode,
+                         stdout_tail=completed.stdout[-TAIL_CHARS:], stderr_tail=completed.stderr[-TAIL_CHARS:])

@@ -1,0 +1,83 @@
+"""How to drive the replay harness: argv for a row, `--help` flag preflight, one pinned process.
+
+Exit status alone proves nothing (the real harness exits 0 with a skip message when given no trace), so
+callers always check that the expected output exists and parses.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from runners.config import CampaignConfig, RowConfig
+from runners.placement import pinned_argv
+from runners.report import Arm, ProcessRecord
+
+STDERR_TAIL_CHARS = 2000
+
+
+class PreflightError(RuntimeError):
+    """A configured flag one of the binaries does not accept: the protocol or config needs updating."""
+
+
+def row_args(config: CampaignConfig, row: RowConfig, trace: Path) -> list[str]:
+    """The argv after the binary for a row, identical for both arms and every stage."""
+    return [str(trace), *config.harness.common_args, *row.args]
+
+
+def help_text(binary: Path) -> str:
+    completed = subprocess.run([str(binary), "--help"], capture_output=True, text=True, check=False, timeout=60)
+    if completed.returncode != 0:
+        raise PreflightError(f"{binary.name} --help exited {completed.returncode}: {completed.stderr.strip()[-500:]}")
+    return completed.stdout + completed.stderr
+
+
+def missing_flags(help_output: str, flags: list[str]) -> list[str]:
+    """Flags that do not appear as whole words in a binary's help."""
+    return [flag for flag in flags if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_output)]
+
+
+def preflight_flags(binaries: dict[Arm, Path], shas: dict[Arm, str], flags: list[str]) -> None:
+    """Every flag a row uses must be accepted by both revisions before anything runs."""
+    problems = []
+    for arm, binary in binaries.items():
+        for flag in missing_flags(help_text(binary), flags):
+            problems.append(f"flag {flag} is not accepted by the {arm} revision {shas[arm][:12]}")
+    if problems:
+        raise PreflightError(
+            "; ".join(problems) + ". Stop: the protocol or campaign config needs updating for this revision."
+        )
+
+
+def run_pinned(
+    binary: Path, args: list[str], cpu_set: list[int], *, arm: Arm, purpose: str, timeout_s: float = 3600
+) -> tuple[ProcessRecord, subprocess.CompletedProcess[str]]:
+    """One fresh harness process pinned to `cpu_set`; returns the record and the raw result."""
+    argv = [str(binary), *args]
+    started = time.monotonic()
+    try:
+        completed = subprocess.run(
+            pinned_argv(cpu_set, argv), capture_output=True, text=True, check=False, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired as exc:
+        record = ProcessRecord(
+            arm=arm, purpose=purpose, argv=argv, cpu_set=cpu_set, exit_code=None,
+            seconds=round(time.monotonic() - started, 3),
+            stderr_tail=_tail(exc.stderr), error=f"timed out after {timeout_s:.0f} s",
+        )
+        return record, subprocess.CompletedProcess(argv, -1, "", _tail(exc.stderr))
+    record = ProcessRecord(
+        arm=arm, purpose=purpose, argv=argv, cpu_set=cpu_set, exit_code=completed.returncode,
+        seconds=round(time.monotonic() - started, 3), stderr_tail=_tail(completed.stderr),
+    )
+    return record, completed
+
+
+def _tail(text: str | bytes | None) -> str:
+    if text is None:
+        return ""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return text[-STDERR_TAIL_CHARS:]

@@ -1,0 +1,594 @@
+"""Stage 7 sampling: warmups, a persisted seeded balanced schedule, pinned adjacent pairs, reruns.
+
+One fresh pinned process per sample, one at a time, the orchestrator itself kept off the measured core. Every
+attempted sample is kept. A product failure (crash, malformed or missing timing output, broken timing
+contract) stops the row at once and decides it; only the predeclared environmental conditions (affinity
+violation, competing load on the pinned CPU) invalidate a pair, which is then rerun whole in the same order.
+The verdict is computed by `evaluate` from the recorded evidence alone, which `kv-parity verify` reuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import signal
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from runners.config import OUTPUT_FLAGS, InvalidationRules, PerfConfig
+from runners.placement import cpu_busy_ms, cpu_telemetry, kept_off, pinned_argv, read_affinity, stat_tick_ms
+from runners.progress import ProgressSink, emit
+from runners.report import (
+    Arm,
+    Bootstrap,
+    Bounds,
+    DiagnosticCheck,
+    Invalidation,
+    PairPlan,
+    PerfResult,
+    PerfVerdict,
+    Placement,
+    Sample,
+)
+from runners.stats import SAMPLING_ASSUMPTION, decide, observations
+
+STDERR_TAIL_CHARS = 2000
+SETUP_FIELD = "setup_ms"
+"""Optional timing-record field kept as the setup-time diagnostic when the harness reports it."""
+
+
+@dataclass(frozen=True)
+class SampleHooks:
+    """Test seams around one sample; production passes None.
+
+    `after_start(pair, attempt, position, pid)` runs once the harness binary itself is executing (after
+    taskset pinned it) and before its affinity is read; `around_sample(pair, attempt, position)` wraps the
+    whole sample including the CPU-time readings. `pair` is None for warmups; their position is the run index.
+    """
+
+    after_start: Callable[[int | None, int, int, int], None] | None = None
+    around_sample: Callable[[int | None, int, int], AbstractContextManager[object]] | None = None
+
+
+@dataclass(frozen=True)
+class Classification:
+    """What one process's evidence means for the row."""
+
+    status: Literal["ok", "product_failure"]
+    failure: str | None
+    blocking: bool
+    """True when the row is BLOCKED (timing contract not met) rather than FAILED (the product broke)."""
+    metric_ms: float | None
+    setup_ms: float | None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    verdict: PerfVerdict
+    reason: str
+    ratios: list[float]
+    bounds: Bounds | None
+    diagnostics: list[DiagnosticCheck]
+    bootstrap: Bootstrap | None
+
+
+# --- schedule -----------------------------------------------------------------------------------------------
+
+
+def schedule_seed(base_seed: int, row_id: str) -> int:
+    """The row's run-order seed: the campaign seed mixed with the row id, reproducible anywhere."""
+    return int.from_bytes(hashlib.sha256(f"{base_seed}:{row_id}".encode()).digest()[:8], "big")
+
+
+def make_schedule(seed: int, pairs: int) -> list[PairPlan]:
+    """Balanced arm orders (pairs/2 each) in a random order drawn from numpy's default generator."""
+    if pairs % 2:
+        raise ValueError("a balanced schedule needs an even number of pairs")
+    orders = ["baseline_first"] * (pairs // 2) + ["candidate_first"] * (pairs // 2)
+    permutation = np.random.default_rng(seed).permutation(pairs)
+    return [PairPlan.model_validate({"pair": i, "order": orders[int(j)]}) for i, j in enumerate(permutation)]
+
+
+def persist_schedule(workdir: Path, row_id: str, base_seed: int, seed: int, plan: list[PairPlan]) -> Path:
+    """Write the schedule (and how to rederive it) before the first sample runs."""
+    path = workdir / f"schedule-{row_id}.json"
+    document = {
+        "row": row_id,
+        "base_seed": base_seed,
+        "schedule_seed": seed,
+        "derivation": "schedule_seed = first 8 bytes (big-endian) of sha256('<base_seed>:<row>'); orders = "
+        "numpy.random.default_rng(schedule_seed).permutation over pairs/2 baseline_first then "
+        "pairs/2 candidate_first",
+        "schedule": [p.model_dump() for p in plan],
+    }
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    temporary.replace(path)
+    return path
+
+
+def arm_order(plan: PairPlan) -> tuple[Arm, Arm]:
+    return ("baseline", "candidate") if plan.order == "baseline_first" else ("candidate", "baseline")
+
+
+# --- what a sample means ------------------------------------------------------------------------------------
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"process exited with status {code}"
+
+
+def read_timing_file(path: Path) -> tuple[dict[str, object] | None, str | None]:
+    """The single timing record of an --iterations 1 run, or why there is none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, f"no timing record: {path} was not written"
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"timing file {path} unreadable: {exc}"
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None, f"timing file {path} is empty"
+    if len(lines) != 1:
+        return (
+            None,
+            f"malformed timing file: expected one record for --iterations 1, found {len(lines)} lines",
+        )
+    try:
+        record = json.loads(lines[0])
+    except json.JSONDecodeError as exc:
+        return None, f"malformed timing file: line 1 is not JSON ({exc})"
+    if not isinstance(record, dict):
+        return None, f"malformed timing file: line 1 is a JSON {type(record).__name__}, not an object"
+    return record, None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def classify(
+    exit_code: int | None, record: dict[str, object] | None, read_problem: str | None, timing_field: str
+) -> Classification:
+    """Product failure or usable sample, from the process status and its timing record alone."""
+
+    def failed(text: str, blocking: bool = False) -> Classification:
+        return Classification("product_failure", text, blocking, None, None)
+
+    if exit_code is None or exit_code != 0:
+        return failed(_exit_text(exit_code) if exit_code is not None else "process status unknown")
+    if record is None:
+        return failed(read_problem or "no timing record")
+    problems = []
+    if record.get("replay_bench") is not True:
+        problems.append(
+            f"timing record reports replay_bench={json.dumps(record.get('replay_bench'))}, not true: "
+            "the seeded matched-routing contract was not active"
+        )
+    if timing_field not in record:
+        problems.append(
+            f"timing record lacks the timing field `{timing_field}`; fields present: "
+            f"{', '.join(sorted(record))}"
+        )
+    if problems:
+        return failed("; ".join(problems), blocking=True)
+    metric = _number(record[timing_field])
+    if metric is None or metric <= 0:
+        return failed(
+            f"malformed timing record: `{timing_field}` is {json.dumps(record[timing_field])}, "
+            "not a positive number of milliseconds"
+        )
+    return Classification("ok", None, False, metric, _number(record.get(SETUP_FIELD)))
+
+
+def breaches(sample: Sample, rules: InvalidationRules) -> list[tuple[str, str]]:
+    """The predeclared environmental conditions this sample hit, as (reason, evidence)."""
+    found = []
+    if not sample.affinity_ok:
+        found.append(
+            (
+                "affinity violation",
+                f"{sample.arm}: pinned to {sample.cpu_set}, observed {sample.affinity_observed} after start "
+                f"and {sample.affinity_at_exit} at exit",
+            )
+        )
+    if sample.interference_ms is not None and sample.interference_ms > rules.max_interference_ms:
+        found.append(
+            (
+                "competing load",
+                f"{sample.arm}: {sample.interference_ms:.1f} ms of CPU time on cpus {sample.cpu_set} not "
+                f"used by the sample's own process (limit {rules.max_interference_ms:g} ms)",
+            )
+        )
+    return found
+
+
+def _describe(sample: Sample) -> str:
+    if sample.kind == "warmup":
+        return f"{sample.arm} warmup {sample.position + 1}"
+    return f"{sample.arm} in measured pair {sample.pair} attempt {sample.attempt}"
+
+
+# --- verdict from the evidence ------------------------------------------------------------------------------
+
+
+def _unmeasurable_rule(perf: PerfConfig, resolution_ms: float | None) -> str | None:
+    """A competing-load limit finer than /proc/stat can measure would invalidate pairs at random."""
+    limit = perf.invalidation.max_interference_ms
+    if resolution_ms is None or limit >= resolution_ms:
+        return None
+    return (
+        f"invalidation rule max_interference_ms={limit:g} is below the /proc/stat measurement resolution "
+        f"on this node ({resolution_ms:g} ms: two clock ticks), so quantization alone would invalidate "
+        "pairs; "
+        "declare a threshold at or above it before sampling"
+    )
+
+
+def evaluate(evidence: PerfResult, perf: PerfConfig) -> Evaluation:
+    """The row's verdict recomputed from the recorded samples and schedule under the declared `perf` rules."""
+    pairs = observations(evidence.schedule, evidence.samples)
+    ratios = [p.ratio for p in pairs]
+    unmeasurable = _unmeasurable_rule(perf, evidence.interference_resolution_ms)
+    if unmeasurable is not None:
+        return Evaluation(PerfVerdict.BLOCKED, unmeasurable, ratios, None, [], None)
+    for sample in sorted([*evidence.warmups, *evidence.samples], key=lambda s: s.started_unix):
+        if sample.status != "product_failure":
+            continue
+        meaning = classify(sample.exit_code, sample.timing_record, sample.failure, evidence.timing_field)
+        stop = "; sampling stopped at the first product failure (sample kept, never retried)"
+        if meaning.blocking:
+            return Evaluation(
+                PerfVerdict.BLOCKED,
+                f"blocked by the timing contract in {_describe(sample)}: {meaning.failure}{stop}",
+                ratios,
+                None,
+                [],
+                None,
+            )
+        return Evaluation(
+            PerfVerdict.FAIL,
+            f"product failure in {_describe(sample)}: {meaning.failure}{stop}",
+            ratios,
+            None,
+            [],
+            None,
+        )
+    done = {p.pair for p in pairs}
+    for plan in evidence.schedule:
+        if plan.pair in done:
+            continue
+        spent = [i for i in evidence.invalidations if i.pair == plan.pair]
+        if len(spent) > perf.invalidation.max_reruns_per_pair:
+            why = "; ".join(f"attempt {i.attempt}: {i.reason}" for i in spent)
+            return Evaluation(
+                PerfVerdict.BLOCKED,
+                f"pair {plan.pair} was invalidated {len(spent)} times ({why}), exhausting "
+                f"max_reruns_per_pair={perf.invalidation.max_reruns_per_pair}; the node is not "
+                "quiet enough for performance sampling",
+                ratios,
+                None,
+                [],
+                None,
+            )
+        return Evaluation(
+            PerfVerdict.BLOCKED,
+            f"only {len(pairs)} of {len(evidence.schedule)} scheduled pairs completed",
+            ratios,
+            None,
+            [],
+            None,
+        )
+    verdict, reason, result, checks, effect = decide(pairs, perf, evidence.schedule_seed)
+    return Evaluation(verdict, reason, ratios, result, checks, effect)
+
+
+def finalize(evidence: PerfResult, perf: PerfConfig) -> PerfResult:
+    """Attach the evaluated verdict to the recorded evidence."""
+    outcome = evaluate(evidence, perf)
+    return evidence.model_copy(
+        update={
+            "verdict": outcome.verdict,
+            "reason": outcome.reason,
+            "ratios": outcome.ratios,
+            "bounds": outcome.bounds,
+            "diagnostics": outcome.diagnostics,
+            "bootstrap": outcome.bootstrap,
+        }
+    )
+
+
+# --- running samples ----------------------------------------------------------------------------------------
+
+
+def _check_harness_args(harness_args: list[str]) -> None:
+    for arg in harness_args:
+        if arg.split("=", 1)[0] in OUTPUT_FLAGS:
+            raise ValueError(
+                f"{arg} must not be in harness_args: the performance stage owns output and "
+                "iteration flags and never passes canonical or report outputs"
+            )
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(path.stat().st_size - STDERR_TAIL_CHARS, 0))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _affinity(pid: int) -> list[int] | None:
+    try:
+        return read_affinity(pid)
+    except (OSError, RuntimeError):
+        return None
+
+
+def _await_exec(pid: int, launcher: str) -> None:
+    """Return once the child has left the taskset launcher (it is then pinned and running) or has exited.
+
+    posix_spawn returns after the launcher's exec; taskset then sets the affinity and executes the harness,
+    which takes about a millisecond. The wait yields the orchestrator's CPU, which is never the measured one.
+    """
+    while True:
+        try:
+            if os.readlink(f"/proc/{pid}/exe") != launcher:
+                return
+        except OSError:
+            return
+        os.sched_yield()
+
+
+class _Sampler:
+    """Runs one pinned harness process and records everything about it."""
+
+    def __init__(
+        self,
+        *,
+        row_id: str,
+        harness_args: list[str],
+        binaries: dict[Arm, Path],
+        timing_field: str,
+        placement: Placement,
+        workdir: Path,
+        hooks: SampleHooks | None,
+    ) -> None:
+        self.row_id = row_id
+        self.harness_args = harness_args
+        self.binaries = binaries
+        self.timing_field = timing_field
+        self.cpu_set = placement.cpu_set
+        self.hooks = hooks or SampleHooks()
+        self.timings = workdir / "timings"
+        self.logs = workdir / "logs"
+        self.timings.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+
+    def run(
+        self, kind: Literal["warmup", "measured"], arm: Arm, pair: int | None, attempt: int, position: int
+    ) -> Sample:
+        tag = f"{self.row_id}-{kind}-{arm}-p{pair}-a{attempt}-{position}"
+        timing_path = self.timings / f"{tag}.jsonl"
+        timing_path.unlink(missing_ok=True)
+        stdout_path, stderr_path = self.logs / f"{tag}.out", self.logs / f"{tag}.err"
+        argv = pinned_argv(
+            self.cpu_set,
+            [
+                str(self.binaries[arm]),
+                *self.harness_args,
+                "--iterations",
+                "1",
+                "--timings-jsonl",
+                str(timing_path),
+            ],
+        )
+        launcher = os.path.realpath(argv[0])
+        around = (
+            self.hooks.around_sample(pair, attempt, position) if self.hooks.around_sample else nullcontext()
+        )
+        with around:
+            busy_before = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
+            started_unix, started = time.time(), time.monotonic()
+            pid = os.posix_spawn(
+                argv[0],
+                argv,
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, str(stdout_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+                    (os.POSIX_SPAWN_OPEN, 2, str(stderr_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+                ],
+            )
+            reaped = False
+            try:
+                _await_exec(pid, launcher)
+                if self.hooks.after_start is not None:
+                    self.hooks.after_start(pair, attempt, position, pid)
+                at_start = _affinity(pid)
+                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+                at_exit = _affinity(pid)
+                _, status, usage = os.wait4(pid, 0)
+                reaped = True
+            finally:
+                if not reaped:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+            elapsed = time.monotonic() - started
+            ended_unix = time.time()
+            busy_after = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
+        exit_code = os.waitstatus_to_exitcode(status)
+        record, problem = read_timing_file(timing_path)
+        if record is None and exit_code == 0 and stdout_path.stat().st_size:
+            problem = f"{problem}; stdout: {_tail(stdout_path).strip().splitlines()[-1][:200]}"
+        meaning = classify(exit_code, record, problem, self.timing_field)
+        own_cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000.0
+        expected = sorted(self.cpu_set)
+        return Sample(
+            kind=kind,
+            arm=arm,
+            pair=pair,
+            attempt=attempt,
+            position=position,
+            argv=argv,
+            started_unix=started_unix,
+            ended_unix=ended_unix,
+            elapsed_s=elapsed,
+            exit_code=exit_code,
+            timing_record=record,
+            metric_ms=meaning.metric_ms,
+            setup_ms=meaning.setup_ms,
+            status=meaning.status,
+            failure=meaning.failure,
+            stderr_tail=_tail(stderr_path),
+            cpu_set=expected,
+            affinity_observed=at_start,
+            affinity_at_exit=at_exit,
+            affinity_ok=at_start == expected and at_exit in (None, expected),
+            interference_ms=(busy_after - busy_before) - own_cpu_ms,
+            telemetry=cpu_telemetry(self.cpu_set[0]),
+        )
+
+
+def _invalidate(members: list[Sample], rules: InvalidationRules) -> tuple[list[Sample], Invalidation | None]:
+    """Mark both members invalidated when either hit a predeclared environmental condition."""
+    found = [hit for member in members for hit in breaches(member, rules)]
+    if not found:
+        return members, None
+    first = members[0]
+    assert first.pair is not None
+    record = Invalidation(
+        pair=first.pair,
+        attempt=first.attempt,
+        reason="; ".join(sorted({reason for reason, _ in found})),
+        evidence="; ".join(evidence for _, evidence in found),
+    )
+    return [m.model_copy(update={"status": "invalidated"}) for m in members], record
+
+
+def run_performance(
+    *,
+    row_id: str,
+    harness_args: list[str],
+    binaries: dict[Arm, Path],
+    perf: PerfConfig,
+    timing_field: str,
+    placement: Placement,
+    workdir: Path,
+    progress: ProgressSink | None = None,
+    hooks: SampleHooks | None = None,
+) -> PerfResult:
+    """Stage 7 for one row on this node: warmups, the persisted schedule, pinned pairs, then the verdict."""
+    _check_harness_args(harness_args)
+    for arm in ("baseline", "candidate"):
+        if not os.access(binaries[arm], os.X_OK):
+            raise FileNotFoundError(f"{arm} binary {binaries[arm]} is missing or not executable")
+    workdir.mkdir(parents=True, exist_ok=True)
+    seed = schedule_seed(perf.seed, row_id)
+    plan = make_schedule(seed, perf.pairs)
+    schedule_path = persist_schedule(workdir, row_id, perf.seed, seed, plan)
+    evidence = PerfResult(
+        timing_field=timing_field,
+        timing_scope=f"`{timing_field}` from the harness timing record of one fresh pinned process per "
+        "sample (--iterations 1, unique --timings-jsonl, no canonical or report output); process wall "
+        "time is kept per sample as elapsed_s, setup time as setup_ms when reported",
+        placement=placement,
+        schedule_seed=seed,
+        schedule=plan,
+        schedule_path=str(schedule_path),
+        warmups=[],
+        samples=[],
+        invalidations=[],
+        ratios=[],
+        bounds=None,
+        diagnostics=[],
+        bootstrap=None,
+        verdict=PerfVerdict.NOT_RUN,
+        reason="",
+        perf_config=perf,
+        interference_resolution_ms=2 * stat_tick_ms(),
+        sampling_assumption=SAMPLING_ASSUMPTION,
+    )
+    if _unmeasurable_rule(perf, evidence.interference_resolution_ms) is not None:
+        return finalize(evidence, perf)
+    sampler = _Sampler(
+        row_id=row_id,
+        harness_args=harness_args,
+        binaries=binaries,
+        timing_field=timing_field,
+        placement=placement,
+        workdir=workdir,
+        hooks=hooks,
+    )
+    warmups: list[Sample] = []
+    samples: list[Sample] = []
+    invalidations: list[Invalidation] = []
+    with kept_off([*placement.cpu_set, *placement.siblings_excluded]):
+        for index in range(2 * perf.warmups_per_arm):
+            warmups.append(sampler.run("warmup", ("baseline", "candidate")[index % 2], None, 0, index))
+            if warmups[-1].status == "product_failure":
+                return finalize(evidence.model_copy(update={"warmups": warmups}), perf)
+        emit(progress, "performance", f"{len(warmups)} warmups done", row=row_id, done=0, total=perf.pairs)
+        for done, pair in enumerate(plan, start=1):
+            for attempt in range(perf.invalidation.max_reruns_per_pair + 1):
+                members: list[Sample] = []
+                for position, arm in enumerate(arm_order(pair)):
+                    members.append(sampler.run("measured", arm, pair.pair, attempt, position))
+                    if members[-1].status == "product_failure":
+                        break
+                if members[-1].status == "product_failure":
+                    samples.extend(members)
+                    return finalize(
+                        evidence.model_copy(
+                            update={"warmups": warmups, "samples": samples, "invalidations": invalidations}
+                        ),
+                        perf,
+                    )
+                members, invalidation = _invalidate(members, perf.invalidation)
+                samples.extend(members)
+                if invalidation is None:
+                    break
+                invalidations.append(invalidation)
+                emit(
+                    progress,
+                    "performance",
+                    f"pair {pair.pair} attempt {attempt} invalidated: {invalidation.reason}",
+                    row=row_id,
+                    done=done - 1,
+                    total=perf.pairs,
+                )
+            else:
+                return finalize(
+                    evidence.model_copy(
+                        update={"warmups": warmups, "samples": samples, "invalidations": invalidations}
+                    ),
+                    perf,
+                )
+            emit(
+                progress,
+                "performance",
+                f"pair {pair.pair} ({pair.order})",
+                row=row_id,
+                done=done,
+                total=perf.pairs,
+            )
+    return finalize(
+        evidence.model_copy(update={"warmups": warmups, "samples": samples, "invalidations": invalidations}),
+        perf,
+    )

@@ -1,0 +1,502 @@
+"""The versioned campaign report: the one contract between the runners and the bot.
+
+Everything a verdict depends on is recorded here before the verdict is computed, and the verdict rules live
+here too, so `kv-parity verify` can recompute every verdict from a report file alone.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runners.config import CampaignConfig, PerfConfig, RowConfig
+
+REPORT_SCHEMA_VERSION: Final = "kv-parity.report.v1"
+
+Arm = Literal["baseline", "candidate"]
+ARMS: tuple[Arm, Arm] = ("baseline", "candidate")
+
+
+class SemanticVerdict(StrEnum):
+    PASS = "PASS"
+    PASS_WITH_SEMANTIC_EXCEPTIONS = "PASS_WITH_SEMANTIC_EXCEPTIONS"
+    FAIL = "FAIL"
+    BLOCKED = "BLOCKED"
+    """No semantic evidence could be produced because the config or protocol must be fixed first."""
+
+
+class PerfVerdict(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    BLOCKED = "BLOCKED"
+    NOT_RUN = "NOT_RUN"
+
+
+class GateVerdict(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    NOT_RUN = "NOT_RUN"
+
+
+class CheckConclusion(StrEnum):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    NEUTRAL = "neutral"
+    ACTION_REQUIRED = "action_required"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- Stage 1: revisions and artifacts -------------------------------------------------------------------
+
+
+class Revision(_Model):
+    arm: Arm
+    sha: str
+    requested: str
+    """What the user asked for (a ref or SHA), kept for the record; the SHA is what ran."""
+
+
+class Toolchain(_Model):
+    rustc: str
+    cargo: str
+    rustflags: str
+    profile: str = "release"
+    host: str
+
+
+class Artifact(_Model):
+    """One release artifact per revision, reused for every row and stage."""
+
+    arm: Arm
+    sha: str
+    features: list[str]
+    """Exactly the features the build command names."""
+    feature_closure: list[str]
+    """Those features plus everything they enable, read from the package manifest."""
+    no_default_features: bool
+    build_command: list[str]
+    binary_name: str
+    binary_sha256: str
+    binary_size: int
+    text_size: int
+    build_seconds: float
+
+
+class TraceEvidence(_Model):
+    source_path: str
+    sha256: str
+    rows_total: int
+    offset: int
+    count: int
+    slice_sha256: str
+    slice_rule: str = "contiguous rows [offset, offset+count) in file order"
+
+
+# --- Stages 2-5: determinism, parity, coverage, exceptions ------------------------------------------------
+
+
+class ProcessRecord(_Model):
+    """One harness process: kept whether it succeeded or not."""
+
+    arm: Arm
+    purpose: str
+    argv: list[str]
+    cpu_set: list[int]
+    exit_code: int | None
+    seconds: float
+    stderr_tail: str = ""
+    canonical_digest: str | None = None
+    section_digests: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class DeterminismResult(_Model):
+    runs: list[ProcessRecord]
+    digests: dict[Arm, list[str]]
+    concurrent: bool
+    unstable_arms: list[Arm]
+
+
+class PointerDiff(_Model):
+    pointer: str
+    baseline: str
+    candidate: str
+
+
+class ParityResult(_Model):
+    baseline_digest: str
+    candidate_digest: str
+    section_digests: dict[Arm, dict[str, str]]
+    identical: bool
+    differing_sections: list[str]
+    differences: list[PointerDiff]
+    """The first differing JSON pointers with both values (bounded list)."""
+    differences_total: int
+    differing_pointers: list[str]
+    """Every differing pointer (used to check exception coverage)."""
+    kept_reports: dict[Arm, str] = Field(default_factory=dict)
+    harness_exclusions: dict[Arm, list[str]] = Field(default_factory=dict)
+
+
+class CoverageCounts(_Model):
+    """Lifecycle evidence counted from one canonical report, independently of its digest."""
+
+    requests: int
+    completed: int
+    rejected: int
+    canceled: int
+    failed: int
+    other_terminal: int
+    overlap_routed: int
+    """Route decisions that reported a non-zero KV overlap."""
+    reused_requests: int
+    immediate_by_pool: dict[str, int]
+    queued_by_pool: dict[str, int]
+    pressure_events: int
+    readmitted_pressure_events: int
+    handoffs: int
+    kv_removed_events: int
+    router_queue_threshold: float | None
+
+
+class CoverageCheck(_Model):
+    name: str
+    ok: bool
+    detail: str
+
+
+class CoverageResult(_Model):
+    counts: dict[Arm, CoverageCounts]
+    checks: list[CoverageCheck]
+
+
+class ExceptionRecord(_Model):
+    """Stage 5: one proposed semantic exception, read from the candidate revision."""
+
+    id: str
+    pointers: list[str] = Field(min_length=1)
+    """JSON pointers covered; `*` matches one path segment (an array index or key)."""
+    rows: list[str] = Field(default_factory=list)
+    """Rows it applies to; empty means every row."""
+    baseline_behavior: str = Field(min_length=1)
+    candidate_behavior: str = Field(min_length=1)
+    source_of_truth: str = Field(min_length=1)
+    why_intended: str = Field(min_length=1)
+    """Why the difference comes from the intended change rather than leaked entropy."""
+    compatibility_impact: str = Field(min_length=1)
+    disposition: str = Field(min_length=1)
+    regression_test: list[str] = Field(min_length=1)
+    """argv run from the candidate checkout; `{binary}` and `{trace}` are substituted."""
+
+
+class RegressionRun(_Model):
+    arm: Arm
+    argv: list[str]
+    exit_code: int | None
+    stdout_tail: str
+    stderr_tail: str
+
+
+class ExceptionOutcome(_Model):
+    record: ExceptionRecord
+    runs: list[RegressionRun]
+    verified: bool
+    """True only when the test failed against the baseline binary and passed against the candidate."""
+    reason: str
+
+
+# --- Stage 7: performance -----------------------------------------------------------------------------------
+
+
+class PairPlan(_Model):
+    pair: int
+    order: Literal["baseline_first", "candidate_first"]
+
+
+class Sample(_Model):
+    """One attempted invocation; never dropped."""
+
+    kind: Literal["warmup", "measured"]
+    arm: Arm
+    pair: int | None
+    attempt: int
+    position: int
+    """0 for the first invocation of a pair, 1 for the second."""
+    argv: list[str]
+    started_unix: float
+    ended_unix: float
+    elapsed_s: float
+    """Wall time of the whole process (end-to-end diagnostic, not the metric)."""
+    exit_code: int | None
+    timing_record: dict[str, object] | None
+    metric_ms: float | None
+    setup_ms: float | None = None
+    status: Literal["ok", "product_failure", "invalidated"]
+    failure: str | None = None
+    stderr_tail: str = ""
+    cpu_set: list[int]
+    affinity_observed: list[int] | None
+    affinity_at_exit: list[int] | None = None
+    """Affinity read again when the process had exited but was not yet reaped (catches a move mid-run)."""
+    affinity_ok: bool
+    interference_ms: float | None
+    telemetry: dict[str, float] = Field(default_factory=dict)
+
+
+class Invalidation(_Model):
+    pair: int
+    attempt: int
+    reason: str
+    evidence: str
+
+
+class Bounds(_Model):
+    n: int
+    confidence: float
+    lower_index: int
+    """1-based order-statistic index of the lower bound."""
+    upper_index: int
+    lower: float
+    upper: float
+    median: float
+    coverage_lower: float
+    """Exact P(X_(k) <= median) under the sampling assumption."""
+    coverage_upper: float
+
+
+class DiagnosticCheck(_Model):
+    name: str
+    statistic: float | None
+    p_value: float | None
+    threshold: str
+    breached: bool
+    detail: str
+
+
+class Bootstrap(_Model):
+    resamples: int
+    seed: int
+    median_ratio: float
+    ci_low: float
+    ci_high: float
+    note: str = "secondary effect size of paired log ratios; never decides the gate"
+
+
+class HostFacts(_Model):
+    hostname: str
+    kernel: str
+    cpu_model: str
+    logical_cpus: int
+    smt: str
+    numa_nodes: int
+    governor: str | None
+    boost: str | None
+    load_average: list[float]
+    temperature_c: float | None
+    frequency_mhz: float | None
+
+
+class Placement(_Model):
+    cpu_set: list[int]
+    physical_core: str
+    numa_node: int
+    siblings_excluded: list[int]
+    host: HostFacts
+
+
+class PerfResult(_Model):
+    timing_field: str
+    timing_scope: str
+    placement: Placement
+    schedule_seed: int
+    schedule: list[PairPlan]
+    schedule_path: str
+    warmups: list[Sample]
+    samples: list[Sample]
+    invalidations: list[Invalidation]
+    ratios: list[float]
+    """r_i = candidate / baseline of the final valid attempt of each pair, in pair order."""
+    bounds: Bounds | None
+    diagnostics: list[DiagnosticCheck]
+    bootstrap: Bootstrap | None
+    verdict: PerfVerdict
+    reason: str
+    perf_config: PerfConfig | None = None
+    """The thresholds, seed and rules declared before sampling, so the verdict is recomputable from the result
+    alone; None means the campaign config's `perf` section applied."""
+    interference_resolution_ms: float | None = None
+    """Resolution of the competing-load measurement on the node (two /proc/stat clock ticks)."""
+    sampling_assumption: str = ""
+    """The assumption the conditional order-statistic bounds rest on, as stated to reviewers."""
+
+
+# --- Sizes, rows, campaign ----------------------------------------------------------------------------------
+
+
+class SizeGate(_Model):
+    max_growth: float
+    binary_growth: float
+    text_growth: float
+    verdict: GateVerdict
+    reason: str
+
+
+class RowReport(_Model):
+    row: RowConfig
+    harness_args: list[str]
+    """The row's argv after the binary, identical for both arms."""
+    placement_cpus: list[int]
+    host: str
+    determinism: DeterminismResult | None = None
+    parity: ParityResult | None = None
+    coverage: CoverageResult | None = None
+    exceptions: list[ExceptionOutcome] = Field(default_factory=list)
+    semantic: SemanticVerdict
+    semantic_reasons: list[str]
+    performance: PerfResult | None = None
+    perf_verdict: PerfVerdict = PerfVerdict.NOT_RUN
+    perf_reason: str = "performance gate not run"
+
+
+class StopRecord(_Model):
+    """Why a campaign stopped before producing every verdict."""
+
+    stage: str
+    reason: str
+    blocking: bool
+    """True when maintainers must fix config or protocol (action required), False for a product failure."""
+
+
+class Verdicts(_Model):
+    semantic: SemanticVerdict
+    performance: PerfVerdict
+    sizes: GateVerdict
+    conclusion: CheckConclusion
+    summary: str
+
+
+class CampaignReport(_Model):
+    schema_version: Literal["kv-parity.report.v1"] = REPORT_SCHEMA_VERSION
+    campaign_id: str
+    created_unix: float
+    tool_version: str
+    config: CampaignConfig
+    config_source: str
+    revisions: list[Revision]
+    relationship: str
+    merge_base: str | None
+    determinism_patch_sha256: str | None
+    toolchain: Toolchain | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
+    trace: TraceEvidence | None = None
+    exclusions: list[str]
+    exception_records: list[ExceptionRecord] = Field(default_factory=list)
+    rows: list[RowReport] = Field(default_factory=list)
+    sizes: SizeGate | None = None
+    skipped: list[str] = Field(default_factory=list)
+    stopped: StopRecord | None = None
+    verdicts: Verdicts | None = None
+
+    def artifact(self, arm: Arm) -> Artifact:
+        return next(a for a in self.artifacts if a.arm == arm)
+
+
+# --- Verdict rules (pure; shared by the campaign and `kv-parity verify`) ------------------------------------
+
+
+def pointer_matches(pattern: str, pointer: str) -> bool:
+    """JSON-pointer match where a `*` segment stands for exactly one segment."""
+    pattern_parts = pattern.split("/")
+    pointer_parts = pointer.split("/")
+    return len(pattern_parts) == len(pointer_parts) and all(
+        p == "*" or p == q for p, q in zip(pattern_parts, pointer_parts, strict=True)
+    )
+
+
+def uncovered_pointers(row_id: str, pointers: list[str], exceptions: list[ExceptionOutcome]) -> list[str]:
+    """Differing pointers that no *verified* exception for this row covers."""
+    patterns = [
+        pattern
+        for outcome in exceptions
+        if outcome.verified and (not outcome.record.rows or row_id in outcome.record.rows)
+        for pattern in outcome.record.pointers
+    ]
+    return [p for p in pointers if not any(pointer_matches(pattern, p) for pattern in patterns)]
+
+
+def row_semantic_verdict(
+    row_id: str,
+    determinism: DeterminismResult | None,
+    parity: ParityResult | None,
+    coverage: CoverageResult | None,
+    exceptions: list[ExceptionOutcome],
+) -> tuple[SemanticVerdict, list[str]]:
+    """Stage 8's semantic rule for one row, with the reasons a reviewer needs."""
+    reasons: list[str] = []
+    if determinism is None or parity is None or coverage is None:
+        return SemanticVerdict.FAIL, ["row did not produce determinism, parity and coverage evidence"]
+    for arm in determinism.unstable_arms:
+        reasons.append(f"unstable revision: {arm} produced digests {sorted(set(determinism.digests[arm]))}")
+    reasons.extend(
+        f"missing lifecycle evidence: {check.name}: {check.detail}" for check in coverage.checks if not check.ok
+    )
+    if parity.identical:
+        return (SemanticVerdict.FAIL, reasons) if reasons else (SemanticVerdict.PASS, ["canonical digests match"])
+    uncovered = uncovered_pointers(row_id, parity.differing_pointers, exceptions)
+    if uncovered:
+        shown = ", ".join(uncovered[:5]) + (f" and {len(uncovered) - 5} more" if len(uncovered) > 5 else "")
+        reasons.append(f"{len(uncovered)} differing pointers not covered by a verified exception: {shown}")
+    if reasons:
+        return SemanticVerdict.FAIL, reasons
+    used = sorted({o.record.id for o in exceptions if o.verified})
+    return SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS, [
+        f"all {parity.differences_total} differing pointers covered by verified exceptions {used}"
+    ]
+
+
+_PERF_PRECEDENCE = (
+    PerfVerdict.FAIL,
+    PerfVerdict.BLOCKED,
+    PerfVerdict.INCONCLUSIVE,
+    PerfVerdict.NOT_RUN,
+    PerfVerdict.PASS,
+)
+
+
+def campaign_verdicts(report: CampaignReport) -> Verdicts:
+    """Combine row verdicts, the size gate and any stop into the campaign's verdicts and check conclusion."""
+    stopped = report.stopped
+    row_semantics = [row.semantic for row in report.rows]
+    if stopped is not None and stopped.blocking:
+        semantic = SemanticVerdict.BLOCKED
+    elif stopped is not None or SemanticVerdict.FAIL in row_semantics or not row_semantics:
+        semantic = SemanticVerdict.FAIL
+    elif SemanticVerdict.BLOCKED in row_semantics:
+        semantic = SemanticVerdict.BLOCKED
+    elif SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS in row_semantics:
+        semantic = SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS
+    else:
+        semantic = SemanticVerdict.PASS
+    row_perf = {row.perf_verdict for row in report.rows} or {PerfVerdict.NOT_RUN}
+    performance = next(v for v in _PERF_PRECEDENCE if v in row_perf)
+    sizes = report.sizes.verdict if report.sizes else GateVerdict.NOT_RUN
+    if SemanticVerdict.FAIL == semantic or performance == PerfVerdict.FAIL or sizes == GateVerdict.FAIL:
+        conclusion = CheckConclusion.FAILURE
+    elif SemanticVerdict.BLOCKED == semantic or performance == PerfVerdict.BLOCKED:
+        conclusion = CheckConclusion.ACTION_REQUIRED
+    elif performance in (PerfVerdict.INCONCLUSIVE, PerfVerdict.NOT_RUN) or sizes == GateVerdict.NOT_RUN:
+        conclusion = CheckConclusion.NEUTRAL
+    else:
+        conclusion = CheckConclusion.SUCCESS
+    summary = f"semantic {semantic.value} · performance {performance.value} · sizes {sizes.value}"
+    if stopped is not None:
+        summary += f" · stopped at {stopped.stage}: {stopped.reason.splitlines()[0]}"
+    return Verdicts(
+        semantic=semantic, performance=performance, sizes=sizes, conclusion=conclusion, summary=summary
+    )

@@ -1,0 +1,88 @@
+"""Stage 1: pin immutable revisions and give each its own isolated `git worktree`.
+
+The user's checkout is never touched: no checkout, no stash, no branch switch. Worktrees are detached at the
+pinned SHA and removed afterwards, so "return each checkout to its original branch" holds by construction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+class RevisionError(RuntimeError):
+    """A revision that cannot be pinned, checked out or patched; the message says which and why."""
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git with an argv list (never a shell) and return stdout; failures carry git's own message."""
+    completed = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False
+    )
+    if completed.returncode != 0:
+        raise RevisionError(f"git {' '.join(args)} failed: {completed.stderr.strip() or completed.stdout.strip()}")
+    return completed.stdout.strip()
+
+
+def resolve_sha(repo: Path, rev: str) -> str:
+    """Pin a ref or SHA to the full commit SHA it names now; moving branches are never compared."""
+    if rev.startswith("-"):
+        raise RevisionError(f"revision {rev!r} looks like an option")
+    try:
+        return git(repo, "rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}")
+    except RevisionError as exc:
+        raise RevisionError(f"cannot resolve revision {rev!r} in {repo}: {exc}") from exc
+
+
+def relationship(repo: Path, base_sha: str, head_sha: str) -> tuple[str, str | None]:
+    """Stage 1.1: how the baseline relates to the candidate, plus their merge base."""
+    if base_sha == head_sha:
+        return "identical", base_sha
+    merge_base = git(repo, "merge-base", base_sha, head_sha) or None
+    if merge_base == base_sha:
+        return "ancestor", merge_base
+    if merge_base == head_sha:
+        return "descendant", merge_base
+    return ("diverged" if merge_base else "unrelated"), merge_base
+
+
+def checkout_state(repo: Path) -> tuple[str, str, str]:
+    """HEAD's symbolic ref (or SHA), HEAD's SHA and `git status --porcelain`: must be unchanged by a campaign."""
+    try:
+        symbolic = git(repo, "symbolic-ref", "-q", "HEAD")
+    except RevisionError:
+        symbolic = "(detached)"
+    return symbolic, git(repo, "rev-parse", "HEAD"), git(repo, "status", "--porcelain")
+
+
+@contextmanager
+def worktree(repo: Path, sha: str, path: Path) -> Iterator[Path]:
+    """A detached worktree at exactly `sha`, removed (with its build target) when the block ends."""
+    if path.exists():
+        raise RevisionError(f"worktree path {path} already exists; refusing to reuse a checkout")
+    git(repo, "worktree", "add", "--detach", str(path), sha)
+    try:
+        actual = git(path, "rev-parse", "HEAD")
+        if actual != sha:
+            raise RevisionError(f"worktree {path} is at {actual}, expected {sha}")
+        yield path
+    finally:
+        git(repo, "worktree", "remove", "--force", str(path))
+        git(repo, "worktree", "prune")
+
+
+def apply_patch(tree: Path, patch: Path) -> str:
+    """Stage 1.3: apply the determinism patch to one worktree; returns its SHA-256 for the record."""
+    try:
+        data = patch.read_bytes()
+    except OSError as exc:
+        raise RevisionError(f"cannot read determinism patch {patch}: {exc.strerror}") from exc
+    try:
+        git(tree, "apply", "--check", str(patch))
+    except RevisionError as exc:
+        raise RevisionError(f"determinism patch {patch} does not apply to {tree}: {exc}") from exc
+    git(tree, "apply", str(patch))
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,318 @@
+"""Stage 7 statistics: exact order-statistic bounds, serial-dependence diagnostics, paired bootstrap.
+
+Pure functions of the recorded pairs, so the campaign and `kv-parity verify` compute the same numbers. The
+gate is distribution-free but conditional on exchangeable ratios; the diagnostics are how that assumption is
+checked, and a breach makes the row INCONCLUSIVE instead of applying the gate (Stage 7.4-7.5).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from runners.config import DiagnosticsThresholds, PerfConfig
+from runners.report import Bootstrap, Bounds, DiagnosticCheck, PairPlan, PerfVerdict, Sample
+
+SAMPLING_ASSUMPTION = (
+    "paired ratios are exchangeable across pairs: one pinned fresh process at a time, adjacent pair members, "
+    "balanced arm order in a seeded random sequence; checked by the predeclared dependence diagnostics"
+)
+
+
+@dataclass(frozen=True)
+class PairObservation:
+    """One completed pair as the statistics see it: the final valid attempt only."""
+
+    pair: int
+    order: str
+    ratio: float
+    elapsed_s: float
+    """Start of the pair's first invocation, relative to the first measured invocation of the row."""
+    telemetry: dict[str, float] = field(default_factory=dict)
+    """Per-key mean over the pair's two invocations, only for keys both recorded."""
+
+
+def _binomial_half_cdf(n: int, k: int) -> Fraction:
+    """Exact P(Binomial(n, 1/2) <= k)."""
+    return Fraction(sum(math.comb(n, i) for i in range(0, k + 1)), 2**n)
+
+
+def order_statistic_bounds(n: int, confidence: float) -> tuple[int, int, float, float]:
+    """1-based (lower, upper) order-statistic indices of one-sided bounds for the median, with exact coverage.
+
+    X_(k) <= median unless at most k-1 observations fall below it, so P(X_(k) <= median) = 1 - F(k-1) with F
+    the Binomial(n, 1/2) CDF; the lower index is the largest k whose coverage still reaches `confidence`. The
+    upper index mirrors it (n + 1 - k) by symmetry of Binomial(n, 1/2).
+    """
+    if n < 1:
+        raise ValueError("order-statistic bounds need at least one ratio")
+    alpha = Fraction(1) - Fraction(repr(confidence))
+    lower = 0
+    for k in range(1, n + 1):
+        if _binomial_half_cdf(n, k - 1) <= alpha:
+            lower = k
+        else:
+            break
+    if lower == 0:
+        raise ValueError(
+            f"{n} ratios cannot give a one-sided {confidence:.0%} bound on the median; add pairs"
+        )
+    coverage = float(1 - _binomial_half_cdf(n, lower - 1))
+    return lower, n + 1 - lower, coverage, coverage
+
+
+def bounds(ratios: list[float], confidence: float) -> Bounds:
+    """The conditional distribution-free one-sided bounds on the population median ratio (Stage 7.6)."""
+    lower_index, upper_index, coverage_lower, coverage_upper = order_statistic_bounds(len(ratios), confidence)
+    ordered = sorted(ratios)
+    return Bounds(
+        n=len(ratios),
+        confidence=confidence,
+        lower_index=lower_index,
+        upper_index=upper_index,
+        lower=ordered[lower_index - 1],
+        upper=ordered[upper_index - 1],
+        median=float(np.median(ordered)),
+        coverage_lower=coverage_lower,
+        coverage_upper=coverage_upper,
+    )
+
+
+def gate(result: Bounds, threshold: float) -> PerfVerdict:
+    """Stage 7.7-7.9: pass on upper <= threshold, fail on lower > threshold, otherwise inconclusive."""
+    if result.upper <= threshold:
+        return PerfVerdict.PASS
+    if result.lower > threshold:
+        return PerfVerdict.FAIL
+    return PerfVerdict.INCONCLUSIVE
+
+
+def autocorrelation(values: list[float], lag: int) -> float | None:
+    """Sample autocorrelation at `lag` (None when the series is constant or too short)."""
+    x = np.asarray(values, dtype=float)
+    if lag < 1 or lag >= len(x):
+        return None
+    centred = x - x.mean()
+    denominator = float(np.dot(centred, centred))
+    if denominator == 0.0:
+        return None
+    return float(np.dot(centred[:-lag], centred[lag:]) / denominator)
+
+
+def _kendall(name: str, x: list[float], y: list[float], min_p: float, what: str) -> DiagnosticCheck:
+    """Kendall's tau between a covariate and the log ratios; a small p means a trend (breach)."""
+    threshold = f"p >= {min_p:g}"
+    if len(set(x)) < 2 or len(set(y)) < 2:
+        return DiagnosticCheck(
+            name=name,
+            statistic=None,
+            p_value=None,
+            threshold=threshold,
+            breached=False,
+            detail=f"not available: {what} is constant",
+        )
+    result = scipy_stats.kendalltau(x, y)
+    tau, p = float(result.statistic), float(result.pvalue)
+    return DiagnosticCheck(
+        name=name,
+        statistic=tau,
+        p_value=p,
+        threshold=threshold,
+        breached=p < min_p,
+        detail=f"Kendall tau of log ratio against {what}: {tau:+.3f} (p={p:.3g})",
+    )
+
+
+def diagnostics(
+    observations: list[PairObservation], thresholds: DiagnosticsThresholds
+) -> list[DiagnosticCheck]:
+    """Serial-dependence and order checks of the log ratios in run order, against predeclared thresholds."""
+    logs = [math.log(o.ratio) for o in observations]
+    checks: list[DiagnosticCheck] = []
+    for lag in thresholds.autocorr_lags:
+        r = autocorrelation(logs, lag)
+        limit = f"|r| <= {thresholds.max_abs_autocorr:g}"
+        if r is None:
+            checks.append(
+                DiagnosticCheck(
+                    name=f"autocorrelation lag {lag}",
+                    statistic=None,
+                    p_value=None,
+                    threshold=limit,
+                    breached=False,
+                    detail="not available: series constant or shorter than the lag",
+                )
+            )
+            continue
+        checks.append(
+            DiagnosticCheck(
+                name=f"autocorrelation lag {lag}",
+                statistic=r,
+                p_value=None,
+                threshold=limit,
+                breached=abs(r) > thresholds.max_abs_autocorr,
+                detail=f"lag-{lag} autocorrelation of log ratios in run order: {r:+.3f}",
+            )
+        )
+    checks.append(
+        _kendall(
+            "trend vs pair index",
+            [float(o.pair) for o in observations],
+            logs,
+            thresholds.min_trend_p,
+            "pair index",
+        )
+    )
+    checks.append(
+        _kendall(
+            "trend vs elapsed time",
+            [o.elapsed_s for o in observations],
+            logs,
+            thresholds.min_trend_p,
+            "elapsed time",
+        )
+    )
+    checks.append(_order_effect(observations, logs, thresholds.min_order_effect_p))
+    checks.extend(_telemetry(observations, logs, thresholds.min_telemetry_p))
+    return checks
+
+
+def _order_effect(observations: list[PairObservation], logs: list[float], min_p: float) -> DiagnosticCheck:
+    """Mann-Whitney U of log ratios, baseline-first pairs against candidate-first pairs."""
+    first = [v for o, v in zip(observations, logs, strict=True) if o.order == "baseline_first"]
+    second = [v for o, v in zip(observations, logs, strict=True) if o.order == "candidate_first"]
+    threshold = f"p >= {min_p:g}"
+    if not first or not second:
+        return DiagnosticCheck(
+            name="order effect",
+            statistic=None,
+            p_value=None,
+            threshold=threshold,
+            breached=False,
+            detail="not available: only one arm order present",
+        )
+    result = scipy_stats.mannwhitneyu(first, second, alternative="two-sided")
+    u, p = float(result.statistic), float(result.pvalue)
+    detail = (
+        f"Mann-Whitney U {u:g} (p={p:.3g}); median ratio baseline-first "
+        f"{math.exp(float(np.median(first))):.4f}, candidate-first {math.exp(float(np.median(second))):.4f}"
+    )
+    return DiagnosticCheck(
+        name="order effect", statistic=u, p_value=p, threshold=threshold, breached=p < min_p, detail=detail
+    )
+
+
+def _telemetry(observations: list[PairObservation], logs: list[float], min_p: float) -> list[DiagnosticCheck]:
+    """Kendall tau against each telemetry series every pair recorded; "not available" when there is none."""
+    keys = sorted(set.intersection(*(set(o.telemetry) for o in observations))) if observations else []
+    if not keys:
+        return [
+            DiagnosticCheck(
+                name="telemetry",
+                statistic=None,
+                p_value=None,
+                threshold=f"p >= {min_p:g}",
+                breached=False,
+                detail="not available: no telemetry recorded for every pair",
+            )
+        ]
+    return [
+        _kendall(f"telemetry {key}", [o.telemetry[key] for o in observations], logs, min_p, key)
+        for key in keys
+    ]
+
+
+def bootstrap(ratios: list[float], resamples: int, seed: int, confidence: float = 0.95) -> Bootstrap:
+    """Percentile bootstrap of the median log ratio (secondary effect size; never decides the gate)."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(logs), size=(resamples, len(logs)))
+    medians = np.median(logs[draws], axis=1)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(medians, [tail, 1.0 - tail])
+    return Bootstrap(
+        resamples=resamples,
+        seed=seed,
+        median_ratio=float(math.exp(float(np.median(logs)))),
+        ci_low=float(math.exp(float(low))),
+        ci_high=float(math.exp(float(high))),
+    )
+
+
+def observations(schedule: list[PairPlan], samples: list[Sample]) -> list[PairObservation]:
+    """The final valid attempt of each scheduled pair that has one, in pair order.
+
+    A valid attempt has both members measured with status ok; reruns happen only after an invalidation, so
+    the highest such attempt is the one the gate uses.
+    """
+    measured = [s for s in samples if s.kind == "measured" and s.pair is not None]
+    if not measured:
+        return []
+    origin = min(s.started_unix for s in measured)
+    result: list[PairObservation] = []
+    for plan in schedule:
+        attempts: dict[int, list[Sample]] = {}
+        for sample in measured:
+            if sample.pair == plan.pair and sample.status == "ok":
+                attempts.setdefault(sample.attempt, []).append(sample)
+        complete = [
+            a for a, members in attempts.items() if {m.arm for m in members} == {"baseline", "candidate"}
+        ]
+        if not complete:
+            continue
+        members = attempts[max(complete)]
+        by_arm = {m.arm: m for m in members}
+        baseline, candidate = by_arm["baseline"].metric_ms, by_arm["candidate"].metric_ms
+        if baseline is None or candidate is None:
+            continue
+        shared = set(by_arm["baseline"].telemetry) & set(by_arm["candidate"].telemetry)
+        result.append(
+            PairObservation(
+                pair=plan.pair,
+                order=plan.order,
+                ratio=candidate / baseline,
+                elapsed_s=min(m.started_unix for m in members) - origin,
+                telemetry={
+                    k: (by_arm["baseline"].telemetry[k] + by_arm["candidate"].telemetry[k]) / 2
+                    for k in shared
+                },
+            )
+        )
+    return result
+
+
+def decide(
+    pairs: list[PairObservation], perf: PerfConfig, bootstrap_seed: int
+) -> tuple[PerfVerdict, str, Bounds, list[DiagnosticCheck], Bootstrap]:
+    """Verdict for a complete series: diagnostics first; the order-statistic gate only when none breached."""
+    ratios = [p.ratio for p in pairs]
+    result = bounds(ratios, perf.confidence)
+    checks = diagnostics(pairs, perf.diagnostics)
+    effect = bootstrap(ratios, perf.bootstrap_resamples, bootstrap_seed, perf.confidence)
+    breached = [c for c in checks if c.breached]
+    if breached:
+        names = "; ".join(f"{c.name} ({c.detail}, threshold {c.threshold})" for c in breached)
+        return (
+            PerfVerdict.INCONCLUSIVE,
+            f"dependence diagnostic breached: {names}; exchangeability not justified, so the order-statistic "
+            "gate was not applied",
+            result,
+            checks,
+            effect,
+        )
+    verdict = gate(result, perf.threshold)
+    span = (
+        f"{result.confidence:.0%} one-sided bounds on the median ratio over {result.n} pairs: "
+        f"lower X({result.lower_index})={result.lower:.4f}, upper X({result.upper_index})={result.upper:.4f}"
+    )
+    if verdict == PerfVerdict.PASS:
+        reason = f"{span}; upper <= {perf.threshold:g}"
+    elif verdict == PerfVerdict.FAIL:
+        reason = f"{span}; lower > {perf.threshold:g}: candidate is slower than the accepted window"
+    else:
+        reason = f"{span}; the interval straddles {perf.threshold:g} (no adaptive resampling)"
+    return verdict, reason, result, checks, effect

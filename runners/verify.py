@@ -1,0 +1,206 @@
+"""`kv-parity verify`: recompute every verdict from a report file alone and list where the report disagrees.
+
+Nothing is trusted that can be rederived: sample statuses are reclassified from exit codes and timing
+records, invalidations from the recorded affinity and interference evidence, ratios from the stored metrics,
+the schedule from its seed, and every verdict and number from the same rules the campaign used. Prose
+(reasons) is not compared: its wording may change between tool versions, the numbers in it may not.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from runners.config import PerfConfig
+from runners.perf import breaches, classify, evaluate, make_schedule, schedule_seed
+from runners.report import (
+    CampaignReport,
+    PerfResult,
+    PerfVerdict,
+    RowReport,
+    Sample,
+    SemanticVerdict,
+    campaign_verdicts,
+    row_semantic_verdict,
+)
+from runners.sizes import size_gate
+
+
+def _same(left: object, right: object) -> bool:
+    """Structural equality that tolerates float rounding from a JSON round trip."""
+    if isinstance(left, BaseModel) and isinstance(right, BaseModel):
+        return _same(left.model_dump(), right.model_dump())
+    if isinstance(left, float | int) and isinstance(right, float | int) and not isinstance(left, bool):
+        return math.isclose(left, right, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_same(left[k], right[k]) for k in left)
+    if isinstance(left, list | tuple) and isinstance(right, list | tuple):
+        return len(left) == len(right) and all(_same(a, b) for a, b in zip(left, right, strict=True))
+    return left == right
+
+
+def _sample_name(sample: Sample) -> str:
+    if sample.kind == "warmup":
+        return f"{sample.arm} warmup {sample.position}"
+    return f"{sample.arm} pair {sample.pair} attempt {sample.attempt} position {sample.position}"
+
+
+def _audit_sample(sample: Sample, timing_field: str) -> list[str]:
+    """The stored status, failure and metric must follow from the process status and timing record."""
+    where = _sample_name(sample)
+    problems = []
+    meaning = classify(sample.exit_code, sample.timing_record, sample.failure, timing_field)
+    expected_status: str = meaning.status
+    if sample.status == "invalidated" and meaning.status == "ok":
+        expected_status = "invalidated"
+    if sample.status != expected_status:
+        problems.append(f"{where}: status {sample.status!r}, but its evidence says {expected_status!r}")
+    if meaning.status == "ok" and not _same(sample.metric_ms, meaning.metric_ms):
+        problems.append(
+            f"{where}: metric_ms {sample.metric_ms} differs from the timing record's `{timing_field}` "
+            f"{meaning.metric_ms}"
+        )
+    observed_ok = sample.affinity_observed == sample.cpu_set and sample.affinity_at_exit in (
+        None,
+        sample.cpu_set,
+    )
+    if sample.affinity_ok != observed_ok:
+        problems.append(f"{where}: affinity_ok={sample.affinity_ok} contradicts the observed affinity")
+    return problems
+
+
+def _audit_invalidations(perf: PerfResult, config: PerfConfig) -> list[str]:
+    """Exactly the pairs that hit a predeclared environmental condition are invalidated, both members."""
+    problems = []
+    attempts: dict[tuple[int, int], list[Sample]] = {}
+    for sample in perf.samples:
+        if sample.kind == "measured" and sample.pair is not None:
+            attempts.setdefault((sample.pair, sample.attempt), []).append(sample)
+    recorded = {(i.pair, i.attempt) for i in perf.invalidations}
+    orders = {plan.pair: plan.order for plan in perf.schedule}
+    for (pair, attempt), members in sorted(attempts.items()):
+        arms = [m.arm for m in sorted(members, key=lambda m: m.position)]
+        first = "baseline" if orders.get(pair) == "baseline_first" else "candidate"
+        if arms[0] != first:
+            problems.append(
+                f"pair {pair} attempt {attempt}: ran {arms}, not the scheduled {orders.get(pair)}"
+            )
+        if any(m.status == "product_failure" for m in members):
+            continue
+        hit = any(breaches(m, config.invalidation) for m in members)
+        invalidated = [m.status == "invalidated" for m in members]
+        where = f"pair {pair} attempt {attempt}"
+        if hit and (not all(invalidated) or (pair, attempt) not in recorded):
+            problems.append(f"{where}: breached an invalidation rule but was not invalidated and recorded")
+        if not hit and (any(invalidated) or (pair, attempt) in recorded):
+            problems.append(f"{where}: invalidated without a predeclared condition")
+    return problems
+
+
+def verify_performance(perf: PerfResult, config: PerfConfig, row_id: str) -> list[str]:
+    """Disagreements between a stored PerfResult and its recomputation."""
+    problems = []
+    seed = schedule_seed(config.seed, row_id)
+    if perf.schedule_seed != seed:
+        problems.append(
+            f"schedule seed {perf.schedule_seed} is not the one derived from seed {config.seed}: {seed}"
+        )
+    if perf.schedule != make_schedule(perf.schedule_seed, config.pairs):
+        problems.append("stored schedule is not the one its seed generates")
+    for sample in [*perf.warmups, *perf.samples]:
+        problems.extend(_audit_sample(sample, perf.timing_field))
+    problems.extend(_audit_invalidations(perf, config))
+    outcome = evaluate(perf, config)
+    if outcome.verdict != perf.verdict:
+        problems.append(f"performance verdict {perf.verdict.value}, recomputed {outcome.verdict.value}")
+    for name in ("ratios", "bounds", "diagnostics", "bootstrap"):
+        if not _same(getattr(perf, name), getattr(outcome, name)):
+            problems.append(f"performance {name} differ from their recomputation")
+    return problems
+
+
+def _verify_row(report: CampaignReport, row: RowReport) -> list[str]:
+    problems = []
+    where = f"row {row.row.id}"
+    semantic, _ = row_semantic_verdict(row.row.id, row.determinism, row.parity, row.coverage, row.exceptions)
+    if row.parity is not None:
+        allowed = report.config.harness.exclusions
+        if any(p not in allowed for pointers in row.parity.harness_exclusions.values() for p in pointers):
+            semantic = SemanticVerdict.FAIL
+    blocked_before_parity = row.parity is None and row.semantic == SemanticVerdict.BLOCKED
+    if semantic != row.semantic and not blocked_before_parity:
+        problems.append(f"{where}: semantic verdict {row.semantic.value}, recomputed {semantic.value}")
+    perf = row.performance
+    if perf is None:
+        if row.perf_verdict not in (PerfVerdict.NOT_RUN, PerfVerdict.BLOCKED):
+            problems.append(f"{where}: performance {row.perf_verdict.value} without any performance evidence")
+        return problems
+    config = perf.perf_config or report.config.perf
+    if perf.perf_config is not None and perf.perf_config != report.config.perf:
+        problems.append(f"{where}: performance ran with thresholds that differ from the campaign config")
+    problems.extend(f"{where}: {p}" for p in verify_performance(perf, config, row.row.id))
+    if row.perf_verdict != perf.verdict:
+        problems.append(
+            f"{where}: row performance verdict {row.perf_verdict.value}, its evidence says "
+            f"{perf.verdict.value}"
+        )
+    return problems
+
+
+def _verify_sizes(report: CampaignReport) -> list[str]:
+    if report.sizes is None:
+        return []
+    arms = {a.arm for a in report.artifacts}
+    if arms != {"baseline", "candidate"}:
+        return [f"size gate stored but artifacts recorded for {sorted(arms)}"]
+    expected = size_gate(
+        report.artifact("baseline"), report.artifact("candidate"), report.config.sizes.max_growth
+    )
+    if not _same(report.sizes.model_dump(exclude={"reason"}), expected.model_dump(exclude={"reason"})):
+        return [
+            f"size gate {report.sizes.verdict.value} ({report.sizes.reason}), recomputed "
+            f"{expected.verdict.value} ({expected.reason})"
+        ]
+    return []
+
+
+def verify_report(report: CampaignReport) -> list[str]:
+    """Every disagreement between the report and its recomputation; empty means consistent."""
+    problems = [p for row in report.rows for p in _verify_row(report, row)]
+    problems.extend(_verify_sizes(report))
+    expected = campaign_verdicts(report)
+    if report.verdicts is None:
+        problems.append(f"report has no campaign verdicts; recomputed: {expected.summary}")
+    else:
+        for name in ("semantic", "performance", "sizes", "conclusion", "summary"):
+            stored, recomputed = getattr(report.verdicts, name), getattr(expected, name)
+            if stored != recomputed:
+                problems.append(f"campaign {name}: stored {stored}, recomputed {recomputed}")
+    return problems
+
+
+def main_verify(path: Path) -> int:
+    """CLI body: 0 when consistent, 1 on any disagreement, 2 when the file is not a readable report."""
+    try:
+        report = CampaignReport.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        print(f"cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        print(
+            f"{path} is not a {CampaignReport.model_fields['schema_version'].default} report:\n{exc}",
+            file=sys.stderr,
+        )
+        return 2
+    problems = verify_report(report)
+    if problems:
+        print(f"{path}: {len(problems)} disagreement(s) with the recomputation:")
+        for problem in problems:
+            print(f"  - {problem}")
+        return 1
+    summary = report.verdicts.summary if report.verdicts else ""
+    print(f"{path}: consistent ({len(report.rows)} rows; {summary})")
+    return 0

@@ -1,0 +1,68 @@
+"""Shared fixtures: real builds of fixture-harness variants, the generated demo trace, demo row args."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runners.build import build_artifact
+from runners.config import CampaignConfig
+from runners.demo import Knob, commit_change, demo_config, init_fixture_repo
+from runners.demo_trace import generate_demo_trace
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED_TRACE = SHARED / "data" / "mooncake_trace_1000.jsonl"
+
+
+class HarnessBuilder:
+    """Release builds of fixture variants, one real `cargo build` per distinct knob set, cached per session."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._cache: dict[str, Path] = {}
+
+    def binary(self, **knobs: Knob) -> Path:
+        key = hashlib.sha256(json.dumps(knobs, sort_keys=True).encode()).hexdigest()[:12]
+        if key not in self._cache:
+            repo = self.root / f"variant-{key}"
+            init_fixture_repo(repo)
+            sha = commit_change(repo, f"variant {knobs}", knobs=knobs)
+            artifact = build_artifact(repo, "candidate", sha, demo_config().build, self.root / "bin" / key)
+            self._cache[key] = self.root / "bin" / key / artifact.binary_name
+        return self._cache[key]
+
+
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> HarnessBuilder:
+    return HarnessBuilder(tmp_path_factory.mktemp("harness"))
+
+
+@pytest.fixture(scope="session")
+def campaign_config() -> CampaignConfig:
+    return demo_config()
+
+
+@pytest.fixture(scope="session")
+def demo_trace(tmp_path_factory: pytest.TempPathFactory, campaign_config: CampaignConfig) -> Path:
+    path = tmp_path_factory.mktemp("trace") / "demo-trace.jsonl"
+    digest = generate_demo_trace(path, rows=campaign_config.trace.offset + campaign_config.trace.count)
+    assert digest == campaign_config.trace.sha256
+    return path
+
+
+@pytest.fixture(scope="session")
+def demo_row_args(campaign_config: CampaignConfig, demo_trace: Path) -> list[str]:
+    """Argv after the binary for the demo's first (aggregated) row."""
+    row = campaign_config.rows[0]
+    return [str(demo_trace), *campaign_config.harness.common_args, *row.args]
+
+
+@pytest.fixture()
+def fixture_repo(tmp_path: Path) -> Iterator[Path]:
+    repo = tmp_path / "repo"
+    init_fixture_repo(repo)
+    yield repo

@@ -1,0 +1,238 @@
+"""End-to-end campaigns with real git worktrees, real cargo builds and real harness processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runners.campaign import CampaignRequest, run_campaign
+from runners.config import CampaignConfig
+from runners.demo import commit_change
+from runners.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict
+from runners.revisions import checkout_state
+
+AGG_ROW = "vllm-agg"
+DISAGG_ROW = "vllm-disagg"
+
+
+def quick(config: CampaignConfig, **trace: object) -> CampaignConfig:
+    """The demo config with a short performance gate: these tests are about correctness."""
+    perf = config.perf.model_copy(update={"pairs": 10, "warmups_per_arm": 1})
+    updates: dict[str, object] = {"perf": perf}
+    if trace:
+        updates["trace"] = config.trace.model_copy(update=trace)
+    return config.model_copy(update=updates)
+
+
+def campaign(repo: Path, head: str, config: CampaignConfig, trace: Path, out: Path,
+             rows: list[str]) -> CampaignReport:
+    before = checkout_state(repo)
+    report = run_campaign(CampaignRequest(repo=repo, base="main", head=head, config=config, config_source="test",
+                                          out_dir=out, rows=rows, trace_path=trace))
+    assert checkout_state(repo) == before, "the user's checkout and branch must be unchanged"
+    assert subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True,
+                          check=True).stdout.count("\n") == 1, "campaign worktrees must be removed"
+    return report
+
+
+def branch(repo: Path, name: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", name], check=True)
+
+
+def back_to_main(repo: Path) -> None:
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "main"], check=True)
+
+
+def test_identical_revisions_pass_with_equal_digests(fixture_repo: Path, campaign_config: CampaignConfig,
+                                                     demo_trace: Path, tmp_path: Path) -> None:
+    branch(fixture_repo, "feature")
+    head = commit_change(fixture_repo, "reword comments", touch_comment=True)
+    back_to_main(fixture_repo)
+    report = campaign(fixture_repo, head, quick(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
+
+    assert report.relationship == "ancestor"
+    row = report.rows[0]
+    assert row.semantic == SemanticVerdict.PASS
+    assert row.parity is not None and row.parity.identical
+    assert row.parity.baseline_digest == row.parity.candidate_digest
+    assert row.determinism is not None
+    assert {len(set(d)) for d in row.determinism.digests.values()} == {1}
+    assert all(check.ok for check in row.coverage.checks) if row.coverage else False
+    assert row.perf_verdict != PerfVerdict.NOT_RUN
+    assert report.sizes is not None
+    assert {a.arm: a.features for a in report.artifacts} == {"baseline": ["replay-bench"],
+                                                              "candidate": ["replay-bench"]}
+    assert report.trace is not None and report.trace.count == campaign_config.trace.count
+    assert not (tmp_path / "out" / "work").exists(), "temporary traces, binaries and worktrees are cleaned up"
+    assert not (tmp_path / "out" / "evidence").exists(), "matching full reports are not kept"
+
+
+def test_entropy_leak_fails_as_unstable_revision(fixture_repo: Path, campaign_config: CampaignConfig,
+                                                 demo_trace: Path, tmp_path: Path) -> None:
+    branch(fixture_repo, "leak")
+    head = commit_change(fixture_repo, "hash-ordered tie-break", knobs={"ENTROPY_LEAK": True})
+    back_to_main(fixture_repo)
+    report = campaign(fixture_repo, head, quick(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
+
+    row = report.rows[0]
+    assert row.semantic == SemanticVerdict.FAIL
+    assert row.determinism is not None and row.determinism.unstable_arms == ["candidate"]
+    assert any(r.startswith("unstable revision: candidate") for r in row.semantic_reasons)
+    assert row.perf_verdict == PerfVerdict.NOT_RUN
+    assert report.verdicts is not None and report.verdicts.conclusion == CheckConclusion.FAILURE
+
+
+SEMANTIC_EXCEPTION = """
+[[exception]]
+id = "kv-transfer-destination-missing"
+pointers = ["/per_request/*/decode_admit_ms", "/per_request/*/destination_activated_ms",
+            "/per_request/*/first_token_ms", "/per_request/*/ttft_ms", "/per_request/*/e2e_latency_ms",
+            "/per_request/*/terminal_time_ms", "/per_request/*/itl_ms", "/summary/*", "/coverage/*/*",
+            "/coverage/*/*/*", "/coverage/*/*/*/*", "/coverage/*/*/*/*/*", "/per_request/*/*",
+            "/per_request/*/*/*/*"]
+rows = ["vllm-disagg"]
+baseline_behavior = "KV transfer time counts the whole prompt even when the decode worker already holds it"
+candidate_behavior = "KV transfer time counts only the destination-missing tokens"
+source_of_truth = "engine handoff semantics: only missing blocks cross the wire"
+why_intended = "the candidate's change is exactly the transfer-size computation; both revisions are stable"
+compatibility_impact = "per-request timing fields of disaggregated rows move earlier; schema unchanged"
+disposition = "accepted by reviewers of the fixture"
+regression_test = ["{python}", "regression/transfer_time.py", "{binary}", "{trace}", "{expect}"]
+"""
+
+REGRESSION_SCRIPT = '''
+"""Fails when KV transfer time counts the full prompt for a decode worker that already holds it."""
+import json, subprocess, sys, tempfile, pathlib
+binary, trace, expect = sys.argv[1], sys.argv[2], sys.argv[3]
+out = pathlib.Path(tempfile.mkdtemp()) / "c.jsonl"
+args = [binary, trace, "--serving-mode", "disagg", "--num-prefill-workers", "2", "--num-decode-workers", "2",
+        "--kv-bytes-per-token", "262144", "--kv-transfer-bandwidth", "1", "--canonical-reports-jsonl", str(out)]
+subprocess.run(args, check=True, capture_output=True)
+report = json.loads(out.read_text().splitlines()[0])
+total = sum(r["decode_admit_ms"] for r in report["per_request"] if r["decode_admit_ms"] is not None)
+print("total decode admit", total)
+sys.exit(0 if (expect == "smaller" and total < float(sys.argv[4])) or expect == "always" else 1)
+'''
+
+
+def _exception_files(expect: str) -> dict[str, str]:
+    record = SEMANTIC_EXCEPTION.replace("{python}", sys.executable).replace("{expect}", expect)
+    return {".kv-parity/exceptions.toml": record, "regression/transfer_time.py": REGRESSION_SCRIPT}
+
+
+@pytest.fixture()
+def semantic_head(fixture_repo: Path) -> str:
+    branch(fixture_repo, "semantic")
+    head = commit_change(fixture_repo, "transfer only missing tokens", knobs={"SEMANTIC_CHANGE": True})
+    back_to_main(fixture_repo)
+    return head
+
+
+def test_semantic_change_fails_listing_exact_pointers(fixture_repo: Path, semantic_head: str,
+                                                      campaign_config: CampaignConfig, demo_trace: Path,
+                                                      tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    report = campaign(fixture_repo, semantic_head, quick(campaign_config), demo_trace, out, [DISAGG_ROW])
+    row = report.rows[0]
+    assert row.semantic == SemanticVerdict.FAIL
+    assert row.parity is not None and not row.parity.identical
+    assert row.parity.differences_total == len(row.parity.differing_pointers) > 0
+    first = row.parity.differences[0]
+    assert first.pointer.startswith("/") and first.baseline != first.candidate
+    assert "per_request" in row.parity.differing_sections
+    assert any("/per_request/" in p and p.endswith("decode_admit_ms") for p in row.parity.differing_pointers)
+    assert any("not covered by a verified exception" in r for r in row.semantic_reasons)
+    kept = out / "evidence"
+    assert (kept / f"{DISAGG_ROW}-baseline.canonical.json").is_file()
+    assert (kept / f"{DISAGG_ROW}-focused-diff.json").is_file()
+    assert json.loads((kept / f"{DISAGG_ROW}-focused-diff.json").read_text())[0]["pointer"] == first.pointer
+
+
+def test_semantic_change_with_verified_exception_passes_with_exceptions(
+        fixture_repo: Path, campaign_config: CampaignConfig, demo_trace: Path, tmp_path: Path) -> None:
+    branch(fixture_repo, "semantic-with-record")
+    head = commit_change(fixture_repo, "transfer only missing tokens, with evidence",
+                         knobs={"SEMANTIC_CHANGE": True}, files=_exception_files("smaller"))
+    back_to_main(fixture_repo)
+    report = campaign(fixture_repo, head, quick(campaign_config), demo_trace, tmp_path / "out", [DISAGG_ROW])
+    outcome = report.rows[0].exceptions[0]
+    assert outcome.verified, outcome.reason
+    assert [r.arm for r in outcome.runs] == ["baseline", "candidate"]
+    assert outcome.runs[0].exit_code != 0 and outcome.runs[1].exit_code == 0
+    assert report.rows[0].semantic == SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS
+
+
+def test_exception_whose_test_also_passes_on_base_fails(fixture_repo: Path, campaign_config: CampaignConfig,
+                                                        demo_trace: Path, tmp_path: Path) -> None:
+    branch(fixture_repo, "semantic-weak-record")
+    head = commit_change(fixture_repo, "transfer only missing tokens, weak test",
+                         knobs={"SEMANTIC_CHANGE": True}, files=_exception_files("always"))
+    back_to_main(fixture_repo)
+    report = campaign(fixture_repo, head, quick(campaign_config), demo_trace, tmp_path / "out", [DISAGG_ROW])
+    outcome = report.rows[0].exceptions[0]
+    assert not outcome.verified
+    assert "also passes on the baseline" in outcome.reason
+    assert report.rows[0].semantic == SemanticVerdict.FAIL
+
+
+def test_missing_flag_stops_naming_flag_and_revision(fixture_repo: Path, campaign_config: CampaignConfig,
+                                                     demo_trace: Path, tmp_path: Path) -> None:
+    branch(fixture_repo, "drop-flag")
+    head = commit_change(fixture_repo, "drop a flag", knobs={"DROP_FLAG": "--num-gpu-blocks"})
+    back_to_main(fixture_repo)
+    report = campaign(fixture_repo, head, quick(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
+    assert report.stopped is not None and report.stopped.stage == "preflight"
+    assert "--num-gpu-blocks" in report.stopped.reason and "candidate" in report.stopped.reason
+    assert head[:12] in report.stopped.reason
+    assert report.rows == []
+    assert report.verdicts is not None and report.verdicts.conclusion == CheckConclusion.ACTION_REQUIRED
+
+
+def test_wrong_trace_checksum_is_a_clear_error(fixture_repo: Path, campaign_config: CampaignConfig,
+                                               demo_trace: Path, tmp_path: Path) -> None:
+    config = quick(campaign_config, sha256="0" * 64)
+    report = campaign(fixture_repo, "main", config, demo_trace, tmp_path / "out", [AGG_ROW])
+    assert report.stopped is not None and report.stopped.stage == "trace"
+    assert "0" * 64 in report.stopped.reason and campaign_config.trace.sha256 in report.stopped.reason
+    assert report.artifacts == [], "nothing is built before the trace is verified"
+
+
+def test_short_trace_is_refused_never_padded(fixture_repo: Path, campaign_config: CampaignConfig,
+                                             demo_trace: Path, tmp_path: Path) -> None:
+    config = quick(campaign_config, count=campaign_config.trace.count + 1)
+    report = campaign(fixture_repo, "main", config, demo_trace, tmp_path / "out", [AGG_ROW])
+    assert report.stopped is not None and report.stopped.stage == "trace"
+    assert "never padded" in report.stopped.reason
+
+
+def test_crashing_harness_fails_with_stderr_tail(fixture_repo: Path, campaign_config: CampaignConfig,
+                                                 demo_trace: Path, tmp_path: Path) -> None:
+    branch(fixture_repo, "crash")
+    head = commit_change(fixture_repo, "crash", knobs={"CRASH_MODE": "always"})
+    back_to_main(fixture_repo)
+    report = campaign(fixture_repo, head, quick(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
+    row = report.rows[0]
+    assert row.semantic == SemanticVerdict.FAIL
+    assert any(r.startswith("product failure: candidate") and "panicked" in r for r in row.semantic_reasons)
+    assert row.determinism is not None
+    crashed = [run for run in row.determinism.runs if run.arm == "candidate"]
+    assert all(run.exit_code not in (0, None) and "panicked" in run.stderr_tail for run in crashed)
+
+
+def test_row_without_pressure_fails_coverage(fixture_repo: Path, campaign_config: CampaignConfig,
+                                             demo_trace: Path, tmp_path: Path) -> None:
+    config = quick(campaign_config)
+    row = config.rows[0]
+    args = list(row.args)
+    args[args.index("--num-gpu-blocks") + 1] = "1000000"
+    roomy = row.model_copy(update={"args": args})
+    config = config.model_copy(update={"rows": [roomy, *config.rows[1:]]})
+    report = campaign(fixture_repo, "main", config, demo_trace, tmp_path / "out", [AGG_ROW])
+    result = report.rows[0]
+    assert result.parity is not None and result.parity.identical
+    assert result.semantic == SemanticVerdict.FAIL
+    assert any("missing lifecycle evidence" in r and "pressure" in r for r in result.semantic_reasons)

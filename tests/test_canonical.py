@@ -1,0 +1,341 @@
+"""Canonical encoding, the closed exclusions, the replay-bench contract and pointer-level diffs.
+
+Reports are built from the reference example's shape so the tests exercise the fields the harness writes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from runners.canonical import (
+    SECTIONS,
+    CanonicalError,
+    ReplayBenchNotActive,
+    canonicalize,
+    diff,
+    parse_pointer,
+    undeclared_exclusions,
+)
+from runners.config import PROTOCOL_EXCLUSIONS
+
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "shared"
+    / "reference"
+    / "examples"
+    / "canonical_record.reconstructed.abbreviated.json"
+)
+EXCLUSIONS = list(PROTOCOL_EXCLUSIONS)
+
+
+def _report(requests: int = 6) -> dict[str, Any]:
+    """The reference example with `requests` distinct per-request records and the three excluded timings."""
+    example: dict[str, Any] = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    template = example["per_request"][0]
+    records = []
+    for index in range(requests):
+        record = copy.deepcopy(template)
+        record["uuid"] = f"00000000-0000-0000-0000-{index:012x}"
+        record["arrival_time_ms"] = float(index * 25)
+        record["decode_admit_ms"] = 612.4 + index
+        records.append(record)
+    example["per_request"] = records
+    example["summary"].update(
+        {"wall_time_ms": 1234.5, "processed_tokens_per_s": 99.5, "processed_output_tokens_per_s": 7.25}
+    )
+    return example
+
+
+def _line(report: dict[str, Any]) -> bytes:
+    return json.dumps(report, separators=(",", ":")).encode()
+
+
+def _reverse_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _reverse_keys(value[key]) for key in reversed(list(value))}
+    if isinstance(value, list):
+        return [_reverse_keys(item) for item in value]
+    return value
+
+
+def test_key_order_and_whitespace_do_not_change_the_digest() -> None:
+    report = _report()
+    pretty = json.dumps(_reverse_keys(report), indent=3).encode()
+
+    assert canonicalize(pretty, EXCLUSIONS).digest == canonicalize(_line(report), EXCLUSIONS).digest
+
+
+def test_encoding_is_compact_and_recursively_key_sorted() -> None:
+    canon = canonicalize(_line(_reverse_keys(_report())), EXCLUSIONS)
+
+    assert canon.encoded == orjson.dumps(canon.data, option=orjson.OPT_SORT_KEYS)
+    assert canon.encoded == json.dumps(canon.data, sort_keys=True, separators=(",", ":")).encode()
+    assert sorted(canon.section_digests) == sorted(SECTIONS)
+
+
+@pytest.mark.parametrize("requests", [0, 1, 6])
+def test_section_digests_are_digests_of_each_sections_encoding(requests: int) -> None:
+    report = _report(requests)
+    report["extra_section"] = {"kept": [1, 2.5, "three"]}
+
+    canon = canonicalize(_line(report), EXCLUSIONS)
+
+    assert canon.section_digests == {
+        key: hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        for key, value in canon.data.items()
+    }
+    assert canon.digest == hashlib.sha256(canon.encoded).hexdigest()
+
+
+def test_per_request_order_does_not_change_the_digest() -> None:
+    report = _report()
+    shuffled = copy.deepcopy(report)
+    random.Random(7).shuffle(shuffled["per_request"])
+
+    canon = canonicalize(_line(shuffled), EXCLUSIONS)
+
+    assert canon.digest == canonicalize(_line(report), EXCLUSIONS).digest
+    assert [r["uuid"] for r in canon.data["per_request"]] == sorted(r["uuid"] for r in report["per_request"])
+
+
+def test_event_arrays_keep_their_order() -> None:
+    report = _report()
+    swapped = copy.deepcopy(report)
+    history = swapped["per_request"][2]["routing_history"]
+    history[0], history[1] = history[1], history[0]
+
+    base, moved = canonicalize(_line(report), EXCLUSIONS), canonicalize(_line(swapped), EXCLUSIONS)
+
+    assert base.digest != moved.digest
+    changed = [s for s in SECTIONS if base.section_digests[s] != moved.section_digests[s]]
+    assert changed == ["per_request"]
+
+
+def test_exactly_the_three_exclusions_are_removed() -> None:
+    report = _report()
+    canon = canonicalize(_line(report), EXCLUSIONS)
+
+    expected = copy.deepcopy(report)
+    for key in ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"):
+        del expected["summary"][key]
+    assert canon.data == expected
+
+
+def test_excluded_timing_does_not_change_the_digest_but_a_kept_metric_does() -> None:
+    report = _report()
+    slower, later = copy.deepcopy(report), copy.deepcopy(report)
+    slower["summary"]["wall_time_ms"] = 99999.0
+    slower["summary"]["processed_tokens_per_s"] = 1.0
+    later["summary"]["mean_ttft_ms"] = 1733.3
+    digest = canonicalize(_line(report), EXCLUSIONS).digest
+
+    assert canonicalize(_line(slower), EXCLUSIONS).digest == digest
+    assert canonicalize(_line(later), EXCLUSIONS).digest != digest
+
+
+def test_absent_exclusion_pointer_is_fine() -> None:
+    report = _report()
+    del report["summary"]["wall_time_ms"]
+
+    assert canonicalize(_line(report), EXCLUSIONS).digest == canonicalize(_line(_report()), EXCLUSIONS).digest
+
+
+def test_pointer_escapes_and_array_elements() -> None:
+    report = _report()
+    report["summary"]["a/b"] = 1
+    report["summary"]["m~n"] = 2
+    report["summary"]["m/n"] = 3
+
+    pointers = ["/summary/a~1b", "/summary/m~0n", "/per_request/0/routing_history/1"]
+    canon = canonicalize(_line(report), pointers)
+
+    assert "a/b" not in canon.data["summary"] and "m~n" not in canon.data["summary"]
+    assert canon.data["summary"]["m/n"] == 3
+    assert len(canon.data["per_request"][0]["routing_history"]) == 1
+    assert parse_pointer("/x~01/y~10") == ["x~1", "y/0"]
+
+
+@pytest.mark.parametrize("pointer", ["summary/wall_time_ms", "", "/summary/bad~2escape"])
+def test_malformed_exclusion_pointer_is_rejected(pointer: str) -> None:
+    with pytest.raises(CanonicalError, match="exclusion"):
+        canonicalize(_line(_report()), [pointer])
+
+
+@pytest.mark.parametrize("value", [False, None, "true", 1])
+def test_replay_bench_not_true_means_seeded_routing_was_not_active(value: Any) -> None:
+    report = _report()
+    report["metadata"]["replay_bench"] = value
+
+    with pytest.raises(ReplayBenchNotActive, match="the seeded routing contract was not active"):
+        canonicalize(_line(report), EXCLUSIONS)
+
+
+def test_missing_replay_bench_is_not_active() -> None:
+    report = _report()
+    del report["metadata"]["replay_bench"]
+
+    with pytest.raises(ReplayBenchNotActive, match="replay_bench is missing"):
+        canonicalize(_line(report), EXCLUSIONS)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"not json", "not JSON"),
+        (b"[1, 2]", "a JSON list, not an object"),
+        (b'{"summary": {"x": NaN}}', "not JSON"),
+        (b'{"summary": {"x": 1e999}}', "not JSON"),
+    ],
+)
+def test_unusable_lines_are_canonical_errors(line: bytes, message: str) -> None:
+    with pytest.raises(CanonicalError, match=message):
+        canonicalize(line, EXCLUSIONS)
+
+
+def test_missing_top_level_key_is_named() -> None:
+    report = _report()
+    del report["planner"]
+
+    with pytest.raises(CanonicalError, match=r"lacks top-level keys \['planner'\]"):
+        canonicalize(_line(report), EXCLUSIONS)
+
+
+def test_integers_beyond_64_bits_are_rejected_not_rounded() -> None:
+    report = _report()
+    report["summary"]["processed_tokens"] = 18446744073709551615
+    canonicalize(_line(report), EXCLUSIONS)
+
+    for too_big in (18446744073709551616, -9223372036854775809):
+        report["summary"]["processed_tokens"] = too_big
+        with pytest.raises(CanonicalError, match=f"integer {too_big} is outside the 64-bit range"):
+            canonicalize(_line(report), EXCLUSIONS)
+
+
+def test_huge_floats_and_exponent_text_are_not_mistaken_for_rounded_integers() -> None:
+    report = _report()
+    report["metadata"]["workload"]["digest"] = "1" * 30 + "e+5"
+    report["summary"]["gpu_hours"] = 1.5e20
+
+    canon = canonicalize(_line(report), EXCLUSIONS)
+
+    assert canon.data["summary"]["gpu_hours"] == 1.5e20
+    assert b'"gpu_hours":1.5e+20' in canon.encoded
+
+
+@pytest.mark.parametrize("problem", ["duplicate", "missing"])
+def test_per_request_needs_unique_string_uuids(problem: str) -> None:
+    report = _report()
+    if problem == "duplicate":
+        report["per_request"][4]["uuid"] = report["per_request"][1]["uuid"]
+    else:
+        del report["per_request"][4]["uuid"]
+
+    message = "duplicate uuid" if problem == "duplicate" else "no string uuid"
+    with pytest.raises(CanonicalError, match=message):
+        canonicalize(_line(report), EXCLUSIONS)
+
+
+def test_harness_exclusions_are_reported_and_undeclared_ones_detected() -> None:
+    canon = canonicalize(EXAMPLE.read_bytes(), EXCLUSIONS)
+
+    assert canon.replay_bench is True
+    assert canon.harness_exclusions == [*PROTOCOL_EXCLUSIONS, "/planner/html_report_path"]
+    assert undeclared_exclusions(canon, EXCLUSIONS) == ["/planner/html_report_path"]
+    assert canon.data["planner"] is None
+
+
+def test_harness_exclusions_must_be_pointer_strings() -> None:
+    report = _report()
+    report["metadata"]["result_exclusions"] = "/summary/wall_time_ms"
+
+    with pytest.raises(CanonicalError, match="result_exclusions"):
+        canonicalize(_line(report), EXCLUSIONS)
+
+
+def test_identical_reports_have_no_differences() -> None:
+    canon = canonicalize(_line(_report()), EXCLUSIONS)
+
+    result = diff(canon, canon)
+
+    assert (result.differing_sections, result.differences, result.total, result.pointers) == ([], [], 0, [])
+
+
+def test_diff_lists_exact_pointers_with_both_values() -> None:
+    report = _report()
+    candidate = copy.deepcopy(report)
+    candidate["per_request"][3]["decode_admit_ms"] = 700.25
+    candidate["per_request"][1]["routing_history"].append({"outcome": "queued", "pool": "decode"})
+    candidate["planner"] = {"html_report_path": "/tmp/x.html"}
+    candidate["summary"]["mean_ttft_ms"] = 1733
+    candidate["summary"]["wall_time_ms"] = 1.0
+
+    result = diff(canonicalize(_line(report), EXCLUSIONS), canonicalize(_line(candidate), EXCLUSIONS))
+
+    assert result.differing_sections == ["per_request", "planner", "summary"]
+    assert result.pointers == [
+        "/per_request/1/routing_history/2",
+        "/per_request/3/decode_admit_ms",
+        "/planner",
+        "/summary/mean_ttft_ms",
+    ]
+    assert result.total == 4
+    values = {d.pointer: (d.baseline, d.candidate) for d in result.differences}
+    assert values == {
+        "/per_request/1/routing_history/2": ("(absent)", '{"outcome":"queued","pool":"decode"}'),
+        "/per_request/3/decode_admit_ms": ("615.4", "700.25"),
+        "/planner": ("null", '{"html_report_path":"/tmp/x.html"}'),
+        "/summary/mean_ttft_ms": ("1733.2", "1733"),
+    }
+
+
+def test_diff_reports_shorter_arrays_and_removed_keys() -> None:
+    report = _report(requests=5)
+    candidate = copy.deepcopy(report)
+    candidate["per_request"].pop()
+    del candidate["coverage"]["kv_ingest"]["tier_counts"]
+
+    result = diff(canonicalize(_line(report), EXCLUSIONS), canonicalize(_line(candidate), EXCLUSIONS))
+
+    assert result.pointers == ["/coverage/kv_ingest/tier_counts", "/per_request/4"]
+    assert result.differences[0].candidate == "(absent)"
+    assert result.differences[1].baseline.startswith('{"admission_count":2,')
+    assert result.differences[1].baseline.endswith("chars)")
+    assert len(result.differences[1].baseline) < 240
+
+
+def test_diff_distinguishes_number_types_and_signed_zero() -> None:
+    report = _report()
+    report["summary"]["zero"] = 0.0
+    candidate = copy.deepcopy(report)
+    candidate["summary"]["completed_requests"] = 1000.0
+    candidate["summary"]["zero"] = -0.0
+    candidate["summary"]["decode_gpus_per_worker"] = True
+
+    result = diff(canonicalize(_line(report), EXCLUSIONS), canonicalize(_line(candidate), EXCLUSIONS))
+
+    assert result.pointers == [
+        "/summary/completed_requests",
+        "/summary/decode_gpus_per_worker",
+        "/summary/zero",
+    ]
+
+
+def test_diff_limit_bounds_differences_but_not_pointers() -> None:
+    report = _report(requests=30)
+    candidate = copy.deepcopy(report)
+    for record in candidate["per_request"]:
+        record["ttft_ms"] += 1.0
+
+    baseline, changed = canonicalize(_line(report), EXCLUSIONS), canonicalize(_line(candidate), EXCLUSIONS)
+    result = diff(baseline, changed, limit=5)
+
+    assert result.total == 30 and len(result.pointers) == 30
+    assert [d.pointer for d in result.differences] == [f"/per_request/{i}/ttft_ms" for i in range(5)]

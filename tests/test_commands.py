@@ -1,0 +1,102 @@
+"""Comment command parsing: only a command on its own line of prose counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.commands import COMMANDS, ParsedCommand, UnknownCommand, parse_commands
+
+RERUN = ParsedCommand(name="rerun", line="/parity rerun")
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("/parity rerun", [RERUN]),
+        ("  /parity rerun  ", [RERUN]),
+        ("/parity RERUN", [ParsedCommand(name="rerun", line="/parity RERUN")]),
+        ("LGTM\n/parity rerun\nthanks", [RERUN]),
+        ("\r\n/parity rerun\r\n", [RERUN]),
+        ("/parity cancel", [ParsedCommand(name="cancel", line="/parity cancel")]),
+        ("/parity status", [ParsedCommand(name="status", line="/parity status")]),
+        ("/parity help", [ParsedCommand(name="help", line="/parity help")]),
+        (
+            "/parity rerun rows=vllm-agg,vllm-disagg",
+            [ParsedCommand("rerun", ("vllm-agg", "vllm-disagg"), None, "/parity rerun rows=vllm-agg,vllm-disagg")],
+        ),
+        (
+            "/parity rerun rows=a,a,b",
+            [ParsedCommand("rerun", ("a", "b"), None, "/parity rerun rows=a,a,b")],
+        ),
+        (
+            "/parity rerun sha=ABCDEF1 rows=a",
+            [ParsedCommand("rerun", ("a",), "abcdef1", "/parity rerun sha=ABCDEF1 rows=a")],
+        ),
+        # Not on its own line: mentioned in prose.
+        ("please /parity rerun", []),
+        ("- /parity rerun", []),
+        ("`/parity rerun`", []),
+        # Another word that merely starts like the command word.
+        ("/parityrerun", []),
+        ("/parity-rerun", []),
+        # Quotes, fenced and indented code blocks show a command; they do not ask for one.
+        ("> /parity rerun", []),
+        ("  > /parity rerun", []),
+        (">> /parity rerun", []),
+        ("```\n/parity rerun\n```", []),
+        ("~~~text\n/parity rerun\n~~~", []),
+        ("````\n```\n/parity rerun\n````", []),
+        ("```\n/parity rerun", []),
+        ("    /parity rerun", []),
+        ("\t/parity rerun", []),
+        ("```\nexample\n```\n/parity rerun", [RERUN]),
+        ("~~~\n```\n~~~\n/parity rerun", [RERUN]),
+        ("> quoted\n\n/parity rerun", [RERUN]),
+        # An inline code span with backticks in the info string is not a fence opener.
+        ("``` a ` b\n/parity rerun", [RERUN]),
+        ("", []),
+        ("nothing to see", []),
+    ],
+)
+def test_parse(body: str, expected: list[ParsedCommand]) -> None:
+    assert parse_commands(body) == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("/parity", "no subcommand given"),
+        ("/parity rebuild", "unknown subcommand 'rebuild'"),
+        ("/parity cancel now", "`cancel` takes no arguments"),
+        ("/parity rerun please", "`rerun` does not understand 'please'"),
+        ("/parity rerun rows=", "`rows=` needs comma-separated row ids"),
+        ("/parity rerun rows=Bad_Row", "`rows=` needs comma-separated row ids"),
+        ("/parity rerun rows=a rows=b", "`rerun` does not understand 'rows=b'"),
+        ("/parity rerun sha=xyz", "`sha=` needs 7 to 40 hex digits"),
+        ("/parity rerun sha=abc", "`sha=` needs 7 to 40 hex digits"),
+    ],
+)
+def test_unknown(line: str, reason: str) -> None:
+    [found] = parse_commands(line)
+    assert isinstance(found, UnknownCommand)
+    assert found.line == line
+    assert found.reason.startswith(reason)
+
+
+def test_every_command_line_in_order() -> None:
+    found = parse_commands("/parity status\ntext\n/parity nope\n/parity rerun")
+    assert [type(c).__name__ for c in found] == ["ParsedCommand", "UnknownCommand", "ParsedCommand"]
+
+
+def test_custom_command_word() -> None:
+    assert parse_commands("/bench rerun", command_word="/bench") == [ParsedCommand("rerun", line="/bench rerun")]
+    assert parse_commands("/parity rerun", command_word="/bench") == []
+
+
+def test_commands_describe_themselves() -> None:
+    """The help is generated from COMMANDS, so every command the parser accepts has its entry."""
+    assert [spec.name for spec in COMMANDS] == ["rerun", "cancel", "status", "help"]
+    for spec in COMMANDS:
+        assert spec.usage.startswith(spec.name) and spec.description and spec.who
+        [parsed] = parse_commands(f"/parity {spec.example}")
+        assert isinstance(parsed, ParsedCommand) and parsed.name == spec.name

@@ -1,0 +1,398 @@
+"""Lifecycle evidence counts and checks, on reports built from the reference example's shape."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runners.canonical import canonicalize
+from runners.config import PROTOCOL_EXCLUSIONS, ExpectedEvidence
+from runners.coverage import CoverageError, check_evidence, count_evidence
+from runners.report import CoverageCheck, CoverageCounts
+
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "shared"
+    / "reference"
+    / "examples"
+    / "canonical_record.reconstructed.abbreviated.json"
+)
+DISAGG_EXPECT = ExpectedEvidence(pressure=(10, 20), handoff=True)
+AGG_EXPECT = ExpectedEvidence(pressure=(1, 3))
+
+
+def _report(
+    requests: int = 20, *, disaggregated: bool = True, pressure: int = 14, readmitted: int | None = None
+) -> dict[str, Any]:
+    """A consistent report: every request completed and routed once per pool; every third one saw overlap."""
+    example: dict[str, Any] = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    template = example["per_request"][0]
+    pools = ["prefill", "decode"] if disaggregated else ["agg"]
+    records = []
+    for index in range(requests):
+        record = copy.deepcopy(template)
+        record["uuid"] = f"00000000-0000-0000-0000-{index:012x}"
+        record["reused_input_tokens"] = 256 if index % 2 else 0
+        record["routing_history"] = [
+            {
+                **template["routing_history"][0],
+                "pool": pool,
+                "reported_overlap_tokens": 512 if index % 3 == 0 else 0,
+            }
+            for pool in pools
+        ]
+        if not disaggregated:
+            for key in (
+                "prefill_worker_idx",
+                "decode_worker_idx",
+                "destination_activated_ms",
+                "decode_reused_input_tokens",
+            ):
+                record[key] = None
+        records.append(record)
+    example["per_request"] = records
+    example["summary"]["num_requests"] = requests
+    example["summary"]["completed_requests"] = requests
+    record_template = example["coverage"]["pressure"]["records"][0]
+    readmitted = pressure if readmitted is None else readmitted
+    example["coverage"]["pressure"] = {
+        "records": [
+            {
+                **record_template,
+                "pressure_ordinal": i,
+                "readmitted_at_ms": 20533.1 + i if i < readmitted else None,
+            }
+            for i in range(pressure)
+        ],
+        "sglang_retractions_total": 0,
+        "vllm_preemptions_total": pressure,
+    }
+    return example
+
+
+def _checks(
+    report: dict[str, Any], expect: ExpectedEvidence, disaggregated: bool = True
+) -> dict[str, CoverageCheck]:
+    counts = count_evidence(report)
+    checks = check_evidence({"baseline": counts, "candidate": counts}, expect, disaggregated)
+    assert [c.name for c in checks[:5]] == [c.name for c in checks[5:]]
+    return {check.name: check for check in checks if check.detail.startswith("baseline:")}
+
+
+def _failed(checks: dict[str, CoverageCheck]) -> list[str]:
+    return [name for name, check in checks.items() if not check.ok]
+
+
+def test_counts_of_a_disaggregated_report() -> None:
+    counts = count_evidence(_report())
+
+    assert counts == CoverageCounts(
+        requests=20,
+        completed=20,
+        rejected=0,
+        canceled=0,
+        failed=0,
+        other_terminal=0,
+        overlap_routed=14,
+        reused_requests=20,
+        immediate_by_pool={"decode": 20, "prefill": 20},
+        queued_by_pool={},
+        pressure_events=14,
+        readmitted_pressure_events=14,
+        handoffs=20,
+        kv_removed_events=29900,
+        router_queue_threshold=None,
+    )
+
+
+def test_counts_of_an_aggregated_report_read_null_handoff_fields_as_not_observed() -> None:
+    counts = count_evidence(_report(disaggregated=False, pressure=1))
+
+    assert (counts.handoffs, counts.reused_requests, counts.immediate_by_pool) == (0, 10, {"agg": 20})
+
+
+def test_counts_work_on_canonical_data() -> None:
+    line = json.dumps(_report()).encode()
+
+    assert count_evidence(canonicalize(line, PROTOCOL_EXCLUSIONS).data) == count_evidence(_report())
+
+
+def test_healthy_disaggregated_row_passes_every_check() -> None:
+    checks = _checks(_report(), DISAGG_EXPECT)
+
+    assert _failed(checks) == []
+    assert list(checks) == ["kv_overlap_routing", "placement", "pressure", "handoff", "terminal_cleanup"]
+    assert checks["pressure"].detail == "baseline: 14 pressure events (14 readmitted) within [10, 20]"
+    assert "40 route decisions, 40 immediate and 0 queued" in checks["placement"].detail
+    assert "20 prefill/decode handoffs for 20 completed requests" in checks["handoff"].detail
+
+
+def test_healthy_aggregated_row_passes_every_check() -> None:
+    checks = _checks(_report(disaggregated=False, pressure=1), AGG_EXPECT, disaggregated=False)
+
+    assert _failed(checks) == []
+    assert checks["handoff"].detail.endswith("expected 0 (aggregated, expect.handoff false)")
+
+
+def test_both_arms_are_checked_separately() -> None:
+    good, bad = count_evidence(_report()), count_evidence(_report(pressure=0))
+
+    checks = check_evidence({"baseline": good, "candidate": bad}, DISAGG_EXPECT, disaggregated=True)
+
+    assert [c.detail.split(":")[0] for c in checks if not c.ok] == ["candidate"]
+
+
+def test_missing_arm_fails() -> None:
+    checks = check_evidence({"baseline": count_evidence(_report())}, DISAGG_EXPECT, disaggregated=True)
+
+    assert [(c.name, c.ok, c.detail) for c in checks if not c.ok] == [
+        ("evidence", False, "candidate: no lifecycle evidence counted")
+    ]
+
+
+@pytest.mark.parametrize("overlap", [0, None])
+def test_no_overlap_reported_fails_kv_overlap_routing(overlap: int | None) -> None:
+    report = _report()
+    for record in report["per_request"]:
+        for route in record["routing_history"]:
+            route["reported_overlap_tokens"] = overlap
+
+    checks = _checks(report, DISAGG_EXPECT)
+
+    assert _failed(checks) == ["kv_overlap_routing"]
+    assert "0 route decisions reported KV overlap (expected > 0)" in checks["kv_overlap_routing"].detail
+
+
+def _queue_one(report: dict[str, Any], threshold: float | None) -> None:
+    report["per_request"][5]["routing_history"][1]["outcome"] = "queued"
+    report["metadata"]["router"]["config"]["router_queue_threshold"] = threshold
+
+
+def test_queued_without_threshold_is_never_accepted() -> None:
+    report = _report()
+    _queue_one(report, None)
+
+    checks = _checks(report, ExpectedEvidence(pressure=(10, 20), handoff=True, queued=1))
+
+    assert _failed(checks) == ["placement"]
+    assert "scheduler waiting is never relabelled as queued" in checks["placement"].detail
+
+
+def test_queued_with_explicit_threshold_and_expectation_passes() -> None:
+    report = _report()
+    _queue_one(report, 0.5)
+
+    checks = _checks(report, ExpectedEvidence(pressure=(10, 20), handoff=True, queued=1))
+
+    assert _failed(checks) == []
+    assert "39 immediate and 1 queued (immediate/queued per pool: decode 19/1, prefill 20/0)" in (
+        checks["placement"].detail
+    )
+    assert "router_queue_threshold 0.5" in checks["placement"].detail
+
+
+def test_unexpected_queued_placements_fail_even_with_threshold() -> None:
+    report = _report()
+    _queue_one(report, 0.5)
+
+    checks = _checks(report, DISAGG_EXPECT)
+
+    assert _failed(checks) == ["placement"]
+    assert "1 queued placements, expected 0" in checks["placement"].detail
+
+
+def test_no_route_decisions_fail_placement() -> None:
+    report = _report()
+    for record in report["per_request"]:
+        record["routing_history"] = []
+
+    assert "no route decisions were recorded" in _checks(report, DISAGG_EXPECT)["placement"].detail
+
+
+def test_zero_pressure_means_edge_not_exercised() -> None:
+    checks = _checks(_report(pressure=0), DISAGG_EXPECT)
+
+    assert _failed(checks) == ["pressure"]
+    assert checks["pressure"].detail == (
+        "baseline: 0 pressure events (0 readmitted), expected [10, 20]: edge not exercised"
+    )
+
+
+def test_pressure_above_band_is_a_flood() -> None:
+    checks = _checks(_report(pressure=21), DISAGG_EXPECT)
+
+    assert _failed(checks) == ["pressure"]
+    assert "21 pressure events (21 readmitted) above [10, 20]: pressure flood" in checks["pressure"].detail
+
+
+def test_pressure_below_band_fails() -> None:
+    checks = _checks(_report(pressure=4), DISAGG_EXPECT)
+
+    assert checks["pressure"].detail == "baseline: 4 pressure events (4 readmitted) below [10, 20]"
+    assert not checks["pressure"].ok
+
+
+def test_pressure_not_readmitted_fails() -> None:
+    checks = _checks(_report(pressure=14, readmitted=12), DISAGG_EXPECT)
+
+    assert _failed(checks) == ["pressure"]
+    assert "14 pressure events (12 readmitted) within [10, 20], but 2 were never readmitted" in (
+        checks["pressure"].detail
+    )
+
+
+def test_retractions_count_as_pressure() -> None:
+    report = _report(pressure=12)
+    report["coverage"]["pressure"]["vllm_preemptions_total"] = 0
+    report["coverage"]["pressure"]["sglang_retractions_total"] = 12
+
+    assert _checks(report, DISAGG_EXPECT)["pressure"].ok
+
+
+def test_missing_handoff_in_disaggregated_row_fails() -> None:
+    report = _report()
+    report["per_request"][7]["destination_activated_ms"] = None
+
+    checks = _checks(report, DISAGG_EXPECT)
+
+    assert _failed(checks) == ["handoff"]
+    assert "19 prefill/decode handoffs for 20 completed requests" in checks["handoff"].detail
+
+
+def test_disaggregated_row_must_expect_handoff() -> None:
+    checks = _checks(_report(), ExpectedEvidence(pressure=(10, 20), handoff=False))
+
+    assert _failed(checks) == ["handoff"]
+
+
+def test_handoff_in_aggregated_row_fails() -> None:
+    checks = _checks(_report(pressure=2), AGG_EXPECT, disaggregated=False)
+
+    assert _failed(checks) == ["handoff"]
+    assert "20 prefill/decode handoffs" in checks["handoff"].detail
+
+
+def test_stranded_request_fails_terminal_cleanup() -> None:
+    report = _report()
+    report["per_request"][3]["terminal_status"] = None
+    report["summary"]["completed_requests"] = 19
+
+    checks = _checks(report, ExpectedEvidence(pressure=(10, 20), handoff=True, completed_all=False))
+
+    assert _failed(checks) == ["handoff", "terminal_cleanup"]
+    assert "19 of 20 completed, 0 rejected, 0 canceled, 0 failed, 0 other, 1 stranded" in (
+        checks["terminal_cleanup"].detail
+    )
+
+
+def test_rejected_request_fails_only_when_all_must_complete() -> None:
+    report = _report(disaggregated=False, pressure=1)
+    report["per_request"][3]["terminal_status"] = "rejected"
+    report["per_request"][4]["terminal_status"] = "evicted"
+    report["summary"]["completed_requests"] = 18
+
+    strict = _checks(report, AGG_EXPECT, disaggregated=False)
+    lenient = _checks(report, ExpectedEvidence(pressure=(1, 3), completed_all=False), disaggregated=False)
+
+    assert _failed(strict) == ["terminal_cleanup"]
+    assert "18 of 20 completed, 1 rejected, 0 canceled, 0 failed, 1 other, 0 stranded" in (
+        strict["terminal_cleanup"].detail
+    )
+    assert _failed(lenient) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "pointer"),
+    [
+        (["per_request", 2, "terminal_status"], "/per_request/2/terminal_status is missing"),
+        (
+            ["per_request", 0, "routing_history", 1, "reported_overlap_tokens"],
+            "/routing_history/1/reported_overlap",
+        ),
+        (
+            ["per_request", 4, "routing_history", 0, "outcome"],
+            "/per_request/4/routing_history/0/outcome is missing",
+        ),
+        (["per_request", 1, "routing_history"], "/per_request/1/routing_history is missing"),
+        (
+            ["per_request", 6, "destination_activated_ms"],
+            "/per_request/6/destination_activated_ms is missing",
+        ),
+        (["per_request", 6, "reused_input_tokens"], "/per_request/6/reused_input_tokens is missing"),
+        (["coverage", "pressure", "records"], "/coverage/pressure/records is missing"),
+        (
+            ["coverage", "pressure", "vllm_preemptions_total"],
+            "/coverage/pressure/vllm_preemptions_total is missing",
+        ),
+        (
+            ["coverage", "pressure", "records", 3, "readmitted_at_ms"],
+            "/coverage/pressure/records/3/readmitted_at_ms",
+        ),
+        (["coverage", "kv_ingest", "kind_counts"], "/coverage/kv_ingest/kind_counts is missing"),
+        (["metadata", "router", "config"], "/metadata/router/config is missing"),
+        (["summary", "num_requests"], "/summary/num_requests is missing"),
+        (["summary", "completed_requests"], "/summary/completed_requests is missing"),
+    ],
+)
+def test_missing_evidence_field_is_an_error_naming_it(path: list[str | int], pointer: str) -> None:
+    report = _report()
+    node: Any = report
+    for step in path[:-1]:
+        node = node[step]
+    del node[path[-1]]
+
+    with pytest.raises(CoverageError, match=pointer):
+        count_evidence(report)
+
+
+def test_handoff_fields_are_required_in_aggregated_rows_too() -> None:
+    report = _report(disaggregated=False, pressure=1)
+    del report["per_request"][2]["destination_activated_ms"]
+
+    with pytest.raises(CoverageError, match="/per_request/2/destination_activated_ms is missing"):
+        count_evidence(report)
+
+
+def test_absent_removed_kind_counts_zero_and_absent_threshold_reads_unset() -> None:
+    report = _report()
+    del report["coverage"]["kv_ingest"]["kind_counts"]["removed"]
+    del report["metadata"]["router"]["config"]["router_queue_threshold"]
+
+    counts = count_evidence(report)
+
+    assert (counts.kv_removed_events, counts.router_queue_threshold) == (0, None)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda r: r["per_request"].pop(), "/per_request has 19 records but /summary/num_requests is 20"),
+        (lambda r: r["summary"].update(completed_requests=19), "/summary/completed_requests is 19 but 20"),
+        (
+            lambda r: r["coverage"]["pressure"]["records"].pop(),
+            "records has 13 records but the totals count 14",
+        ),
+        (
+            lambda r: r["per_request"][0]["routing_history"][0].update(outcome="waiting"),
+            "outcome is 'waiting'; every route decision is immediate or queued",
+        ),
+        (
+            lambda r: r["per_request"][0].update(reused_input_tokens=-1),
+            "reused_input_tokens is -1, not a count",
+        ),
+        (
+            lambda r: r["metadata"]["router"]["config"].update(router_queue_threshold="high"),
+            "router_queue_threshold is 'high', not a number",
+        ),
+    ],
+)
+def test_inconsistent_or_garbled_evidence_is_an_error(mutate: Any, message: str) -> None:
+    report = _report()
+    mutate(report)
+
+    with pytest.raises(CoverageError, match=message):
+        count_evidence(report)

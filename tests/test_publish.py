@@ -1,0 +1,408 @@
+"""The publisher end to end against the GitHub stand-in over HTTP, plus the artifact writer.
+
+The stand-in enforces GitHub's payload limits, so "accepted here" means "accepted by GitHub". The progress
+rate limit is tested with an injected clock and a recording gateway, so no test sleeps.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from bot import render
+from bot.github import (
+    CheckAction,
+    CheckConclusion,
+    CheckOutput,
+    CheckStatus,
+    CommentInfo,
+    GitHubGateway,
+    TokenAuth,
+)
+from bot.publish import PROGRESS_INTERVAL_SECONDS, CliSettings, Publisher, publish_main, web_url, write_artifact
+from bot.store import CampaignState, CampaignView
+from runners.progress import ProgressEvent
+from runners.report import CampaignReport
+from tests.fakes.github_api import FakeGitHub
+from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, make_report, make_wide_report
+
+REPO = "octo-org/dynamo"
+PR = 512
+APP_ID = 4242
+INSTALLATION_ID = 77
+TOKEN = "ghs_actions_token"
+
+
+class Clock:
+    """A hand-driven monotonic clock."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def settings(api_url: str = "https://api.github.com") -> CliSettings:
+    return CliSettings(check_name="kv-parity", command_word="/parity", label="kv-parity", api_base_url=api_url)
+
+
+def campaign(campaign_id: str = CAMPAIGN_ID, check_run_id: int | None = None, minute: int = 0) -> CampaignView:
+    return CampaignView(
+        id=campaign_id, repo=REPO, pr_number=PR, head_sha=HEAD_SHA, base_sha=BASE_SHA, relationship="ancestor",
+        rows=None, state=CampaignState.RUNNING, check_run_id=check_run_id, status_comment_id=None,
+        requested_by="alice", trigger="label", created_at=datetime(2025, 11, 29, 10, minute, tzinfo=UTC),
+        deadline=datetime(2025, 11, 29, 16, 0, tzinfo=UTC), artifact_dir=None, queue_position=0, attempt=1,
+        reason="", conclusion=None, config_source=f".github/kv-parity.toml@{BASE_SHA}",
+    )  # fmt: skip
+
+
+def report_for(campaign_id: str, outcome: str = "pass") -> CampaignReport:
+    return make_report(outcome).model_copy(update={"campaign_id": campaign_id})
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        server.add_repo(REPO)
+        server.register_app(APP_ID, "unused", "kv-parity")
+        server.add_installation(INSTALLATION_ID, APP_ID, [REPO])
+        server.add_installation_token(TOKEN, INSTALLATION_ID)
+        server.add_pull(REPO, PR, HEAD_SHA, "feature", "main", base_sha=BASE_SHA)
+        yield server
+
+
+@pytest.fixture
+def gateway(fake: FakeGitHub) -> GitHubGateway:
+    return GitHubGateway(
+        REPO, TokenAuth(token=SecretStr(TOKEN)), fake.url, sleep=lambda _: None,
+        seconds_between_requests=None, seconds_between_writes=None,
+    )  # fmt: skip
+
+
+def status_comments(fake: FakeGitHub) -> list[dict[str, Any]]:
+    return [c for c in fake.comments(REPO, PR) if render.is_status_comment(c["body"])]
+
+
+def result_comments(fake: FakeGitHub) -> list[dict[str, Any]]:
+    return [c for c in fake.comments(REPO, PR) if render.result_marker_campaign(c["body"])]
+
+
+# --- the whole campaign over HTTP ---------------------------------------------------------------------------
+
+
+def test_whole_campaign_edits_one_status_comment_and_posts_one_result(
+    fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path
+) -> None:
+    clock = Clock()
+    publisher = Publisher(gateway, settings(fake.url), clock, artifact_base_url="https://artifacts.example/kv")
+    view = campaign()
+
+    run_id = publisher.open_check_run(view)
+    publisher.queued(view, 2)
+    for done in range(0, 61, 5):
+        publisher.progress(view, ProgressEvent(stage="perf", row="vllm-disagg", done=done, total=60))
+        clock.now += 4.0
+    publisher.finished(view, report_for(CAMPAIGN_ID), tmp_path / "artifact")
+
+    (run,) = fake.check_runs(REPO)
+    assert run["id"] == run_id and run["external_id"] == CAMPAIGN_ID and run["head_sha"] == HEAD_SHA
+    assert (run["status"], run["conclusion"]) == ("completed", "success")
+    assert [a["identifier"] for a in run["actions"]] == ["rerun"], "Cancel only while running"
+    assert run["details_url"] == f"https://artifacts.example/kv/{CAMPAIGN_ID}/"
+    assert run["output"]["title"].startswith("✅") and "```mermaid" in run["output"]["text"]
+    (status,) = status_comments(fake)
+    assert "✅ Parity holds" in status["body"] and "[result](" in status["body"]
+    (result,) = result_comments(fake)
+    assert not result["minimized"] and f"https://artifacts.example/kv/{CAMPAIGN_ID}/" in result["body"]
+    assert len(fake.comments(REPO, PR)) == 2
+    edits = fake.calls_to("PATCH", r"/issues/comments/\d+$")
+    assert 1 <= len(edits) <= 9, "progress edits are rate limited (13 events in 52 s)"
+    assert (tmp_path / "artifact" / "report.json").is_file()
+
+
+def test_restarted_publisher_finds_the_status_comment_and_folds_older_results(
+    fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path
+) -> None:
+    first = campaign("c-1", minute=0)
+    Publisher(gateway, settings(fake.url), Clock()).finished(first, report_for("c-1"), tmp_path / "c-1")
+
+    restarted = Publisher(gateway, settings(fake.url), Clock())
+    second = campaign("c-2", minute=5)
+    restarted.open_check_run(second)
+    restarted.queued(second, 1)
+    restarted.progress(second, ProgressEvent(stage="build", detail="cargo build"))
+    restarted.finished(second, report_for("c-2", "perf_fail"), tmp_path / "c-2")
+
+    (status,) = status_comments(fake)
+    assert "c-2" in status["body"] and "❌" in status["body"]
+    old, new = result_comments(fake)
+    assert render.result_marker_campaign(old["body"]) == "c-1" and old["minimized"]
+    assert old["minimized_reason"] == "outdated"
+    assert render.result_marker_campaign(new["body"]) == "c-2" and not new["minimized"]
+    assert [r["conclusion"] for r in fake.check_runs(REPO)] == ["success", "failure"]
+
+
+def test_finished_twice_posts_nothing_new(fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path) -> None:
+    first = Publisher(gateway, settings(fake.url), Clock())
+    view = campaign(check_run_id=first.open_check_run(campaign()))  # as the store keeps it
+    report = report_for(CAMPAIGN_ID)
+    first.finished(view, report, tmp_path)
+    before = fake.comments(REPO, PR)
+
+    Publisher(gateway, settings(fake.url), Clock()).finished(view, report, tmp_path)
+
+    assert fake.comments(REPO, PR) == before
+    assert len(fake.calls_to("POST", r"/issues/\d+/comments$")) == 2, "one status, one result"
+    assert fake.calls_to("POST", r"/graphql") == []
+
+
+def test_an_older_campaign_ending_late_does_not_overwrite_the_newer_status(
+    fake: FakeGitHub, gateway: GitHubGateway
+) -> None:
+    publisher = Publisher(gateway, settings(fake.url), Clock())
+    older, newer = campaign("c-1", minute=0), campaign("c-2", minute=5)
+    publisher.queued(newer, 1)
+
+    publisher.ended(older, "superseded", "superseded by `c-2`")
+
+    (status,) = status_comments(fake)
+    assert "Queued" in status["body"] and "c-2" in status["body"]
+
+
+@pytest.mark.parametrize(
+    ("state", "conclusion"),
+    [
+        ("cancelled", "cancelled"),
+        ("superseded", "neutral"),
+        ("timed_out", "timed_out"),
+        ("errored", "failure"),
+        ("config_error", "action_required"),
+    ],
+)
+def test_ended_states_map_to_check_conclusions(
+    fake: FakeGitHub, gateway: GitHubGateway, state: str, conclusion: str
+) -> None:
+    publisher = Publisher(gateway, settings(fake.url), Clock())
+    view = campaign()
+    publisher.open_check_run(view)
+
+    publisher.ended(view, state, "why it ended\nsecond line of detail")
+
+    (run,) = fake.check_runs(REPO)
+    assert (run["status"], run["conclusion"]) == ("completed", conclusion)
+    assert [a["identifier"] for a in run["actions"]] == ["rerun"]
+    (status,) = status_comments(fake)
+    assert "why it ended (1 more line in the check run)" in status["body"]
+
+
+def test_config_error_without_a_check_run_still_gets_one(fake: FakeGitHub, gateway: GitHubGateway) -> None:
+    Publisher(gateway, settings(fake.url), Clock()).ended(campaign(), "config_error", "bad toml")
+
+    (run,) = fake.check_runs(REPO)
+    assert run["conclusion"] == "action_required" and run["external_id"] == CAMPAIGN_ID
+
+
+def test_unknown_end_state_is_refused(gateway: GitHubGateway) -> None:
+    with pytest.raises(ValueError, match="unknown end state"):
+        Publisher(gateway, settings(), Clock()).ended(campaign(), "exploded", "x")
+
+
+def test_forty_row_report_is_accepted_by_the_stand_in(
+    fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path
+) -> None:
+    report = make_wide_report(40).model_copy(update={"campaign_id": CAMPAIGN_ID})
+
+    Publisher(gateway, settings(fake.url), Clock()).finished(campaign(), report, tmp_path, "https://x.example/a")
+
+    (run,) = fake.check_runs(REPO)
+    assert len(run["output"]["text"]) <= render.CHECK_TEXT_LIMIT
+    assert "did not fit GitHub's size limit" in run["output"]["text"]
+    assert len(result_comments(fake)) == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "context", "expected"),
+    [
+        ("refused", {"reason": "@bob lacks `write`", "fix": "ask a maintainer"}, "🚫 Not starting"),
+        ("help", {}, "`/parity rerun [rows=a,b] [sha=<head sha>]`"),
+        ("status", {"campaigns": []}, "No parity campaign"),
+        ("duplicate", {"campaign": campaign()}, "not starting a second one"),
+        ("unknown_command", {"line": "/parity frobnicate", "reason": "unknown subcommand"}, "**Fix:**"),
+    ],
+)
+def test_replies_are_posted(
+    fake: FakeGitHub, gateway: GitHubGateway, kind: str, context: dict[str, object], expected: str
+) -> None:
+    Publisher(gateway, settings(fake.url), Clock()).reply(PR, kind, **context)
+
+    (comment,) = fake.comments(REPO, PR)
+    assert expected in comment["body"] and len(comment["body"]) < 3000
+
+
+def test_publish_command_uses_the_same_path(
+    fake: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report_path = tmp_path / "report.json"
+    report_path.write_text(make_report("inconclusive_straddle").model_dump_json(indent=2), encoding="utf-8")
+    monkeypatch.setenv("KV_PARITY_TOKEN", TOKEN)
+
+    argv = ["--report", str(report_path), "--repo", REPO, "--pr", str(PR), "--api-url", fake.url,
+            "--artifact-url", "https://github.com/octo-org/dynamo/actions/runs/9/artifacts/3"]  # fmt: skip
+    code = publish_main(argv)
+
+    assert code == 0 and "published c-20251129-0001" in capsys.readouterr().out
+    (run,) = fake.check_runs(REPO)
+    assert run["conclusion"] == "neutral" and run["details_url"].endswith("/artifacts/3")
+    assert len(result_comments(fake)) == 1 and len(status_comments(fake)) == 1
+    assert (tmp_path / "samples.csv").is_file() and (tmp_path / "digests.txt").is_file()
+
+
+def test_publish_command_explains_missing_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report_path = tmp_path / "report.json"
+    report_path.write_text(make_report("pass").model_dump_json(), encoding="utf-8")
+    monkeypatch.delenv("KV_PARITY_TOKEN", raising=False)
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+
+    assert publish_main(["--report", str(report_path), "--repo", REPO, "--pr", "1"]) == 2
+    assert "KV_PARITY_TOKEN or GITHUB_TOKEN" in capsys.readouterr().err
+
+
+def test_publish_command_rejects_a_broken_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report_path = tmp_path / "report.json"
+    report_path.write_text('{"schema_version": "kv-parity.report.v0"}', encoding="utf-8")
+
+    assert publish_main(["--report", str(report_path), "--repo", REPO, "--pr", "1"]) == 2
+    assert "cannot read report" in capsys.readouterr().err
+
+
+# --- progress rate limiting (recording gateway, injected clock) ---------------------------------------------
+
+
+class Recorder:
+    """Records calls in memory; enough of the gateway for rate-limit tests."""
+
+    def __init__(self) -> None:
+        self.updates: list[dict[str, Any]] = []
+        self.comments: dict[int, CommentInfo] = {}
+
+    def create_check_run(
+        self, head_sha: str, name: str, external_id: str, status: CheckStatus = "queued",
+        output: CheckOutput | None = None, actions: Sequence[CheckAction] = (), details_url: str | None = None,
+    ) -> int:  # fmt: skip
+        return 7
+
+    def update_check_run(
+        self, check_run_id: int, *, status: CheckStatus | None = None, conclusion: CheckConclusion | None = None,
+        output: CheckOutput | None = None, actions: Sequence[CheckAction] | None = None,
+        details_url: str | None = None,
+    ) -> None:  # fmt: skip
+        self.updates.append({"status": status, "output": output, "actions": actions})
+
+    def create_comment(self, number: int, body: str) -> CommentInfo:
+        info = CommentInfo(id=len(self.comments) + 1, node_id="n", body=body, author_login="bot", html_url="u")
+        self.comments[info.id] = info
+        return info
+
+    def edit_comment(self, comment_id: int, body: str) -> CommentInfo:
+        info = self.comments[comment_id].model_copy(update={"body": body})
+        self.comments[comment_id] = info
+        return info
+
+    def list_comments(self, number: int) -> list[CommentInfo]:
+        return list(self.comments.values())
+
+    def minimize_comment(self, node_id: str, classifier: Any = "OUTDATED") -> None:
+        raise AssertionError("not expected")
+
+
+def test_progress_is_rate_limited_except_on_stage_changes() -> None:
+    recorder, clock = Recorder(), Clock()
+    publisher = Publisher(recorder, settings(), clock)
+    view = campaign(check_run_id=7)
+
+    def event(stage: str, done: int | None = None, row: str | None = "vllm-disagg") -> None:
+        publisher.progress(view, ProgressEvent(stage=stage, row=row, done=done, total=60 if done else None))
+
+    event("determinism")  # first: sent
+    clock.now += 1
+    event("determinism")  # same stage within 10 s: dropped
+    event("perf", 0)  # stage change: sent at once
+    clock.now += PROGRESS_INTERVAL_SECONDS - 0.5
+    event("perf", 3)  # dropped
+    clock.now += 0.5
+    event("perf", 4)  # interval elapsed: sent
+    event("perf", 0, row="sglang-disagg")  # row change: sent
+
+    assert len(recorder.updates) == 4
+    assert all(u["status"] == "in_progress" for u in recorder.updates)
+    assert [a.identifier for a in recorder.updates[0]["actions"]] == ["rerun", "cancel"]
+    assert recorder.updates[2]["output"].title == "🏃 Running: perf · vllm-disagg · pair 4/60 · ETA 2 min"
+    assert len(recorder.comments) == 1, "one status comment, edited in place"
+
+
+def test_eta_comes_from_the_stage_pace() -> None:
+    recorder, clock = Recorder(), Clock()
+    publisher = Publisher(recorder, settings(), clock)
+    view = campaign(check_run_id=7)
+    publisher.progress(view, ProgressEvent(stage="perf", row="r", done=10, total=60))
+    clock.now += 100.0
+    publisher.progress(view, ProgressEvent(stage="perf", row="r", done=20, total=60))
+
+    assert "ETA 7 min" in recorder.updates[-1]["output"].title
+    assert "| perf | r | pair 20/60 | 7 min |" in recorder.comments[1].body
+
+
+# --- the artifact ---------------------------------------------------------------------------------------------
+
+
+def test_artifact_keeps_every_attempted_sample(tmp_path: Path) -> None:
+    report = make_report("pass")
+
+    written = write_artifact(report, tmp_path)
+
+    names = {p.name for p in written}
+    assert {"report.json", "report.md", "samples.csv", "digests.txt"} <= names
+    assert {"schedule-vllm-disagg.json", "schedule-sglang-disagg.json"} <= names
+    assert CampaignReport.model_validate_json((tmp_path / "report.json").read_text()) == report
+    with (tmp_path / "samples.csv").open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    expected = sum(len(r.performance.warmups) + len(r.performance.samples) for r in report.rows if r.performance)
+    assert len(rows) == expected == 2 * 10 + 122 + 120
+    invalidated = [r for r in rows if r["status"] == "invalidated"]
+    assert len(invalidated) == 2 and all(r["invalidation"].startswith("affinity violation") for r in invalidated)
+    assert {r["kind"] for r in rows} == {"warmup", "measured"}
+    schedule = json.loads((tmp_path / "schedule-vllm-disagg.json").read_text())
+    assert schedule["seed"] == 20261129 and len(schedule["pairs"]) == 60
+    digests = (tmp_path / "digests.txt").read_text()
+    assert f"revision candidate {HEAD_SHA}" in digests and "row vllm-disagg parity identical" in digests
+    assert "```mermaid" in (tmp_path / "report.md").read_text()
+
+
+def test_artifact_is_deterministic(tmp_path: Path) -> None:
+    report = make_report("parity_fail")
+    first = {p.name: p.read_bytes() for p in write_artifact(report, tmp_path / "a")}
+    second = {p.name: p.read_bytes() for p in write_artifact(report, tmp_path / "b")}
+
+    assert first == second
+
+
+@pytest.mark.parametrize(
+    ("api", "web"),
+    [
+        ("https://api.github.com", "https://github.com"),
+        ("https://ghe.example.com/api/v3", "https://ghe.example.com"),
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+    ],
+)
+def test_web_url_from_api_url(api: str, web: str) -> None:
+    assert web_url(api) == web

@@ -1,0 +1,268 @@
+"""Every Markdown surface, for every outcome, compared byte for byte with tests/golden/.
+
+Goldens are what GitHub will show, so a change of wording is a reviewed diff of these files.
+Regenerate with `KV_PARITY_UPDATE_GOLDEN=1 pytest tests/test_render_golden.py` and read the diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from bot import render
+from bot.commands import COMMANDS
+from bot.render import Links, ProgressView
+from bot.store import CampaignState, CampaignView
+from runners.progress import ProgressEvent
+from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, OUTCOMES, make_report, make_wide_report
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("KV_PARITY_UPDATE_GOLDEN") == "1"
+REPO = "octo-org/dynamo"
+LINKS = Links(
+    artifact_url=f"https://github.com/{REPO}/actions/runs/4242/artifacts/99",
+    check_run_url=f"https://github.com/{REPO}/runs/1001",
+    result_url=f"https://github.com/{REPO}/pull/512#issuecomment-2002",
+)
+ENDED = {
+    "cancelled": "cancelled by @alice with `/parity cancel`",
+    "superseded": "superseded by campaign `c-20251129-0002` for the new head 9f8e7d6",
+    "timed_out": "no report 6 h after dispatch (deadline 2025-11-29 16:00 UTC)",
+    "errored": "campaign process exited with status 101 before writing report.json",
+    "config_error": (
+        ".github/kv-parity.toml@e8828036e3d3: invalid campaign config:\n"
+        "  perf.pairs: Value error, pairs must be even so the schedule is balanced between arm orders\n"
+        "  harness.exclusions: Value error, ['/summary/ttft'] not in the protocol's closed exclusion list"
+    ),
+}
+
+
+def campaign(**changes: object) -> CampaignView:
+    """A stored campaign as the lifecycle engine hands it to the publisher."""
+    fields: dict[str, object] = {
+        "id": CAMPAIGN_ID,
+        "repo": REPO,
+        "pr_number": 512,
+        "head_sha": HEAD_SHA,
+        "base_sha": BASE_SHA,
+        "relationship": "ancestor",
+        "rows": None,
+        "state": CampaignState.RUNNING,
+        "check_run_id": 1001,
+        "status_comment_id": None,
+        "requested_by": "alice",
+        "trigger": "comment",
+        "created_at": datetime(2025, 11, 29, 10, 0, tzinfo=UTC),
+        "deadline": datetime(2025, 11, 29, 16, 0, tzinfo=UTC),
+        "artifact_dir": None,
+        "queue_position": 0,
+        "attempt": 1,
+        "reason": "",
+        "conclusion": None,
+        "config_source": f".github/kv-parity.toml@{BASE_SHA}",
+    }
+    fields.update(changes)
+    return CampaignView.model_validate(fields)
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return
+    assert path.exists(), f"no golden {name}; run with KV_PARITY_UPDATE_GOLDEN=1 and review it"
+    expected = path.read_text(encoding="utf-8")
+    if text != expected:
+        diff = "".join(
+            difflib.unified_diff(expected.splitlines(True), text.splitlines(True), f"golden/{name}", "rendered")
+        )
+        pytest.fail(f"{name} differs from its golden:\n{diff}")
+
+
+def with_title(content: render.CheckRunContent) -> str:
+    """Golden form of a check-run output: the title as an invisible first line, then the summary."""
+    return f"<!-- check run title: {content.title} -->\n{content.summary}"
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES)
+def test_report_surfaces(outcome: str) -> None:
+    report = make_report(outcome)
+    content = render.check_run_content(report, LINKS)
+
+    check_golden(f"{outcome}.check_summary.md", with_title(content))
+    check_golden(f"{outcome}.check_text.md", content.text)
+    check_golden(f"{outcome}.result_comment.md", render.result_comment(report, LINKS))
+    check_golden(
+        f"{outcome}.status_comment.md",
+        render.status_comment(campaign(state=CampaignState.COMPLETED), "finished", LINKS, report=report),
+    )
+
+
+@pytest.mark.parametrize("outcome", ["pass", "parity_fail"])
+def test_report_markdown(outcome: str) -> None:
+    check_golden(f"{outcome}.report.md", render.report_markdown(make_report(outcome), Links()))
+
+
+@pytest.mark.parametrize("state", sorted(ENDED))
+def test_ended_surfaces(state: str) -> None:
+    view = campaign(state=state if state != "config_error" else CampaignState.ERRORED)
+    links = Links(check_run_url=LINKS.check_run_url)
+
+    check_golden(f"{state}.check_summary.md", with_title(render.ended_content(view, state, ENDED[state], links)))
+    check_golden(
+        f"{state}.status_comment.md",
+        render.status_comment(view, "ended", links, state=state, reason=ENDED[state]),
+    )
+
+
+def test_queued_surfaces() -> None:
+    view = campaign(state=CampaignState.REQUESTED, queue_position=2, rows=["vllm-disagg"], deadline=None)
+    links = Links(check_run_url=LINKS.check_run_url)
+
+    check_golden("queued.check_summary.md", with_title(render.progress_content(view, None, links, position=2)))
+    check_golden("queued.status_comment.md", render.status_comment(view, "queued", links, position=2))
+
+
+def test_running_surfaces() -> None:
+    event = ProgressEvent(stage="perf", row="vllm-disagg", detail="pair 17 (candidate first)", done=17, total=60)
+    progress = ProgressView.of(event, eta_seconds=352.0)
+    links = Links(check_run_url=LINKS.check_run_url)
+
+    check_golden("running.check_summary.md", with_title(render.progress_content(campaign(), progress, links)))
+    check_golden("running.status_comment.md", render.status_comment(campaign(), "running", links, progress=progress))
+
+
+REPLIES: dict[str, dict[str, object]] = {
+    "refused": {
+        "reason": "@mallory has `read` permission on octo-org/dynamo; starting a campaign needs `write`",
+        "fix": "ask a maintainer to comment `/parity rerun sha=4a95f4ea3f82` to approve this head",
+    },
+    "help": {},
+    "status": {
+        "campaigns": [
+            campaign(),
+            campaign(
+                id="c-20251129-0002",
+                state=CampaignState.REQUESTED,
+                queue_position=1,
+                rows=["sglang-disagg"],
+                requested_by="bob",
+                trigger="label",
+            ),
+        ]
+    },
+    "duplicate": {"campaign": campaign(state=CampaignState.REQUESTED, queue_position=3)},
+    "unknown_command": {"line": "/parity rerun rows=vllm disagg", "reason": "`rerun` does not understand 'disagg'"},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REPLIES))
+def test_replies(kind: str) -> None:
+    check_golden(f"reply.{kind}.md", render.reply(kind, "/parity", COMMANDS, "kv-parity", REPLIES[kind]))
+
+
+def test_status_reply_without_campaigns() -> None:
+    text = render.reply("status", "/parity", COMMANDS, "kv-parity", {"campaigns": []})
+
+    assert text == "No parity campaign for this pull request. Comment `/parity rerun` or add the label `kv-parity` to start one.\n"
+
+
+def test_unknown_reply_kind_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown reply kind"):
+        render.reply("shrug", "/parity", COMMANDS, "kv-parity", {})
+
+
+def test_missing_context_is_an_error_not_an_empty_string() -> None:
+    """StrictUndefined: a refusal without its fix must fail loudly rather than post a half-sentence."""
+    with pytest.raises(Exception, match="fix"):
+        render.reply("refused", "/parity", COMMANDS, "kv-parity", {"reason": "x"})
+
+
+def test_every_golden_is_produced_by_a_test() -> None:
+    """A stale golden (an outcome that no longer renders) would mislead reviewers."""
+    produced = {
+        *(f"{o}.{s}.md" for o in OUTCOMES for s in ("check_summary", "check_text", "result_comment", "status_comment")),
+        "pass.report.md",
+        "parity_fail.report.md",
+        *(f"{s}.{k}.md" for s in ENDED for k in ("check_summary", "status_comment")),
+        *(f"{s}.{k}.md" for s in ("queued", "running") for k in ("check_summary", "status_comment")),
+        *(f"reply.{k}.md" for k in REPLIES),
+    }
+    assert {p.name for p in GOLDEN.glob("*.md")} == produced
+
+
+# --- limits, trimming and escaping ------------------------------------------------------------------------
+
+
+def test_forty_rows_fit_github_limits_with_a_pointer_to_the_artifact() -> None:
+    report = make_wide_report(40)
+    content = render.check_run_content(report, LINKS)
+    comment = render.result_comment(report, LINKS)
+
+    assert len(content.summary) <= render.CHECK_TEXT_LIMIT and len(content.text) <= render.CHECK_TEXT_LIMIT
+    assert len(comment) <= render.COMMENT_LIMIT and len(content.title) <= render.TITLE_LIMIT
+    assert all(f"`row-{n:02d}-vllm-disagg`" in content.summary for n in range(40)), "the verdict table is whole"
+    assert "did not fit GitHub's size limit" in content.text and LINKS.artifact_url in content.text
+    assert "### Rerun" in content.text, "the closing sections survive: only row details are dropped"
+    assert content.text.count("```mermaid") == content.text.count("<sub>Grey bars"), "no chart is cut in half"
+    full = render.report_markdown(report, Links())
+    assert len(full) > render.CHECK_TEXT_LIMIT and full.count("```mermaid") == 40, "report.md is never trimmed"
+
+
+def test_trim_never_cuts_inside_a_code_fence() -> None:
+    text = "intro\n\n```mermaid\n" + "x\n" * 200 + "```\n\ntail\n"
+
+    trimmed = render.trim_markdown(text, 120, "see the artifact")
+
+    assert trimmed == "intro\n\n---\n✂️ see the artifact\n"
+
+
+def test_trim_counts_bytes_so_multibyte_text_stays_within_the_limit() -> None:
+    text = "✅ ok\n" * 20_000
+
+    trimmed = render.trim_markdown(text, render.CHECK_TEXT_LIMIT, "pointer")
+
+    assert len(trimmed.encode()) <= render.CHECK_TEXT_LIMIT and trimmed.endswith("✂️ pointer\n")
+
+
+@pytest.mark.parametrize(
+    ("raw", "escaped"),
+    [
+        ("feat/**bold**|<img src=x>", "feat/\\*\\*bold\\*\\*\\|\\<img src=x\\>"),
+        ("@octo-org/team fixes #12", "@\u200bocto-org/team fixes #\u200b12"),
+        ("# heading", "\\# heading"),
+        ("1. item", "1\\. item"),
+        ("[link](javascript:x)", "\\[link\\](javascript:x)"),
+        ("6.8.0-49-generic", "6.8.0-49-generic"),
+    ],
+)
+def test_user_text_is_escaped(raw: str, escaped: str) -> None:
+    assert render.md(raw) == escaped
+
+
+def test_branch_names_render_literally_in_every_surface() -> None:
+    report = make_report("pass")
+    hostile = "feat/`x`|**y**"
+    report.revisions[1] = report.revisions[1].model_copy(update={"requested": hostile})
+
+    comment = render.result_comment(report, LINKS)
+
+    assert "(requested as ``feat/`x`|**y**``)" in comment
+
+
+def test_code_spans_survive_backticks_and_pipes() -> None:
+    assert render.code("a`b|c") == "``a`b\\|c``"
+    assert render.code("`edge`") == "`` `edge` ``"
+
+
+def test_result_marker_round_trip_and_quotes_are_ignored() -> None:
+    marker = render.result_marker("c-1", HEAD_SHA)
+
+    assert render.result_marker_campaign(marker + "\nbody") == "c-1"
+    assert render.result_marker_campaign("> " + marker) is None
+    assert render.is_status_comment(render.STATUS_MARKER + "\nx") and not render.is_status_comment("> " + render.STATUS_MARKER)

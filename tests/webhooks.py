@@ -1,0 +1,345 @@
+"""Test helpers for the webhook service: payload builders, signing, a service thread, a recording publisher,
+and two programs run as real subprocesses (`python -m tests.webhooks campaign|serve`).
+
+`campaign` is a stand-in for `kv-parity campaign` honouring the local backend's argv contract: it records
+its argv and pid, emits progress, optionally spawns a grandchild and waits for a file to appear, then
+writes a valid report.json built through the real pydantic models. `serve` runs the real service
+(bot.server.run_server) with the recording publisher writing JSON lines, for kill-and-restart tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+
+from runners.progress import JsonlProgress, emit
+from runners.report import CampaignReport, Revision
+
+SECRET = "s3cret-webhook"
+REPO = "acme/widgets"
+
+CONFIG_TOML = """\
+[build]
+command = ["cargo", "build", "--release", "-p", "dynamo-bench", "--no-default-features",
+           "--features", "replay-bench", "--bench", "offline_replay_bench"]
+features = ["replay-bench"]
+
+[trace]
+path = "/srv/traces/mooncake_trace.jsonl"
+sha256 = "b434f1816a707f4bac697235588184ebc374c9907cb981bb65fb0643471fe711"
+offset = 0
+count = 5000
+
+[[rows]]
+id = "vllm-agg"
+args = ["--engine-type", "vllm"]
+expect = { pressure = [10, 20] }
+
+[[rows]]
+id = "vllm-disagg"
+args = ["--serving-mode", "disagg", "--engine-type", "vllm"]
+expect = { pressure = [10, 20], handoff = true }
+"""
+"""A valid campaign config with two rows, committed at the base revision of test repositories."""
+
+
+# ----------------------------------------------------------------- payloads
+
+
+def sign(body: bytes, secret: str = SECRET) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _user(login: str, kind: str = "User") -> dict[str, Any]:
+    return {"login": login, "id": abs(hash(login)) % 10**6, "type": kind}
+
+
+def pull_request_event(
+    action: str,
+    *,
+    number: int = 1,
+    head_sha: str,
+    base_sha: str,
+    sender: str = "maintainer",
+    label: str | None = None,
+    labels: tuple[str, ...] = (),
+    fork: bool = False,
+    state: str = "open",
+    repo: str = REPO,
+) -> dict[str, Any]:
+    head_repo = "contributor/widgets" if fork else repo
+    payload: dict[str, Any] = {
+        "action": action,
+        "number": number,
+        "pull_request": {
+            "number": number,
+            "state": state,
+            "title": "Change the replay loop",
+            "user": _user("contributor"),
+            "head": {"ref": "feature", "sha": head_sha, "repo": {"full_name": head_repo}},
+            "base": {"ref": "main", "sha": base_sha, "repo": {"full_name": repo}},
+            "labels": [{"name": name} for name in labels],
+        },
+        "sender": _user(sender),
+        "repository": {"full_name": repo},
+    }
+    if label is not None:
+        payload["label"] = {"name": label}
+    return payload
+
+
+def comment_event(
+    body: str,
+    *,
+    number: int = 1,
+    sender: str = "maintainer",
+    action: str = "created",
+    on_pull: bool = True,
+    repo: str = REPO,
+) -> dict[str, Any]:
+    issue: dict[str, Any] = {"number": number, "title": "Change the replay loop"}
+    if on_pull:
+        issue["pull_request"] = {"url": f"https://api.github.com/repos/{repo}/pulls/{number}"}
+    return {
+        "action": action,
+        "issue": issue,
+        "comment": {"id": 555, "body": body, "user": _user(sender)},
+        "sender": _user(sender),
+        "repository": {"full_name": repo},
+    }
+
+
+def check_run_event(
+    action: str,
+    *,
+    external_id: str,
+    head_sha: str,
+    sender: str = "maintainer",
+    identifier: str | None = None,
+    pulls: tuple[int, ...] = (1,),
+    repo: str = REPO,
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "action": action,
+        "check_run": {
+            "id": 9001,
+            "name": "kv-parity",
+            "external_id": external_id,
+            "head_sha": head_sha,
+            "pull_requests": [{"number": n} for n in pulls],
+        },
+        "sender": _user(sender),
+        "repository": {"full_name": repo},
+    }
+    if identifier is not None:
+        payload["requested_action"] = {"identifier": identifier}
+    return payload
+
+
+def post(
+    base_url: str,
+    event: str,
+    payload: dict[str, Any] | bytes,
+    *,
+    delivery: str | None = None,
+    secret: str = SECRET,
+    signature: str | None = None,
+) -> httpx.Response:
+    """POST a delivery the way GitHub does (signed unless `signature` overrides it)."""
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    headers = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+        "X-Hub-Signature-256": sign(body, secret) if signature is None else signature,
+    }
+    if signature == "":
+        del headers["X-Hub-Signature-256"]
+    return httpx.post(f"{base_url}/webhook", content=body, headers=headers, timeout=10)
+
+
+# ----------------------------------------------------------------- waiting and serving
+
+
+def wait_until(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    """Poll a real condition until it holds; fail after `timeout` seconds saying what never happened."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}")
+        time.sleep(0.02)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def serve_app(app: Starlette) -> Iterator[str]:
+    """Run an ASGI app (with its lifespan) under uvicorn on 127.0.0.1 in a thread; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, "service started", timeout=10)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+# ----------------------------------------------------------------- recording publisher
+
+
+class RecordingPublisher:
+    """Records every call the lifecycle makes (and optionally appends it to a JSONL file)."""
+
+    def __init__(self, record: Path | None = None) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.record = record
+        self._lock = threading.Lock()
+        self._next_check_run = 1
+
+    def _add(self, method: str, **fields: Any) -> None:
+        entry = {"method": method, **fields}
+        with self._lock:
+            self.calls.append(entry)
+            if self.record is not None:
+                with self.record.open("a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(entry, default=str) + "\n")
+
+    def open_check_run(self, campaign: Any) -> int:
+        with self._lock:
+            check_run_id = self._next_check_run
+            self._next_check_run += 1
+        self._add("open_check_run", campaign=campaign.id, check_run_id=check_run_id)
+        return check_run_id
+
+    def queued(self, campaign: Any, position: int) -> None:
+        self._add("queued", campaign=campaign.id, position=position)
+
+    def progress(self, campaign: Any, event: Any) -> None:
+        self._add("progress", campaign=campaign.id, stage=event.stage)
+
+    def finished(self, campaign: Any, report: CampaignReport, artifact_dir: Path) -> None:
+        conclusion = report.verdicts.conclusion.value if report.verdicts else None
+        self._add("finished", campaign=campaign.id, conclusion=conclusion, artifact_dir=str(artifact_dir))
+
+    def ended(self, campaign: Any, state: str, reason: str) -> None:
+        self._add("ended", campaign=campaign.id, state=state, reason=reason)
+
+    def reply(self, number: int, kind: str, **context: Any) -> None:
+        self._add("reply", number=number, kind=kind, context={k: str(v) for k, v in context.items()})
+
+    def of(self, method: str, **match: Any) -> list[dict[str, Any]]:
+        with self._lock:
+            return [c for c in self.calls if c["method"] == method and all(c.get(k) == v for k, v in match.items())]
+
+
+def read_record(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ----------------------------------------------------------------- subprocess programs
+
+
+def _campaign(argv: list[str]) -> int:
+    """The stand-in runner: same flags as `kv-parity campaign`, plus test knobs before them."""
+    parser = argparse.ArgumentParser(prog="stand-in campaign")
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--base", required=True)
+    parser.add_argument("--head", required=True)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--rows")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--campaign-id", required=True)
+    parser.add_argument("--progress-jsonl", required=True)
+    parser.add_argument("--record", help="append this run's argv and pids as JSON")
+    parser.add_argument("--hold-until", help="wait for this file to exist before finishing")
+    parser.add_argument("--grandchild", action="store_true", help="spawn a long-lived child process")
+    parser.add_argument("--exit-code", type=int, default=0)
+    parser.add_argument("--no-report", action="store_true")
+    args = parser.parse_args(argv)
+    from tests.report_factory import make_report
+
+    child = None
+    if args.grandchild:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    if args.record:
+        entry = {"argv": argv, "pid": os.getpid(), "child": child.pid if child else None,
+                 "config": Path(args.config).read_text(), "cwd": str(Path.cwd())}
+        with open(args.record, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
+    progress = JsonlProgress(Path(args.progress_jsonl))
+    emit(progress, "build", "building both revisions")
+    if args.hold_until:
+        while not Path(args.hold_until).exists():
+            time.sleep(0.02)
+    emit(progress, "report", "writing the report")
+    if not args.no_report:
+        report = make_report("pass").model_copy(
+            update={
+                "campaign_id": args.campaign_id,
+                "revisions": [
+                    Revision(arm="baseline", sha=args.base, requested=args.base),
+                    Revision(arm="candidate", sha=args.head, requested=args.head),
+                ],
+            }
+        )
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json.tmp").write_text(report.model_dump_json(indent=1))
+        (out / "report.json.tmp").replace(out / "report.json")
+    if child is not None:
+        child.kill()
+        child.wait()
+    return int(args.exit_code)
+
+
+def _serve(argv: list[str]) -> int:
+    """The real service with a recording publisher (settings from $KV_PARITY_SETTINGS)."""
+    from bot.server import run_server
+    from bot.settings import load_settings
+
+    parser = argparse.ArgumentParser(prog="recording service")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--record", type=Path, required=True)
+    args = parser.parse_args(argv)
+    publisher = RecordingPublisher(args.record)
+    run_server(load_settings(), "127.0.0.1", args.port, publisher_factory=lambda gateway, s: publisher,
+               log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    command, rest = sys.argv[1], sys.argv[2:]
+    sys.exit(_campaign(rest) if command == "campaign" else _serve(rest))
