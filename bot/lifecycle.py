@@ -319,6 +319,7 @@ class Lifecycle:
         if resolution.error is not None:
             self._end(campaign, S.ERRORED, resolution.error, published_state=CONFIG_ERROR)
             return f"config error: campaign {campaign.id}"
+        self._announce(campaign)
         return f"campaign {campaign.id} requested"
 
     # ------------------------------------------------------------------ endings
@@ -468,21 +469,24 @@ class Lifecycle:
     def _refresh_positions(self) -> None:
         """Tell the publisher about every live campaign whose queue position changed (0 = started)."""
         for campaign in self.store.in_states(LIVE_STATES, self.backend.name):
-            publisher = self.services(campaign.repo).publisher
-            campaign = self._ensure_check_run(campaign, publisher)
-            position = campaign.queue_position
-            if position is None or campaign.check_run_id is None:
-                continue
-            if self.store.published_position(campaign.id) == position:
-                continue
-            try:
-                comment_id = publisher.queued(campaign, position)
-            except Exception:
-                log.exception("campaign %s: publishing the queue position failed", campaign.id)
-                continue
-            self.store.set_published_position(campaign.id, position)
-            if comment_id is not None:
-                self.store.set_status_comment(campaign.id, comment_id)
+            self._announce(campaign)
+
+    def _announce(self, campaign: CampaignView) -> None:
+        publisher = self.services(campaign.repo).publisher
+        campaign = self._ensure_check_run(campaign, publisher)
+        position = campaign.queue_position
+        if position is None or campaign.check_run_id is None:
+            return
+        if self.store.published_position(campaign.id) == position:
+            return
+        try:
+            comment_id = publisher.queued(campaign, position)
+        except Exception:
+            log.exception("campaign %s: publishing the queue position failed", campaign.id)
+            return
+        self.store.set_published_position(campaign.id, position)
+        if comment_id is not None:
+            self.store.set_status_comment(campaign.id, comment_id)
 
     def _publish_due(self) -> None:
         for publication in self.store.due_publications(self.clock()):

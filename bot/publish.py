@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib
 import json
 import os
 import sys
@@ -19,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
@@ -40,7 +39,7 @@ from bot.github import (
 from bot.render import CheckRunContent, Links, ProgressView
 from bot.store import CampaignState, CampaignView
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport, PerfResult, campaign_verdicts
+from runners.report import CampaignReport, campaign_verdicts
 
 PROGRESS_INTERVAL_SECONDS = 10.0
 """At most one progress update per campaign in this window, except when the stage or row changes."""
@@ -218,22 +217,10 @@ def _digests_text(report: CampaignReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-PlotWriter = Callable[[PerfResult, Path, str], list[Path]]
-
-
-def _plot_writer() -> PlotWriter | None:
-    """`runners.plots.write_plots` when that module is installed; plots are optional evidence."""
-    try:
-        module = importlib.import_module("runners.plots")
-    except ModuleNotFoundError:
-        return None
-    return cast(PlotWriter | None, getattr(module, "write_plots", None))
-
-
 def write_artifact(report: CampaignReport, out_dir: Path) -> list[Path]:
     """Write the campaign artifact (report.json, report.md, samples.csv, schedules, digests, plots).
 
-    Deterministic for a given report, so re-publishing rewrites identical files.
+    Deterministic for a given report (apart from PNG metadata), so re-publishing rewrites the same evidence.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -261,11 +248,11 @@ def write_artifact(report: CampaignReport, out_dir: Path) -> list[Path]:
             }
             put(f"schedule-{row.row.id}.json", _json(schedule))
     put("digests.txt", _digests_text(report))
-    write_plots = _plot_writer()
-    if write_plots is not None:
-        for row in report.rows:
-            if row.performance is not None and row.performance.ratios:
-                written.extend(write_plots(row.performance, out_dir, row.row.id))
+    from runners.plots import write_plots  # matplotlib loads only when an artifact is written
+
+    for row in report.rows:
+        if row.performance is not None and row.performance.ratios:
+            written.extend(write_plots(row.performance, out_dir, row.row.id))
     return written
 
 
@@ -383,24 +370,33 @@ class Publisher:
 
     # --- lifecycle steps
 
-    def queued(self, campaign: CampaignView, position: int) -> None:
-        """Show the queue position on the check run and in the status comment."""
+    def queued(self, campaign: CampaignView, position: int) -> int | None:
+        """Show the queue position (0 = started) on the check run and in the status comment.
+
+        Returns the status comment's id for the store (None when a newer campaign owns that comment).
+        """
         with self._lock:
             links = self._links(campaign)
             run_id = self._check_run_id(campaign)
+            started = ProgressView(
+                stage="starting", row=None, detail="", done=None, total=None, eta_seconds=None
+            )
+            progress = started if position == 0 else None
             if run_id is not None:
                 content = render.progress_content(
-                    campaign, None, links, self.settings.command_word, position=position
+                    campaign, progress, links, self.settings.command_word, position=position
                 )
                 self.gateway.update_check_run(
-                    run_id, status="queued", output=self._output(content), actions=[RERUN, CANCEL]
+                    run_id,
+                    status="in_progress" if progress else "queued",
+                    output=self._output(content),
+                    actions=[RERUN, CANCEL],
                 )
-            self._upsert_status(
-                campaign,
-                render.status_comment(
-                    campaign, "queued", links, self.settings.command_word, position=position
-                ),
+            mode = "running" if progress else "queued"
+            body = render.status_comment(
+                campaign, mode, links, self.settings.command_word, position=position, progress=progress
             )
+            return self._upsert_status(campaign, body)
 
     def progress(self, campaign: CampaignView, event: ProgressEvent) -> None:
         """Live progress, at most one update per interval unless the stage or row changed."""
@@ -546,7 +542,7 @@ class Publisher:
         if found is not None:
             self._status[(campaign.repo, campaign.pr_number)] = found
 
-    def _upsert_status(self, campaign: CampaignView, body: str) -> None:
+    def _upsert_status(self, campaign: CampaignView, body: str) -> int | None:
         """Edit the one status comment in place (creating it once), unless a newer campaign owns it."""
         body = self._with_owner(campaign, body)
         key = (campaign.repo, campaign.pr_number)
@@ -556,16 +552,16 @@ class Publisher:
             known = self._status.get(key)
         if known is None:
             self._status[key] = self.gateway.create_comment(campaign.pr_number, body)
-            return
+            return self._status[key].id
         owner = _owner(known.body)
         if owner is not None and owner[0] != campaign.id and owner[1] > _utc_iso(campaign.created_at):
-            return
-        if known.body == body:
-            return
-        try:
-            self._status[key] = self.gateway.edit_comment(known.id, body)
-        except GitHubNotFoundError:
-            self._status[key] = self.gateway.create_comment(campaign.pr_number, body)
+            return None
+        if known.body != body:
+            try:
+                self._status[key] = self.gateway.edit_comment(known.id, body)
+            except GitHubNotFoundError:
+                self._status[key] = self.gateway.create_comment(campaign.pr_number, body)
+        return self._status[key].id
 
     @staticmethod
     def _with_owner(campaign: CampaignView, body: str) -> str:

@@ -17,6 +17,8 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from bot.commands import CommandSpec
+from bot.store import CampaignView
 from runners.progress import ProgressEvent
 from runners.report import (
     CampaignReport,
@@ -168,6 +170,10 @@ def duration(seconds: float | None) -> str:
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
+def plural(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def icon(verdict: object) -> str:
     return ICONS.get(str(verdict), "")
 
@@ -193,6 +199,7 @@ def _environment() -> Environment:
         when=when,
         duration=duration,
         icon=icon,
+        plural=plural,
     )
     return env
 
@@ -666,7 +673,7 @@ class ProgressView:
 
 
 def progress_content(
-    campaign: Any,
+    campaign: CampaignView,
     progress: ProgressView | None,
     links: Links,
     command_word: str = "/parity",
@@ -701,7 +708,7 @@ def progress_content(
 
 
 def ended_content(
-    campaign: Any, state: str, reason: str, links: Links, command_word: str = "/parity"
+    campaign: CampaignView, state: str, reason: str, links: Links, command_word: str = "/parity"
 ) -> CheckRunContent:
     """A campaign that ended without a report (cancelled, superseded, timed out, errored, bad config)."""
     conclusion, label = ENDED_STATES[state]
@@ -726,7 +733,7 @@ def ended_content(
 
 
 def status_comment(
-    campaign: Any,
+    campaign: CampaignView,
     mode: str,
     links: Links,
     command_word: str = "/parity",
@@ -763,7 +770,7 @@ REPLY_KINDS = ("refused", "help", "status", "duplicate", "unknown_command")
 
 
 def reply(
-    kind: str, command_word: str, commands: Iterable[Any], label: str, context: Mapping[str, Any]
+    kind: str, command_word: str, commands: Iterable[CommandSpec], label: str, context: Mapping[str, Any]
 ) -> str:
     """A short reply to a command: refusals and errors name the reason and the fix."""
     if kind not in REPLY_KINDS:

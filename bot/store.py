@@ -284,12 +284,20 @@ class Store:
 
     def add_delivery(self, delivery_id: str, event: str, payload: bytes) -> bool:
         """Persist a verified delivery; False when this delivery id was already stored."""
+        return self.add_deliveries([(delivery_id, event, payload)])[0]
+
+    def add_deliveries(self, deliveries: list[tuple[str, str, bytes]]) -> list[bool]:
+        """Persist several verified deliveries in one transaction (one fsync); False marks a duplicate."""
+        now = time.time()
         with self._tx() as db:
-            cursor = db.execute(
-                "INSERT OR IGNORE INTO deliveries (id, event, payload, received_at) VALUES (?, ?, ?, ?)",
-                (delivery_id, event, payload, time.time()),
-            )
-            return cursor.rowcount == 1
+            return [
+                db.execute(
+                    "INSERT OR IGNORE INTO deliveries (id, event, payload, received_at) VALUES (?, ?, ?, ?)",
+                    (delivery_id, event, payload, now),
+                ).rowcount
+                == 1
+                for delivery_id, event, payload in deliveries
+            ]
 
     def reject_delivery(self, delivery_id: str, event: str, reason: str, payload: bytes) -> None:
         """Keep a signed but malformed delivery for diagnosis; it never enters the work queue."""
@@ -317,25 +325,20 @@ class Store:
 
     def finish_delivery(self, delivery_id: str, outcome: str) -> None:
         with self._tx() as db:
-            db.execute(
-                "UPDATE deliveries SET status = 'done', outcome = ? WHERE id = ?", (outcome, delivery_id)
-            )
+            db.execute("UPDATE deliveries SET status = 'done', outcome = ? WHERE id = ?", (outcome, delivery_id))
 
     def retry_delivery(self, delivery_id: str, error: str, not_before: float, *, give_up: bool) -> None:
         """Count a failed attempt; after the last one the delivery is kept as failed for diagnosis."""
         status = "failed" if give_up else "pending"
         with self._tx() as db:
             db.execute(
-                "UPDATE deliveries SET status = ?, attempts = attempts + 1, not_before = ?, outcome = ? "
-                "WHERE id = ?",
+                "UPDATE deliveries SET status = ?, attempts = attempts + 1, not_before = ?, outcome = ? WHERE id = ?",
                 (status, not_before, error, delivery_id),
             )
 
     def delivery_status(self, delivery_id: str) -> tuple[str, str | None] | None:
         with self._lock:
-            row = self._db.execute(
-                "SELECT status, outcome FROM deliveries WHERE id = ?", (delivery_id,)
-            ).fetchone()
+            row = self._db.execute("SELECT status, outcome FROM deliveries WHERE id = ?", (delivery_id,)).fetchone()
         return None if row is None else (str(row[0]), row[1])
 
     def delivery_counts(self) -> dict[str, int]:
@@ -422,14 +425,10 @@ class Store:
     def by_delivery(self, delivery_id: str) -> list[CampaignView]:
         return self._select("delivery_id = ? ORDER BY seq", (delivery_id,))
 
-    def for_pr(
-        self, repo: str, pr_number: int, *, live_only: bool = False, limit: int = 20
-    ) -> list[CampaignView]:
+    def for_pr(self, repo: str, pr_number: int, *, live_only: bool = False, limit: int = 20) -> list[CampaignView]:
         """A pull request's campaigns, newest first."""
         states = "AND state IN ('requested', 'dispatched', 'running')" if live_only else ""
-        return self._select(
-            f"repo = ? AND pr_number = ? {states} ORDER BY seq DESC LIMIT ?", (repo, pr_number, limit)
-        )
+        return self._select(f"repo = ? AND pr_number = ? {states} ORDER BY seq DESC LIMIT ?", (repo, pr_number, limit))
 
     def in_states(self, states: frozenset[CampaignState], backend: str | None = None) -> list[CampaignView]:
         """Campaigns in the given states, oldest first (FIFO)."""
@@ -437,13 +436,10 @@ class Store:
         where = f"state IN ({marks})" + (" AND backend = ?" if backend else "") + " ORDER BY seq"
         return self._select(where, (*sorted(states), *([backend] if backend else [])))
 
-    def covering(
-        self, repo: str, pr_number: int, head_sha: str, base_sha: str, rows_key: str
-    ) -> CampaignView | None:
+    def covering(self, repo: str, pr_number: int, head_sha: str, base_sha: str, rows_key: str) -> CampaignView | None:
         marks = ", ".join("?" for _ in COVERING_STATES)
         found = self._select(
-            "repo = ? AND pr_number = ? AND head_sha = ? AND base_sha = ? AND rows_key = ? "
-            f"AND state IN ({marks})",
+            f"repo = ? AND pr_number = ? AND head_sha = ? AND base_sha = ? AND rows_key = ? AND state IN ({marks})",
             (repo, pr_number, head_sha, base_sha, rows_key, *COVERING_STATES),
         )
         return found[0] if found else None
@@ -479,8 +475,7 @@ class Store:
                     ),
                 )
                 db.execute(
-                    "INSERT INTO transitions (campaign_id, from_state, to_state, at, reason) "
-                    "VALUES (?, NULL, ?, ?, ?)",
+                    "INSERT INTO transitions (campaign_id, from_state, to_state, at, reason) VALUES (?, NULL, ?, ?, ?)",
                     (
                         campaign_id,
                         S.REQUESTED.value,
@@ -528,14 +523,12 @@ class Store:
                 (to_state.value, reason, *updates.values(), campaign_id),
             )
             db.execute(
-                "INSERT INTO transitions (campaign_id, from_state, to_state, at, reason) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO transitions (campaign_id, from_state, to_state, at, reason) VALUES (?, ?, ?, ?, ?)",
                 (campaign_id, current.value, to_state.value, now, reason),
             )
             if publish is not None:
                 db.execute(
-                    "INSERT OR IGNORE INTO publications (campaign_id, kind, state, reason) "
-                    "VALUES (?, ?, ?, ?)",
+                    "INSERT OR IGNORE INTO publications (campaign_id, kind, state, reason) VALUES (?, ?, ?, ?)",
                     (campaign_id, publish, published_state or to_state.value, reason),
                 )
         return self.require(campaign_id)
@@ -573,9 +566,7 @@ class Store:
 
     def published_position(self, campaign_id: str) -> int | None:
         with self._lock:
-            row = self._db.execute(
-                "SELECT published_position FROM campaigns WHERE id = ?", (campaign_id,)
-            ).fetchone()
+            row = self._db.execute("SELECT published_position FROM campaigns WHERE id = ?", (campaign_id,)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
     def clear_handle(self, campaign_id: str) -> None:
@@ -593,9 +584,7 @@ class Store:
 
     def config_text(self, campaign_id: str) -> str:
         with self._lock:
-            row = self._db.execute(
-                "SELECT config_text FROM campaigns WHERE id = ?", (campaign_id,)
-            ).fetchone()
+            row = self._db.execute("SELECT config_text FROM campaigns WHERE id = ?", (campaign_id,)).fetchone()
         if row is None:
             raise KeyError(f"no campaign {campaign_id}")
         return str(row[0])
@@ -646,9 +635,7 @@ class Store:
                 (campaign_id, kind),
             )
 
-    def publication_failed(
-        self, campaign_id: str, kind: str, error: str, not_before: float, *, give_up: bool
-    ) -> None:
+    def publication_failed(self, campaign_id: str, kind: str, error: str, not_before: float, *, give_up: bool) -> None:
         with self._tx() as db:
             db.execute(
                 "UPDATE publications SET status = ?, attempts = attempts + 1, not_before = ?, error = ? "

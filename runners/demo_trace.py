@@ -27,6 +27,7 @@ import json
 import math
 import pathlib
 import random
+from dataclasses import dataclass
 
 TRACE_BLOCK_SIZE = 512
 MEAN_GAP_MS = 177.0
@@ -37,9 +38,16 @@ MAX_CONTEXT_BLOCKS = 96
 _PREFIX_FAMILIES = ((0.45, 1), (0.30, 12), (0.15, 6), (0.10, 0))
 
 
+@dataclass
+class _Session:
+    id: str
+    context: list[int]
+    turns_left: int
+
+
 def _output_length(rng: random.Random) -> int:
     # Log-normal around ~150 tokens, clipped to [MIN_OUTPUT, MAX_OUTPUT].
-    value = int(round(math.exp(rng.gauss(5.0, 0.8))))
+    value = round(math.exp(rng.gauss(5.0, 0.8)))
     return max(MIN_OUTPUT, min(MAX_OUTPUT, value))
 
 
@@ -60,7 +68,7 @@ def generate_demo_trace(path: pathlib.Path, rows: int = 1000, seed: int = 202611
         return ids
 
     families = [(weight, fresh(length)) for weight, length in _PREFIX_FAMILIES]
-    sessions: list[dict] = []  # active sessions: {"id", "context", "turns_left"}
+    sessions: list[_Session] = []  # active multi-turn conversations
     session_count = 0
     timestamp = 0.0
     lines = []
@@ -69,8 +77,8 @@ def generate_demo_trace(path: pathlib.Path, rows: int = 1000, seed: int = 202611
             timestamp += rng.expovariate(1.0 / MEAN_GAP_MS)
         if sessions and rng.random() < 0.55:
             session = sessions[rng.randrange(len(sessions))]
-            session["context"] = session["context"] + fresh(rng.randint(1, 4))
-            session["turns_left"] -= 1
+            session.context = session.context + fresh(rng.randint(1, 4))
+            session.turns_left -= 1
         else:
             pick = rng.random()
             prefix: list[int] = families[-1][1]
@@ -79,24 +87,24 @@ def generate_demo_trace(path: pathlib.Path, rows: int = 1000, seed: int = 202611
                     prefix = ids
                     break
                 pick -= weight
-            session = {
-                "id": f"session-{session_count:05d}",
-                "context": prefix + fresh(rng.randint(2, 24)),
-                "turns_left": rng.randint(0, 6),
-            }
+            session = _Session(
+                id=f"session-{session_count:05d}",
+                context=prefix + fresh(rng.randint(2, 24)),
+                turns_left=rng.randint(0, 6),
+            )
             session_count += 1
             sessions.append(session)
-        hash_ids = session["context"][:MAX_CONTEXT_BLOCKS]
+        hash_ids = session.context[:MAX_CONTEXT_BLOCKS]
         input_length = (len(hash_ids) - 1) * TRACE_BLOCK_SIZE + rng.randint(1, TRACE_BLOCK_SIZE)
         row = {
             "timestamp": int(timestamp),
             "input_length": input_length,
             "output_length": _output_length(rng),
             "hash_ids": hash_ids,
-            "session_id": session["id"],
+            "session_id": session.id,
         }
         lines.append(json.dumps(row))
-        if session["turns_left"] <= 0 or len(session["context"]) >= MAX_CONTEXT_BLOCKS:
+        if session.turns_left <= 0 or len(session.context) >= MAX_CONTEXT_BLOCKS:
             sessions.remove(session)
     data = ("\n".join(lines) + "\n").encode("utf-8")
     path = pathlib.Path(path)

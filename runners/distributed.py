@@ -450,6 +450,7 @@ def run_manifest_row(manifest: BuildManifest, manifest_dir: Path, row_id: str, t
                               head=prepared.shas["candidate"], config=manifest.config,
                               config_source=manifest.report.config_source, out_dir=out,
                               campaign_id=manifest.campaign_id)
+    out.mkdir(parents=True, exist_ok=True)
     row_report = run_row(request, prepared, row, work, progress)
     return RowResult(campaign_id=manifest.campaign_id, binary_sha256=seen, trace_slice_sha256=slice_sha,
                      node=node, started_unix=started, ended_unix=round(time.time(), 3), report=row_report)

@@ -235,8 +235,7 @@ def _unmeasurable_rule(perf: PerfConfig, resolution_ms: float | None) -> str | N
     return (
         f"invalidation rule max_interference_ms={limit:g} is below the /proc/stat measurement resolution "
         f"on this node ({resolution_ms:g} ms: two clock ticks), so quantization alone would invalidate "
-        "pairs; "
-        "declare a threshold at or above it before sampling"
+        "pairs; declare a threshold at or above it before sampling"
     )
 
 
@@ -435,8 +434,9 @@ class _Sampler:
             busy_after = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
         exit_code = os.waitstatus_to_exitcode(status)
         record, problem = read_timing_file(timing_path)
-        if record is None and exit_code == 0 and stdout_path.stat().st_size:
-            problem = f"{problem}; stdout: {_tail(stdout_path).strip().splitlines()[-1][:200]}"
+        printed = _tail(stdout_path).strip().splitlines()
+        if record is None and exit_code == 0 and printed:
+            problem = f"{problem}; stdout: {printed[-1][:200]}"
         meaning = classify(exit_code, record, problem, self.timing_field)
         own_cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000.0
         expected = sorted(self.cpu_set)
@@ -480,6 +480,29 @@ def _invalidate(members: list[Sample], rules: InvalidationRules) -> tuple[list[S
         evidence="; ".join(evidence for _, evidence in found),
     )
     return [m.model_copy(update={"status": "invalidated"}) for m in members], record
+
+
+def _sample_pair(
+    sampler: _Sampler, pair: PairPlan, rules: InvalidationRules
+) -> tuple[list[Sample], list[Invalidation], bool]:
+    """Every attempt of one pair in its scheduled order: (samples, invalidations, ended with a valid attempt).
+
+    Not completed means a product failure (sampling stops there) or reruns exhausted (the row is blocked).
+    """
+    samples: list[Sample] = []
+    invalidations: list[Invalidation] = []
+    for attempt in range(rules.max_reruns_per_pair + 1):
+        members: list[Sample] = []
+        for position, arm in enumerate(arm_order(pair)):
+            members.append(sampler.run("measured", arm, pair.pair, attempt, position))
+            if members[-1].status == "product_failure":
+                return [*samples, *members], invalidations, False
+        members, invalidation = _invalidate(members, rules)
+        samples.extend(members)
+        if invalidation is None:
+            return samples, invalidations, True
+        invalidations.append(invalidation)
+    return samples, invalidations, False
 
 
 def run_performance(
@@ -543,51 +566,34 @@ def run_performance(
         for index in range(2 * perf.warmups_per_arm):
             warmups.append(sampler.run("warmup", ("baseline", "candidate")[index % 2], None, 0, index))
             if warmups[-1].status == "product_failure":
-                return finalize(evidence.model_copy(update={"warmups": warmups}), perf)
-        emit(progress, "performance", f"{len(warmups)} warmups done", row=row_id, done=0, total=perf.pairs)
-        for done, pair in enumerate(plan, start=1):
-            for attempt in range(perf.invalidation.max_reruns_per_pair + 1):
-                members: list[Sample] = []
-                for position, arm in enumerate(arm_order(pair)):
-                    members.append(sampler.run("measured", arm, pair.pair, attempt, position))
-                    if members[-1].status == "product_failure":
-                        break
-                if members[-1].status == "product_failure":
-                    samples.extend(members)
-                    return finalize(
-                        evidence.model_copy(
-                            update={"warmups": warmups, "samples": samples, "invalidations": invalidations}
-                        ),
-                        perf,
+                break
+        else:
+            emit(
+                progress, "performance", f"{len(warmups)} warmups done", row=row_id, done=0, total=perf.pairs
+            )
+            for done, pair in enumerate(plan, start=1):
+                pair_samples, pair_invalidations, complete = _sample_pair(sampler, pair, perf.invalidation)
+                samples.extend(pair_samples)
+                invalidations.extend(pair_invalidations)
+                for invalidation in pair_invalidations:
+                    emit(
+                        progress,
+                        "performance",
+                        f"pair {pair.pair} attempt {invalidation.attempt} invalidated: {invalidation.reason}",
+                        row=row_id,
+                        done=done - 1,
+                        total=perf.pairs,
                     )
-                members, invalidation = _invalidate(members, perf.invalidation)
-                samples.extend(members)
-                if invalidation is None:
+                if not complete:
                     break
-                invalidations.append(invalidation)
                 emit(
                     progress,
                     "performance",
-                    f"pair {pair.pair} attempt {attempt} invalidated: {invalidation.reason}",
+                    f"pair {pair.pair} ({pair.order})",
                     row=row_id,
-                    done=done - 1,
+                    done=done,
                     total=perf.pairs,
                 )
-            else:
-                return finalize(
-                    evidence.model_copy(
-                        update={"warmups": warmups, "samples": samples, "invalidations": invalidations}
-                    ),
-                    perf,
-                )
-            emit(
-                progress,
-                "performance",
-                f"pair {pair.pair} ({pair.order})",
-                row=row_id,
-                done=done,
-                total=perf.pairs,
-            )
     return finalize(
         evidence.model_copy(update={"warmups": warmups, "samples": samples, "invalidations": invalidations}),
         perf,

@@ -103,9 +103,10 @@ def write_plots(perf: PerfResult, out_dir: Path, row_id: str) -> list[Path]:
     if ratios:
         axes.hist(ratios, bins=min(30, max(5, len(ratios) // 3)), color="tab:blue", alpha=0.75)
     if perf.bounds is not None:
-        axes.axvline(perf.bounds.lower, color="tab:green", linestyle="--", linewidth=1, label="lower bound")
-        axes.axvline(perf.bounds.upper, color="tab:purple", linestyle="--", linewidth=1, label="upper bound")
-        axes.axvline(perf.bounds.median, color="0.3", linewidth=1, label=f"median {perf.bounds.median:.4f}")
+        b = perf.bounds
+        axes.axvline(b.lower, color="tab:green", linestyle="--", linewidth=1, label=f"lower {b.lower:.4f}")
+        axes.axvline(b.upper, color="tab:purple", linestyle="--", linewidth=1, label=f"upper {b.upper:.4f}")
+        axes.axvline(b.median, color="0.3", linewidth=1, label=f"median {b.median:.4f}")
     if threshold is not None:
         axes.axvline(threshold, color="tab:red", linewidth=1.2, label=f"threshold {threshold:g}")
     axes.set_xlabel("ratio candidate / baseline")

@@ -181,7 +181,7 @@ class ExceptionRecord(_Model):
 
     id: str
     pointers: list[str] = Field(min_length=1)
-    """JSON pointers covered; `*` matches one path segment (an array index or key)."""
+    """JSON pointers covered; `*` matches one path segment (an array index or key), a final `**` a subtree."""
     rows: list[str] = Field(default_factory=list)
     """Rows it applies to; empty means every row."""
     baseline_behavior: str = Field(min_length=1)
@@ -411,9 +411,14 @@ class CampaignReport(_Model):
 
 
 def pointer_matches(pattern: str, pointer: str) -> bool:
-    """JSON-pointer match where a `*` segment stands for exactly one segment."""
+    """JSON-pointer match: a `*` segment stands for exactly one segment, a final `**` for any subtree below."""
     pattern_parts = pattern.split("/")
     pointer_parts = pointer.split("/")
+    if pattern_parts[-1] == "**":
+        pattern_parts = pattern_parts[:-1]
+        if len(pointer_parts) <= len(pattern_parts):
+            return False
+        pointer_parts = pointer_parts[: len(pattern_parts)]
     return len(pattern_parts) == len(pointer_parts) and all(
         p == "*" or p == q for p, q in zip(pattern_parts, pointer_parts, strict=True)
     )

@@ -29,8 +29,9 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text + "\n", encoding="utf-8")
 
 
-def fake_sys(root: Path, *, nodes: int = 2, cores_per_node: int = 2, smt: bool = True,
-             cpufreq: bool = True) -> Path:
+def fake_sys(
+    root: Path, *, nodes: int = 2, cores_per_node: int = 2, smt: bool = True, cpufreq: bool = True
+) -> Path:
     """A Linux-like /sys: logical cpu c and c + cores are SMT siblings (the usual x86 numbering)."""
     cores = nodes * cores_per_node
     threads = 2 if smt else 1
@@ -132,8 +133,12 @@ def test_pinned_argv_pins_a_real_process() -> None:
 def test_read_affinity_of_a_running_child() -> None:
     cpu = max(os.sched_getaffinity(0))
     script = "import sys; print('ready', flush=True); sys.stdin.read()"
-    child = subprocess.Popen(pinned_argv([cpu], [sys.executable, "-c", script]),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        pinned_argv([cpu], [sys.executable, "-c", script]),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready", "Python runs, so taskset has pinned it"

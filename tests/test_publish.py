@@ -26,7 +26,14 @@ from bot.github import (
     GitHubGateway,
     TokenAuth,
 )
-from bot.publish import PROGRESS_INTERVAL_SECONDS, CliSettings, Publisher, publish_main, web_url, write_artifact
+from bot.publish import (
+    PROGRESS_INTERVAL_SECONDS,
+    CliSettings,
+    Publisher,
+    publish_main,
+    web_url,
+    write_artifact,
+)
 from bot.store import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
@@ -51,17 +58,36 @@ class Clock:
 
 
 def settings(api_url: str = "https://api.github.com") -> CliSettings:
-    return CliSettings(check_name="kv-parity", command_word="/parity", label="kv-parity", api_base_url=api_url)
+    return CliSettings(
+        check_name="kv-parity", command_word="/parity", label="kv-parity", api_base_url=api_url
+    )
 
 
-def campaign(campaign_id: str = CAMPAIGN_ID, check_run_id: int | None = None, minute: int = 0) -> CampaignView:
+def campaign(
+    campaign_id: str = CAMPAIGN_ID, check_run_id: int | None = None, minute: int = 0
+) -> CampaignView:
     return CampaignView(
-        id=campaign_id, repo=REPO, pr_number=PR, head_sha=HEAD_SHA, base_sha=BASE_SHA, relationship="ancestor",
-        rows=None, state=CampaignState.RUNNING, check_run_id=check_run_id, status_comment_id=None,
-        requested_by="alice", trigger="label", created_at=datetime(2025, 11, 29, 10, minute, tzinfo=UTC),
-        deadline=datetime(2025, 11, 29, 16, 0, tzinfo=UTC), artifact_dir=None, queue_position=0, attempt=1,
-        reason="", conclusion=None, config_source=f".github/kv-parity.toml@{BASE_SHA}",
-    )  # fmt: skip
+        id=campaign_id,
+        repo=REPO,
+        pr_number=PR,
+        head_sha=HEAD_SHA,
+        base_sha=BASE_SHA,
+        relationship="ancestor",
+        rows=None,
+        state=CampaignState.RUNNING,
+        check_run_id=check_run_id,
+        status_comment_id=None,
+        requested_by="alice",
+        trigger="label",
+        created_at=datetime(2025, 11, 29, 10, minute, tzinfo=UTC),
+        deadline=datetime(2025, 11, 29, 16, 0, tzinfo=UTC),
+        artifact_dir=None,
+        queue_position=0,
+        attempt=1,
+        reason="",
+        conclusion=None,
+        config_source=f".github/kv-parity.toml@{BASE_SHA}",
+    )
 
 
 def report_for(campaign_id: str, outcome: str = "pass") -> CampaignReport:
@@ -69,7 +95,9 @@ def report_for(campaign_id: str, outcome: str = "pass") -> CampaignReport:
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeGitHub]:
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
+    """The stand-in with one repository and pull request; plots are stubbed (the artifact tests draw them)."""
+    monkeypatch.setattr("runners.plots.write_plots", lambda perf, out_dir, row_id: [])
     with FakeGitHub() as server:
         server.add_repo(REPO)
         server.register_app(APP_ID, "unused", "kv-parity")
@@ -82,9 +110,13 @@ def fake() -> Iterator[FakeGitHub]:
 @pytest.fixture
 def gateway(fake: FakeGitHub) -> GitHubGateway:
     return GitHubGateway(
-        REPO, TokenAuth(token=SecretStr(TOKEN)), fake.url, sleep=lambda _: None,
-        seconds_between_requests=None, seconds_between_writes=None,
-    )  # fmt: skip
+        REPO,
+        TokenAuth(token=SecretStr(TOKEN)),
+        fake.url,
+        sleep=lambda _: None,
+        seconds_between_requests=None,
+        seconds_between_writes=None,
+    )
 
 
 def status_comments(fake: FakeGitHub) -> list[dict[str, Any]]:
@@ -102,13 +134,15 @@ def test_whole_campaign_edits_one_status_comment_and_posts_one_result(
     fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path
 ) -> None:
     clock = Clock()
-    publisher = Publisher(gateway, settings(fake.url), clock, artifact_base_url="https://artifacts.example/kv")
+    publisher = Publisher(
+        gateway, settings(fake.url), clock, artifact_base_url="https://artifacts.example/kv"
+    )
     view = campaign()
 
     run_id = publisher.open_check_run(view)
     publisher.queued(view, 2)
     for done in range(0, 61, 5):
-        publisher.progress(view, ProgressEvent(stage="perf", row="vllm-disagg", done=done, total=60))
+        publisher.progress(view, ProgressEvent(stage="performance", row="vllm-disagg", done=done, total=60))
         clock.now += 4.0
     publisher.finished(view, report_for(CAMPAIGN_ID), tmp_path / "artifact")
 
@@ -150,6 +184,22 @@ def test_restarted_publisher_finds_the_status_comment_and_folds_older_results(
     assert [r["conclusion"] for r in fake.check_runs(REPO)] == ["success", "failure"]
 
 
+def test_restart_mid_campaign_keeps_one_status_comment(
+    fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path
+) -> None:
+    before = Publisher(gateway, settings(fake.url), Clock())
+    view = campaign(check_run_id=before.open_check_run(campaign()))
+    before.queued(view, 1)
+    before.progress(view, ProgressEvent(stage="determinism", row="vllm-disagg"))
+
+    after = Publisher(gateway, settings(fake.url), Clock())
+    after.progress(view, ProgressEvent(stage="performance", row="vllm-disagg", done=30, total=60))
+    after.finished(view, report_for(CAMPAIGN_ID), tmp_path)
+
+    assert len(status_comments(fake)) == 1 and len(result_comments(fake)) == 1
+    assert len(fake.check_runs(REPO)) == 1
+
+
 def test_finished_twice_posts_nothing_new(fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path) -> None:
     first = Publisher(gateway, settings(fake.url), Clock())
     view = campaign(check_run_id=first.open_check_run(campaign()))  # as the store keeps it
@@ -162,6 +212,19 @@ def test_finished_twice_posts_nothing_new(fake: FakeGitHub, gateway: GitHubGatew
     assert fake.comments(REPO, PR) == before
     assert len(fake.calls_to("POST", r"/issues/\d+/comments$")) == 2, "one status, one result"
     assert fake.calls_to("POST", r"/graphql") == []
+
+
+def test_position_zero_means_started(fake: FakeGitHub, gateway: GitHubGateway) -> None:
+    publisher = Publisher(gateway, settings(fake.url), Clock())
+    view = campaign()
+    publisher.open_check_run(view)
+
+    comment_id = publisher.queued(view, 0)
+
+    (run,) = fake.check_runs(REPO)
+    assert run["status"] == "in_progress" and run["output"]["title"] == "🏃 Running: starting"
+    (status,) = status_comments(fake)
+    assert status["id"] == comment_id and "🏃 Running" in status["body"]
 
 
 def test_an_older_campaign_ending_late_does_not_overwrite_the_newer_status(
@@ -220,7 +283,9 @@ def test_forty_row_report_is_accepted_by_the_stand_in(
 ) -> None:
     report = make_wide_report(40).model_copy(update={"campaign_id": CAMPAIGN_ID})
 
-    Publisher(gateway, settings(fake.url), Clock()).finished(campaign(), report, tmp_path, "https://x.example/a")
+    Publisher(gateway, settings(fake.url), Clock()).finished(
+        campaign(), report, tmp_path, "https://x.example/a"
+    )
 
     (run,) = fake.check_runs(REPO)
     assert len(run["output"]["text"]) <= render.CHECK_TEXT_LIMIT
@@ -254,8 +319,18 @@ def test_publish_command_uses_the_same_path(
     report_path.write_text(make_report("inconclusive_straddle").model_dump_json(indent=2), encoding="utf-8")
     monkeypatch.setenv("KV_PARITY_TOKEN", TOKEN)
 
-    argv = ["--report", str(report_path), "--repo", REPO, "--pr", str(PR), "--api-url", fake.url,
-            "--artifact-url", "https://github.com/octo-org/dynamo/actions/runs/9/artifacts/3"]  # fmt: skip
+    argv = [
+        "--report",
+        str(report_path),
+        "--repo",
+        REPO,
+        "--pr",
+        str(PR),
+        "--api-url",
+        fake.url,
+        "--artifact-url",
+        "https://github.com/octo-org/dynamo/actions/runs/9/artifacts/3",
+    ]
     code = publish_main(argv)
 
     assert code == 0 and "published c-20251129-0001" in capsys.readouterr().out
@@ -296,20 +371,33 @@ class Recorder:
         self.comments: dict[int, CommentInfo] = {}
 
     def create_check_run(
-        self, head_sha: str, name: str, external_id: str, status: CheckStatus = "queued",
-        output: CheckOutput | None = None, actions: Sequence[CheckAction] = (), details_url: str | None = None,
-    ) -> int:  # fmt: skip
+        self,
+        head_sha: str,
+        name: str,
+        external_id: str,
+        status: CheckStatus = "queued",
+        output: CheckOutput | None = None,
+        actions: Sequence[CheckAction] = (),
+        details_url: str | None = None,
+    ) -> int:
         return 7
 
     def update_check_run(
-        self, check_run_id: int, *, status: CheckStatus | None = None, conclusion: CheckConclusion | None = None,
-        output: CheckOutput | None = None, actions: Sequence[CheckAction] | None = None,
+        self,
+        check_run_id: int,
+        *,
+        status: CheckStatus | None = None,
+        conclusion: CheckConclusion | None = None,
+        output: CheckOutput | None = None,
+        actions: Sequence[CheckAction] | None = None,
         details_url: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.updates.append({"status": status, "output": output, "actions": actions})
 
     def create_comment(self, number: int, body: str) -> CommentInfo:
-        info = CommentInfo(id=len(self.comments) + 1, node_id="n", body=body, author_login="bot", html_url="u")
+        info = CommentInfo(
+            id=len(self.comments) + 1, node_id="n", body=body, author_login="bot", html_url="u"
+        )
         self.comments[info.id] = info
         return info
 
@@ -336,17 +424,19 @@ def test_progress_is_rate_limited_except_on_stage_changes() -> None:
     event("determinism")  # first: sent
     clock.now += 1
     event("determinism")  # same stage within 10 s: dropped
-    event("perf", 0)  # stage change: sent at once
+    event("performance", 0)  # stage change: sent at once
     clock.now += PROGRESS_INTERVAL_SECONDS - 0.5
-    event("perf", 3)  # dropped
+    event("performance", 3)  # dropped
     clock.now += 0.5
-    event("perf", 4)  # interval elapsed: sent
-    event("perf", 0, row="sglang-disagg")  # row change: sent
+    event("performance", 4)  # interval elapsed: sent
+    event("performance", 0, row="sglang-disagg")  # row change: sent
 
     assert len(recorder.updates) == 4
     assert all(u["status"] == "in_progress" for u in recorder.updates)
     assert [a.identifier for a in recorder.updates[0]["actions"]] == ["rerun", "cancel"]
-    assert recorder.updates[2]["output"].title == "🏃 Running: perf · vllm-disagg · pair 4/60 · ETA 2 min"
+    assert (
+        recorder.updates[2]["output"].title == "🏃 Running: performance · vllm-disagg · pair 4/60 · ETA 2 min"
+    )
     assert len(recorder.comments) == 1, "one status comment, edited in place"
 
 
@@ -354,15 +444,15 @@ def test_eta_comes_from_the_stage_pace() -> None:
     recorder, clock = Recorder(), Clock()
     publisher = Publisher(recorder, settings(), clock)
     view = campaign(check_run_id=7)
-    publisher.progress(view, ProgressEvent(stage="perf", row="r", done=10, total=60))
+    publisher.progress(view, ProgressEvent(stage="performance", row="r", done=10, total=60))
     clock.now += 100.0
-    publisher.progress(view, ProgressEvent(stage="perf", row="r", done=20, total=60))
+    publisher.progress(view, ProgressEvent(stage="performance", row="r", done=20, total=60))
 
     assert "ETA 7 min" in recorder.updates[-1]["output"].title
-    assert "| perf | r | pair 20/60 | 7 min |" in recorder.comments[1].body
+    assert "| performance | r | pair 20/60 | 7 min |" in recorder.comments[1].body
 
 
-# --- the artifact ---------------------------------------------------------------------------------------------
+# --- the artifact ---------------------------------------------------------------------------------------
 
 
 def test_artifact_keeps_every_attempted_sample(tmp_path: Path) -> None:
@@ -373,13 +463,18 @@ def test_artifact_keeps_every_attempted_sample(tmp_path: Path) -> None:
     names = {p.name for p in written}
     assert {"report.json", "report.md", "samples.csv", "digests.txt"} <= names
     assert {"schedule-vllm-disagg.json", "schedule-sglang-disagg.json"} <= names
+    assert {"perf-vllm-disagg-ratios.png", "perf-sglang-disagg-ratios.png"} <= names
     assert CampaignReport.model_validate_json((tmp_path / "report.json").read_text()) == report
     with (tmp_path / "samples.csv").open(encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
-    expected = sum(len(r.performance.warmups) + len(r.performance.samples) for r in report.rows if r.performance)
+    expected = sum(
+        len(r.performance.warmups) + len(r.performance.samples) for r in report.rows if r.performance
+    )
     assert len(rows) == expected == 2 * 10 + 122 + 120
     invalidated = [r for r in rows if r["status"] == "invalidated"]
-    assert len(invalidated) == 2 and all(r["invalidation"].startswith("affinity violation") for r in invalidated)
+    assert len(invalidated) == 2 and all(
+        r["invalidation"].startswith("affinity violation") for r in invalidated
+    )
     assert {r["kind"] for r in rows} == {"warmup", "measured"}
     schedule = json.loads((tmp_path / "schedule-vllm-disagg.json").read_text())
     assert schedule["seed"] == 20261129 and len(schedule["pairs"]) == 60
@@ -388,10 +483,10 @@ def test_artifact_keeps_every_attempted_sample(tmp_path: Path) -> None:
     assert "```mermaid" in (tmp_path / "report.md").read_text()
 
 
-def test_artifact_is_deterministic(tmp_path: Path) -> None:
+def test_artifact_text_files_are_deterministic(tmp_path: Path) -> None:
     report = make_report("parity_fail")
-    first = {p.name: p.read_bytes() for p in write_artifact(report, tmp_path / "a")}
-    second = {p.name: p.read_bytes() for p in write_artifact(report, tmp_path / "b")}
+    first = {p.name: p.read_bytes() for p in write_artifact(report, tmp_path / "a") if p.suffix != ".png"}
+    second = {p.name: p.read_bytes() for p in write_artifact(report, tmp_path / "b") if p.suffix != ".png"}
 
     assert first == second
 

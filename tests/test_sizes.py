@@ -23,7 +23,7 @@ def _text_size_by_hand(path: Path) -> int:
     names_offset = headers[shstrndx][4]
     for name, _type, _flags, _addr, _offset, size, *_ in headers:
         end = data.index(b"\0", names_offset + name)
-        if data[names_offset + name:end] == b".text":
+        if data[names_offset + name : end] == b".text":
             return int(size)
     raise AssertionError(".text not found")
 
@@ -42,22 +42,36 @@ def test_text_size_of_a_non_elf_file_is_an_error(tmp_path: Path) -> None:
 
 
 def _artifact(arm: str, binary: int, text: int) -> Artifact:
-    return Artifact.model_validate({
-        "arm": arm, "sha": "0" * 40, "features": ["replay-bench"], "no_default_features": True,
-        "feature_closure": ["offline-replay", "replay-bench"], "build_command": ["cargo", "build"], "binary_name": "offline_replay_bench", "binary_sha256": "0" * 64,
-        "binary_size": binary, "text_size": text, "build_seconds": 1.0,
-    })
+    return Artifact.model_validate(
+        {
+            "arm": arm,
+            "sha": "0" * 40,
+            "features": ["replay-bench"],
+            "no_default_features": True,
+            "feature_closure": ["offline-replay", "replay-bench"],
+            "build_command": ["cargo", "build"],
+            "binary_name": "offline_replay_bench",
+            "binary_sha256": "0" * 64,
+            "binary_size": binary,
+            "text_size": text,
+            "build_seconds": 1.0,
+        }
+    )
 
 
 def test_small_growth_passes_with_both_numbers_in_the_reason() -> None:
-    gate = size_gate(_artifact("baseline", 1_000_000, 400_000), _artifact("candidate", 1_010_000, 404_000), 0.05)
+    gate = size_gate(
+        _artifact("baseline", 1_000_000, 400_000), _artifact("candidate", 1_010_000, 404_000), 0.05
+    )
     assert gate.verdict == GateVerdict.PASS
     assert gate.binary_growth == pytest.approx(0.01) and gate.text_growth == pytest.approx(0.01)
     assert "1,000,000 -> 1,010,000" in gate.reason and "+1.00%" in gate.reason
 
 
 def test_text_growth_above_the_limit_fails() -> None:
-    gate = size_gate(_artifact("baseline", 1_000_000, 400_000), _artifact("candidate", 1_020_000, 430_000), 0.05)
+    gate = size_gate(
+        _artifact("baseline", 1_000_000, 400_000), _artifact("candidate", 1_020_000, 430_000), 0.05
+    )
     assert gate.verdict == GateVerdict.FAIL
     assert gate.reason.startswith(".text grew more than 5.00%")
     assert "400,000 -> 430,000 bytes (+7.50%)" in gate.reason and "+2.00%" in gate.reason
@@ -70,5 +84,7 @@ def test_binary_growth_above_the_limit_fails_and_the_limit_itself_passes() -> No
 
 
 def test_shrinking_passes() -> None:
-    gate = size_gate(_artifact("baseline", 1_000_000, 400_000), _artifact("candidate", 900_000, 300_000), 0.05)
+    gate = size_gate(
+        _artifact("baseline", 1_000_000, 400_000), _artifact("candidate", 900_000, 300_000), 0.05
+    )
     assert gate.verdict == GateVerdict.PASS and gate.text_growth == pytest.approx(-0.25)

@@ -63,8 +63,12 @@ def test_bounds_pick_the_order_statistics() -> None:
 
 @pytest.mark.parametrize(
     ("low", "high", "verdict"),
-    [(0.98, 1.05, PerfVerdict.PASS), (1.051, 1.2, PerfVerdict.FAIL), (1.0, 1.06, PerfVerdict.INCONCLUSIVE),
-     (1.05, 1.07, PerfVerdict.INCONCLUSIVE)],
+    [
+        (0.98, 1.05, PerfVerdict.PASS),
+        (1.051, 1.2, PerfVerdict.FAIL),
+        (1.0, 1.06, PerfVerdict.INCONCLUSIVE),
+        (1.05, 1.07, PerfVerdict.INCONCLUSIVE),
+    ],
 )
 def test_gate(low: float, high: float, verdict: PerfVerdict) -> None:
     ratios = [low] * 30 + [high] * 30
@@ -80,12 +84,18 @@ def test_autocorrelation_matches_the_textbook_formula() -> None:
     assert autocorrelation([2.0] * 6, 1) is None
 
 
-def _pairs(logs: list[float], orders: list[str] | None = None, telemetry: list[float] | None = None
-           ) -> list[PairObservation]:
+def _pairs(
+    logs: list[float], orders: list[str] | None = None, telemetry: list[float] | None = None
+) -> list[PairObservation]:
     orders = orders or ["baseline_first" if i % 2 else "candidate_first" for i in range(len(logs))]
     return [
-        PairObservation(pair=i, order=orders[i], ratio=math.exp(v), elapsed_s=2.0 * i,
-                        telemetry={} if telemetry is None else {"temperature_c": telemetry[i]})
+        PairObservation(
+            pair=i,
+            order=orders[i],
+            ratio=math.exp(v),
+            elapsed_s=2.0 * i,
+            telemetry={} if telemetry is None else {"temperature_c": telemetry[i]},
+        )
         for i, v in enumerate(logs)
     ]
 
@@ -101,8 +111,15 @@ def test_iid_series_breaches_nothing_and_reports_missing_telemetry() -> None:
     checks = diagnostics(_pairs(_iid_logs()), THRESHOLDS)
     assert not [c for c in checks if c.breached]
     names = [c.name for c in checks]
-    assert names == ["autocorrelation lag 1", "autocorrelation lag 2", "autocorrelation lag 3",
-                     "trend vs pair index", "trend vs elapsed time", "order effect", "telemetry"]
+    assert names == [
+        "autocorrelation lag 1",
+        "autocorrelation lag 2",
+        "autocorrelation lag 3",
+        "trend vs pair index",
+        "trend vs elapsed time",
+        "order effect",
+        "telemetry",
+    ]
     telemetry = checks[-1]
     assert telemetry.statistic is None and telemetry.detail.startswith("not available")
 
@@ -129,8 +146,11 @@ def test_order_effect_is_detected() -> None:
 def test_telemetry_correlation_is_checked_when_recorded() -> None:
     logs = _iid_logs()
     temperature = [60.0 + 500 * v for v in logs]
-    check = next(c for c in diagnostics(_pairs(logs, telemetry=temperature), THRESHOLDS)
-                 if c.name == "telemetry temperature_c")
+    check = next(
+        c
+        for c in diagnostics(_pairs(logs, telemetry=temperature), THRESHOLDS)
+        if c.name == "telemetry temperature_c"
+    )
     assert check.breached and check.statistic == pytest.approx(1.0)
 
 
@@ -151,32 +171,54 @@ def test_decide_never_applies_the_gate_after_a_breach() -> None:
     assert any(c.breached for c in checks)
 
 
-@pytest.mark.parametrize(("centre", "verdict"), [(1.0, PerfVerdict.PASS), (1.2, PerfVerdict.FAIL),
-                                                 (1.05, PerfVerdict.INCONCLUSIVE)])
+@pytest.mark.parametrize(
+    ("centre", "verdict"),
+    [(1.0, PerfVerdict.PASS), (1.2, PerfVerdict.FAIL), (1.05, PerfVerdict.INCONCLUSIVE)],
+)
 def test_decide_applies_the_gate_to_a_clean_series(centre: float, verdict: PerfVerdict) -> None:
     logs = [math.log(centre) + v for v in _iid_logs()]
     assert decide(_pairs(logs), PerfConfig(), bootstrap_seed=1)[0] == verdict
 
 
 def _sample(arm: str, pair: int, attempt: int, position: int, metric: float, status: str = "ok") -> Sample:
-    return Sample.model_validate({
-        "kind": "measured", "arm": arm, "pair": pair, "attempt": attempt, "position": position, "argv": [],
-        "started_unix": 100.0 + 10 * pair + attempt + position / 2, "ended_unix": 0.0, "elapsed_s": 0.1,
-        "exit_code": 0, "timing_record": None, "metric_ms": metric, "status": status, "cpu_set": [1],
-        "affinity_observed": [1], "affinity_ok": True, "interference_ms": 0.0,
-        "telemetry": {"frequency_mhz": 2000.0 + pair},
-    })
+    return Sample.model_validate(
+        {
+            "kind": "measured",
+            "arm": arm,
+            "pair": pair,
+            "attempt": attempt,
+            "position": position,
+            "argv": [],
+            "started_unix": 100.0 + 10 * pair + attempt + position / 2,
+            "ended_unix": 0.0,
+            "elapsed_s": 0.1,
+            "exit_code": 0,
+            "timing_record": None,
+            "metric_ms": metric,
+            "status": status,
+            "cpu_set": [1],
+            "affinity_observed": [1],
+            "affinity_ok": True,
+            "interference_ms": 0.0,
+            "telemetry": {"frequency_mhz": 2000.0 + pair},
+        }
+    )
 
 
 def test_observations_use_the_final_valid_attempt() -> None:
     schedule = [PairPlan(pair=0, order="baseline_first"), PairPlan(pair=1, order="candidate_first")]
     samples = [
-        _sample("baseline", 0, 0, 0, 100.0, "invalidated"), _sample("candidate", 0, 0, 1, 300.0, "invalidated"),
-        _sample("baseline", 0, 1, 0, 100.0), _sample("candidate", 0, 1, 1, 110.0),
-        _sample("candidate", 1, 0, 0, 90.0), _sample("baseline", 1, 0, 1, 100.0),
+        _sample("baseline", 0, 0, 0, 100.0, "invalidated"),
+        _sample("candidate", 0, 0, 1, 300.0, "invalidated"),
+        _sample("baseline", 0, 1, 0, 100.0),
+        _sample("candidate", 0, 1, 1, 110.0),
+        _sample("candidate", 1, 0, 0, 90.0),
+        _sample("baseline", 1, 0, 1, 100.0),
     ]
     found = observations(schedule, samples)
-    assert [(o.pair, o.order, o.ratio) for o in found] == [(0, "baseline_first", pytest.approx(1.1)),
-                                                          (1, "candidate_first", pytest.approx(0.9))]
+    assert [(o.pair, o.order, o.ratio) for o in found] == [
+        (0, "baseline_first", pytest.approx(1.1)),
+        (1, "candidate_first", pytest.approx(0.9)),
+    ]
     assert found[0].elapsed_s == pytest.approx(1.0)
     assert found[1].telemetry == {"frequency_mhz": 2001.0}

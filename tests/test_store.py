@@ -23,9 +23,19 @@ BASE = "b" * 40
 
 def new(pr: int = 1, head: str = HEAD, rows_key: str = "r1,r2", delivery: str = "d1") -> NewCampaign:
     return NewCampaign(
-        repo="acme/widgets", pr_number=pr, head_sha=head, base_sha=BASE, relationship="ancestor", rows=None,
-        rows_key=rows_key, requested_by="maintainer", trigger="label", delivery_id=delivery, backend="local",
-        config_text="[build]\n", config_source=f".github/kv-parity.toml@{BASE}",
+        repo="acme/widgets",
+        pr_number=pr,
+        head_sha=head,
+        base_sha=BASE,
+        relationship="ancestor",
+        rows=None,
+        rows_key=rows_key,
+        requested_by="maintainer",
+        trigger="label",
+        delivery_id=delivery,
+        backend="local",
+        config_text="[build]\n",
+        config_source=f".github/kv-parity.toml@{BASE}",
     )
 
 
@@ -73,7 +83,9 @@ def test_lifecycle_transitions_are_recorded_with_reasons(store: Store) -> None:
     view = store.transition(campaign.id, S.RUNNING, "started", handle='{"pid": 1}')
     assert view.queue_position == 0 and view.deadline is not None and view.artifact_dir == Path("/tmp/x")
     assert store.handle(campaign.id) == '{"pid": 1}'
-    done = store.transition(campaign.id, S.COMPLETED, "report written", publish="finished", conclusion="success")
+    done = store.transition(
+        campaign.id, S.COMPLETED, "report written", publish="finished", conclusion="success"
+    )
     assert done.conclusion == "success" and done.queue_position is None
     history = [(t.from_state, t.to_state, t.reason) for t in store.transitions(campaign.id)]
     assert history == [
@@ -98,8 +110,9 @@ def test_lifecycle_transitions_are_recorded_with_reasons(store: Store) -> None:
         ([S.ERRORED], S.ERRORED),
     ],
 )
-def test_illegal_transitions_raise_and_write_nothing(store: Store, path: list[CampaignState],
-                                                     illegal: CampaignState) -> None:
+def test_illegal_transitions_raise_and_write_nothing(
+    store: Store, path: list[CampaignState], illegal: CampaignState
+) -> None:
     campaign = store.create_campaign(new())
     for state in path:
         store.transition(campaign.id, state, "step")
@@ -177,7 +190,11 @@ def test_publications_retry_then_done(store: Store) -> None:
     campaign = store.create_campaign(new())
     store.transition(campaign.id, S.ERRORED, "config broken", publish="ended", published_state="config_error")
     [publication] = store.due_publications(now=1e12)
-    assert (publication.kind, publication.state, publication.reason) == ("ended", "config_error", "config broken")
+    assert (publication.kind, publication.state, publication.reason) == (
+        "ended",
+        "config_error",
+        "config broken",
+    )
     store.publication_failed(campaign.id, "ended", "502", not_before=1e12 + 5, give_up=False)
     assert store.due_publications(now=1e12) == []
     assert len(store.due_publications(now=1e12 + 6)) == 1

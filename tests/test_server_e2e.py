@@ -1,0 +1,825 @@
+"""The webhook service end to end: real HTTP on 127.0.0.1, real SQLite, the GitHub stand-in, and campaigns
+run by the local backend as real subprocesses (a stand-in runner honouring `kv-parity campaign`'s argv).
+
+No sleeps for synchronisation: every wait is `wait_until(condition)` with a bounded deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from bot.dispatch.base import RunHandle
+from bot.dispatch.local import LocalBackend, campaign_argv, process_alive
+from bot.server import create_app, signature_valid
+from bot.settings import Settings, SettingsError, load_settings
+from bot.store import CampaignState, CampaignView, Store
+from tests.fakes.github_api import FakeGitHub
+from tests.webhooks import (
+    CONFIG_TOML,
+    REPO,
+    SECRET,
+    RecordingPublisher,
+    check_run_event,
+    comment_event,
+    free_port,
+    post,
+    pull_request_event,
+    read_record,
+    serve_app,
+    wait_until,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "ghp_bot_token"
+BOT = "kv-parity-bot"
+S = CampaignState
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=Test", "-c", "user.email=t@example.com", *args],
+        capture_output=True,
+        check=True,
+        text=True,
+    )
+    return done.stdout.strip()
+
+
+def commit(repo: Path, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "--all")
+    git(repo, "commit", "--quiet", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@dataclass
+class Env:
+    """A git history served by the GitHub stand-in, and the settings of a service using it.
+
+    main:    root - base (adds the config) - main2 (moves main on: merge base != base branch tip)
+    feature: base - head (also rewrites the config: it must never be read), head2 (a later push)
+    fork:    base - fork1 - fork2 (a fork pull request)
+    legacy:  root (no config) ; broken: root - invalid config ; both with a head on top.
+    """
+
+    tmp: Path
+    fake: FakeGitHub
+    repo: Path
+    root: str
+    base: str
+    main2: str
+    head: str
+    head2: str
+    fork1: str
+    fork2: str
+    legacy_head: str
+    broken_head: str
+
+    @property
+    def runs_file(self) -> Path:
+        return self.tmp / "runs.jsonl"
+
+    @property
+    def hold(self) -> Path:
+        return self.tmp / "hold"
+
+    def runs(self) -> list[dict[str, Any]]:
+        return read_record(self.runs_file)
+
+    def settings(self, *, hold: bool = False, runner: tuple[str, ...] = (), **overrides: Any) -> Settings:
+        argv = [sys.executable, "-m", "tests.webhooks", "campaign", "--record", str(self.runs_file), *runner]
+        if hold:
+            argv += ["--hold-until", str(self.hold)]
+        values: dict[str, Any] = {
+            "webhook_secret": SECRET,
+            "token": TOKEN,
+            "api_base_url": self.fake.url,
+            "api_seconds_between_requests": 0,
+            "api_seconds_between_writes": 0,
+            "repo": REPO,
+            "db_path": self.tmp / "bot.sqlite3",
+            "work_dir": self.tmp / "work",
+            "local_repo_path": self.repo,
+            "local_campaign_argv": argv,
+            "poll_interval_seconds": 0.05,
+            "cancel_grace_seconds": 5,
+        }
+        values.update(overrides)
+        return Settings.model_validate(values)
+
+    def label(
+        self, number: int = 1, head: str | None = None, *, sender: str = "maintainer", fork: bool = False
+    ) -> dict[str, Any]:
+        return pull_request_event(
+            "labeled",
+            number=number,
+            head_sha=head or self.head,
+            base_sha=self.main2,
+            label="kv-parity",
+            labels=("kv-parity",),
+            sender=sender,
+            fork=fork,
+        )
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    repo = tmp_path_factory.mktemp("widgets")
+    git(repo, "init", "--quiet", "-b", "main")
+    shas: dict[str, Any] = {"repo": repo}
+    shas["root"] = commit(repo, {"README.md": "# widgets\n"}, "root")
+    shas["base"] = commit(repo, {".github/kv-parity.toml": CONFIG_TOML}, "add the campaign config")
+    shas["main2"] = commit(repo, {"src/lib.rs": "fn main2() {}\n"}, "main moves on")
+    git(repo, "checkout", "--quiet", "-b", "feature", shas["base"])
+    evil = CONFIG_TOML.replace('id = "vllm-agg"', 'id = "from-the-head"')
+    shas["head"] = commit(repo, {"src/lib.rs": "fn head() {}\n", ".github/kv-parity.toml": evil}, "head")
+    shas["head2"] = commit(repo, {"src/lib.rs": "fn head2() {}\n"}, "head 2")
+    git(repo, "checkout", "--quiet", "-b", "fork", shas["base"])
+    shas["fork1"] = commit(repo, {"src/fork.rs": "1\n"}, "fork 1")
+    shas["fork2"] = commit(repo, {"src/fork.rs": "2\n"}, "fork 2")
+    git(repo, "checkout", "--quiet", "-b", "legacy", shas["root"])
+    git(repo, "checkout", "--quiet", "-b", "legacy-feature", shas["root"])
+    shas["legacy_head"] = commit(repo, {".github/kv-parity.toml": CONFIG_TOML}, "config only in the head")
+    git(repo, "checkout", "--quiet", "-b", "broken", shas["root"])
+    commit(repo, {".github/kv-parity.toml": "[build]\ncommand = []\n"}, "invalid config")
+    shas["broken_head"] = commit(repo, {"src/x.rs": "x\n"}, "on broken")
+    git(repo, "checkout", "--quiet", "main")
+    return shas
+
+
+@pytest.fixture()
+def env(tmp_path: Path, history: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    with FakeGitHub() as fake:
+        fake.add_token(TOKEN, BOT)
+        fake.add_repo(REPO, history["repo"])
+        fake.add_pull(REPO, 1, history["head"], "feature", "main")
+        fake.add_pull(REPO, 2, history["fork1"], "fork", "main", head_repo_full_name="contributor/widgets")
+        fake.add_pull(REPO, 3, history["legacy_head"], "legacy-feature", "legacy")
+        fake.add_pull(REPO, 4, history["broken_head"], "broken", "broken")
+        fake.set_permission(REPO, "maintainer", "write")
+        fake.set_permission(REPO, "reader", "read")
+        yield Env(tmp_path, fake, **{k: v for k, v in history.items()})
+
+
+@dataclass
+class Service:
+    url: str
+    store: Store
+    publisher: RecordingPublisher
+
+    def campaigns(self, pr: int = 1) -> list[CampaignView]:
+        return list(reversed(self.store.for_pr(REPO, pr)))
+
+    def wait_state(
+        self, state: CampaignState, pr: int = 1, count: int = 1, timeout: float = 20
+    ) -> list[CampaignView]:
+        return wait_until(  # type: ignore[no-any-return]
+            lambda: (
+                (found := [c for c in self.campaigns(pr) if c.state == state])
+                and len(found) >= count
+                and found
+            ),
+            f"{count} campaign(s) of #{pr} {state}; have {[(c.state, c.reason) for c in self.campaigns(pr)]}",
+            timeout,
+        )
+
+    def wait_delivery(self, delivery: str) -> str:
+        status = wait_until(
+            lambda: (s := self.store.delivery_status(delivery)) and s[0] != "pending" and s,
+            f"delivery {delivery}",
+        )
+        return str(status[1])
+
+
+@contextmanager
+def service(settings: Settings) -> Iterator[Service]:
+    """The app in a thread; the test reads the database through its own connection, open after shutdown."""
+    publisher = RecordingPublisher()
+    app = create_app(settings, publisher_factory=lambda gateway, s: publisher)
+    store = Store(settings.db_path)
+    with serve_app(app) as url:
+        yield Service(url, store, publisher)
+
+
+def states(store: Store, campaign_id: str) -> list[str]:
+    return [t.to_state.value for t in store.transitions(campaign_id)]
+
+
+# ----------------------------------------------------------------- the door
+
+
+def test_signature_check() -> None:
+    body = b'{"a": 1}'
+    good = "sha256=" + __import__("hmac").new(b"k", body, "sha256").hexdigest()
+    assert signature_valid(b"k", body, good)
+    assert not signature_valid(b"k", body + b" ", good)
+    assert not signature_valid(b"other", body, good)
+    assert not signature_valid(b"k", body, None)
+    assert not signature_valid(b"k", body, "")
+    assert not signature_valid(b"k", body, "sha1=" + good[7:])
+    assert not signature_valid(b"k", body, "sha256=ü")
+
+
+def test_wrong_or_missing_signature_is_401_and_nothing_is_stored(env: Env) -> None:
+    with service(env.settings()) as svc:
+        wrong = post(svc.url, "pull_request", env.label(), secret="not-the-secret")
+        missing = post(svc.url, "pull_request", env.label(), signature="")
+        garbage = post(svc.url, "pull_request", env.label(), signature="sha256=00")
+        assert [r.status_code for r in (wrong, missing, garbage)] == [401, 401, 401]
+        assert svc.store.delivery_counts() == {} and svc.store.rejected_deliveries() == []
+        assert svc.campaigns() == [] and svc.publisher.calls == []
+
+
+def test_malformed_payload_is_400_naming_the_field_and_kept_for_diagnosis(env: Env) -> None:
+    payload = env.label()
+    del payload["pull_request"]["head"]["sha"]
+    with service(env.settings()) as svc:
+        response = post(svc.url, "pull_request", payload, delivery="bad-1")
+        assert response.status_code == 400
+        assert "pull_request.head.sha: Field required" in response.json()["error"]
+        assert svc.store.rejected_deliveries()[0][:2] == ("bad-1", "pull_request")
+        assert svc.store.delivery_counts() == {}
+        assert post(svc.url, "ping", {"zen": "hi"}).status_code == 200
+        assert post(svc.url, "push", {"ref": "x"}).json() == {"ignored": "event 'push' is not handled"}
+        assert httpx.get(f"{svc.url}/healthz").json()["worker_alive"] is True
+
+
+# ----------------------------------------------------------------- a campaign from label to verdict
+
+
+def test_labeled_event_runs_a_campaign_to_completion(env: Env) -> None:
+    with service(env.settings()) as svc:
+        response = post(svc.url, "pull_request", env.label(), delivery="label-1")
+        assert response.status_code == 202 and response.json() == {"queued": "label-1"}
+        [done] = svc.wait_state(S.COMPLETED)
+        wait_until(lambda: svc.publisher.of("finished"), "finished published")
+    assert done.head_sha == env.head and done.base_sha == env.base, "base is the merge base, not main's tip"
+    assert done.relationship == "diverged" and done.requested_by == "maintainer" and done.trigger == "label"
+    assert done.conclusion == "success" and done.attempt == 1 and done.check_run_id == 1
+    assert done.config_source == f".github/kv-parity.toml@{env.base}"
+    assert states(svc.store, done.id) == ["requested", "dispatched", "running", "completed"]
+    assert done.artifact_dir is not None and (done.artifact_dir / "report.json").is_file()
+    [run] = env.runs()
+    assert run["config"] == CONFIG_TOML, "the config comes from the base revision, never from the head"
+    work = done.artifact_dir.parent
+    assert run["argv"][-14:] == [
+        "--repo",
+        str(env.repo),
+        "--base",
+        env.base,
+        "--head",
+        env.head,
+        "--config",
+        str(work / "campaign.toml"),
+        "--out",
+        str(done.artifact_dir),
+        "--campaign-id",
+        done.id,
+        "--progress-jsonl",
+        str(work / "progress.jsonl"),
+    ]
+    calls = [
+        (c["method"], c.get("position", c.get("stage", c.get("conclusion")))) for c in svc.publisher.calls
+    ]
+    assert calls == [
+        ("open_check_run", None),
+        ("queued", 1),
+        ("queued", 0),
+        ("progress", "build"),
+        ("progress", "report"),
+        ("finished", "success"),
+    ]
+    assert svc.store.delivery_status("label-1") == ("done", f"campaign {done.id} requested")
+
+
+def test_the_same_delivery_twice_makes_one_campaign(env: Env) -> None:
+    with service(env.settings()) as svc:
+        first = post(svc.url, "pull_request", env.label(), delivery="dup-1")
+        second = post(svc.url, "pull_request", env.label(), delivery="dup-1")
+        assert (first.status_code, second.status_code) == (202, 200)
+        assert second.json() == {"duplicate": "dup-1"}
+        svc.wait_state(S.COMPLETED)
+    assert len(svc.store.for_pr(REPO, 1)) == 1 and len(env.runs()) == 1
+
+
+def test_a_second_request_for_the_same_key_is_answered_with_the_campaign_covering_it(env: Env) -> None:
+    with service(env.settings(hold=True)) as svc:
+        post(svc.url, "pull_request", env.label())
+        [running] = svc.wait_state(S.RUNNING)
+        post(svc.url, "issue_comment", comment_event("/parity rerun"), delivery="again")
+        assert svc.wait_delivery("again") == f"duplicate of {running.id}"
+        [reply] = svc.publisher.of("reply", kind="duplicate")
+        assert running.id in reply["context"]["campaign"]
+        # Other rows are another campaign: queued behind the first (one at a time, FIFO).
+        post(svc.url, "issue_comment", comment_event("/parity rerun rows=vllm-agg"), delivery="rows")
+        assert svc.wait_delivery("rows").startswith("campaign ")
+        [queued] = svc.wait_state(S.REQUESTED)
+        assert queued.rows == ["vllm-agg"] and queued.queue_position == 1
+        wait_until(lambda: svc.publisher.of("queued", campaign=queued.id, position=1), "position 1 published")
+        post(svc.url, "issue_comment", comment_event("/parity rerun rows=nope"), delivery="bad-rows")
+        assert svc.wait_delivery("bad-rows").startswith("invalid: unknown rows ['nope']")
+        env.hold.touch()
+        svc.wait_state(S.COMPLETED, count=2)
+    assert [r["argv"].count("--rows") for r in env.runs()] == [0, 1]
+    assert env.runs()[1]["argv"][env.runs()[1]["argv"].index("--rows") + 1] == "vllm-agg"
+
+
+# ----------------------------------------------------------------- who may ask
+
+
+def test_unauthorised_commenter_is_refused_once_and_nothing_runs(env: Env) -> None:
+    with service(env.settings()) as svc:
+        post(svc.url, "issue_comment", comment_event("/parity rerun", sender="reader"), delivery="r1")
+        post(svc.url, "issue_comment", comment_event("/parity rerun", sender="reader"), delivery="r2")
+        post(svc.url, "pull_request", env.label(sender="reader"), delivery="r3")
+        assert svc.wait_delivery("r1").startswith("refused: @reader has 'read' permission")
+        assert svc.wait_delivery("r2").startswith("refused again, not answered")
+        assert svc.wait_delivery("r3").startswith("refused again, not answered")
+    [reply] = svc.publisher.of("reply")
+    assert reply["kind"] == "refused" and "needs at least 'write'" in reply["context"]["reason"]
+    assert svc.store.for_pr(REPO, 1) == [] and env.runs() == []
+    permission_calls = env.fake.calls_to("GET", r"/collaborators/reader/permission")
+    assert len(permission_calls) == 3, "the sender's permission is asked, never the author's"
+
+
+def test_own_and_edited_comments_and_quoted_commands_are_ignored(env: Env) -> None:
+    with service(env.settings()) as svc:
+        post(svc.url, "issue_comment", comment_event("/parity rerun", sender=BOT), delivery="own")
+        post(svc.url, "issue_comment", comment_event("/parity rerun", action="edited"), delivery="edit")
+        post(
+            svc.url, "issue_comment", comment_event("> /parity rerun\n```\n/parity rerun\n```"), delivery="q"
+        )
+        assert svc.wait_delivery("own") == "ignored: the bot's own comment"
+        assert svc.wait_delivery("edit").startswith("ignored: comment edited")
+        assert svc.wait_delivery("q") == "ignored: no command"
+    assert svc.publisher.calls == [] and env.fake.calls_to("GET", r"/permission") == []
+
+
+def test_help_status_and_unknown_subcommand(env: Env) -> None:
+    with service(env.settings()) as svc:
+        post(svc.url, "issue_comment", comment_event("/parity help"), delivery="h")
+        post(svc.url, "issue_comment", comment_event("/parity frobnicate"), delivery="u")
+        post(svc.url, "issue_comment", comment_event("/parity status"), delivery="s")
+        for delivery in ("h", "u", "s"):
+            svc.wait_delivery(delivery)
+    kinds = [(c["kind"], c["context"]) for c in svc.publisher.of("reply")]
+    assert kinds == [
+        ("help", {}),
+        ("unknown_command", {"line": "/parity frobnicate", "reason": "unknown subcommand 'frobnicate'"}),
+        ("status", {"campaigns": "[]"}),
+    ]
+
+
+# ----------------------------------------------------------------- forks
+
+
+def test_fork_push_after_approval_does_not_run_until_approved_again(env: Env) -> None:
+    with service(env.settings(hold=True)) as svc:
+        post(svc.url, "pull_request", env.label(2, env.fork1, fork=True))
+        [first] = svc.wait_state(S.RUNNING, pr=2)
+        assert svc.store.is_approved(REPO, 2, env.fork1)
+        pid = wait_until(lambda: env.runs(), "runner started")[0]["pid"]
+        env.fake.add_pull(REPO, 2, env.fork2, "fork", "main", head_repo_full_name="contributor/widgets")
+        push = pull_request_event(
+            "synchronize",
+            number=2,
+            head_sha=env.fork2,
+            base_sha=env.main2,
+            labels=("kv-parity",),
+            fork=True,
+            sender="contributor",
+        )
+        post(svc.url, "pull_request", push, delivery="push")
+        assert svc.wait_delivery("push") == f"needs approval: {env.fork2}"
+        assert svc.store.require(first.id).state == S.SUPERSEDED
+        assert not process_alive(pid, None)
+        assert not svc.store.is_approved(REPO, 2, env.fork2)
+        assert [c.head_sha for c in svc.campaigns(2)] == [env.fork1]
+        [needs] = svc.publisher.of("reply", kind="refused")
+        assert f"/parity rerun sha={env.fork2[:12]}" in needs["context"]["fix"]
+        # A stale approval (naming the old head) is refused; naming the new head approves and runs it.
+        post(
+            svc.url,
+            "issue_comment",
+            comment_event(f"/parity rerun sha={env.fork1[:10]}", number=2),
+            delivery="old",
+        )
+        assert svc.wait_delivery("old").startswith("invalid: the head moved")
+        post(
+            svc.url,
+            "issue_comment",
+            comment_event(f"/parity rerun sha={env.fork2[:10]}", number=2),
+            delivery="ok",
+        )
+        env.hold.touch()
+        [second] = svc.wait_state(S.COMPLETED, pr=2)
+    assert second.head_sha == env.fork2 and svc.store.is_approved(REPO, 2, env.fork2)
+    assert [r["argv"][r["argv"].index("--head") + 1] for r in env.runs()] == [env.fork1, env.fork2]
+
+
+def test_push_to_a_labelled_branch_supersedes_the_running_campaign(env: Env) -> None:
+    with service(env.settings(hold=True)) as svc:
+        post(svc.url, "pull_request", env.label())
+        [first] = svc.wait_state(S.RUNNING)
+        pid = wait_until(lambda: env.runs(), "runner started")[0]["pid"]
+        push = pull_request_event(
+            "synchronize", head_sha=env.head2, base_sha=env.main2, labels=("kv-parity",)
+        )
+        post(svc.url, "pull_request", push)
+        svc.wait_state(S.SUPERSEDED)
+        [second] = svc.wait_state(S.RUNNING)
+        assert second.head_sha == env.head2 and second.trigger == "synchronize"
+        assert not process_alive(pid, None)
+        [ended] = svc.publisher.of("ended", campaign=first.id)
+        assert ended["state"] == "superseded" and env.head2[:12] in ended["reason"]
+        env.hold.touch()
+        svc.wait_state(S.COMPLETED)
+
+
+# ----------------------------------------------------------------- cancel, deadline, config errors
+
+
+def test_cancel_command_kills_the_campaign_and_its_children(env: Env) -> None:
+    with service(env.settings(hold=True, runner=("--grandchild",))) as svc:
+        post(svc.url, "pull_request", env.label())
+        [running] = svc.wait_state(S.RUNNING)
+        run = wait_until(lambda: env.runs() and env.runs()[0], "runner recorded its pid")
+        assert process_alive(run["pid"], None) and process_alive(run["child"], None)
+        post(svc.url, "issue_comment", comment_event("/parity cancel"), delivery="cancel")
+        assert svc.wait_delivery("cancel") == f"cancelled ['{running.id}']: `cancel` by @maintainer"
+        assert not process_alive(run["pid"], None), "the runner is killed"
+        assert not process_alive(run["child"], None), "and everything in its process group"
+        assert svc.store.require(running.id).state == S.CANCELLED
+        wait_until(lambda: svc.publisher.of("ended", campaign=running.id), "ended published")
+        post(svc.url, "issue_comment", comment_event("/parity cancel"), delivery="cancel-2")
+        svc.wait_delivery("cancel-2")
+        assert svc.publisher.of("reply", kind="refused")[0]["context"]["reason"].startswith(
+            "there is no queued"
+        )
+    assert states(svc.store, running.id) == ["requested", "dispatched", "running", "cancelled"]
+    assert svc.store.handle(running.id) is None
+
+
+def test_unlabel_and_check_run_buttons(env: Env) -> None:
+    with service(env.settings(hold=True)) as svc:
+        post(svc.url, "pull_request", env.label())
+        [first] = svc.wait_state(S.RUNNING)
+        unlabel = pull_request_event("unlabeled", head_sha=env.head, base_sha=env.main2, label="kv-parity")
+        post(svc.url, "pull_request", unlabel)
+        svc.wait_state(S.CANCELLED)
+        rerun = check_run_event(
+            "requested_action", external_id=first.id, head_sha=env.head, identifier="rerun"
+        )
+        post(svc.url, "check_run", rerun)
+        [second] = svc.wait_state(S.RUNNING)
+        assert second.trigger == "check_run" and second.id != first.id
+        cancel = check_run_event(
+            "requested_action", external_id=second.id, head_sha=env.head, identifier="cancel", pulls=()
+        )
+        post(svc.url, "check_run", cancel)
+        svc.wait_state(S.CANCELLED, count=2)
+
+
+def test_deadline_times_the_campaign_out(env: Env) -> None:
+    with service(env.settings(hold=True, deadline_seconds=3)) as svc:
+        post(svc.url, "pull_request", env.label())
+        pid = wait_until(lambda: env.runs(), "runner started")[0]["pid"]
+        [timed_out] = svc.wait_state(S.TIMED_OUT)
+        wait_until(
+            lambda: svc.publisher.of("ended", campaign=timed_out.id, state="timed_out"), "timed_out published"
+        )
+        assert not process_alive(pid, None), "killed before the ending is published"
+        assert "deadline passed" in timed_out.reason
+
+
+@pytest.mark.parametrize(
+    ("pr", "message"),
+    [
+        (3, "no campaign config in the base revision"),
+        (4, "build.command: List should have at least 1 item"),
+    ],
+)
+def test_bad_or_missing_config_fails_fast(env: Env, pr: int, message: str) -> None:
+    head = env.legacy_head if pr == 3 else env.broken_head
+    payload = pull_request_event("labeled", number=pr, head_sha=head, base_sha=env.root, label="kv-parity")
+    payload["pull_request"]["base"]["ref"] = "legacy" if pr == 3 else "broken"
+    with service(env.settings()) as svc:
+        post(svc.url, "pull_request", payload)
+        [errored] = svc.wait_state(S.ERRORED, pr=pr)
+        [ended] = wait_until(lambda: svc.publisher.of("ended", campaign=errored.id), "config error published")
+    assert ended["state"] == "config_error" and message in ended["reason"]
+    assert svc.publisher.of("open_check_run", campaign=errored.id), "the check run carries the message"
+    assert states(svc.store, errored.id) == ["requested", "errored"] and env.runs() == []
+
+
+def test_a_502_from_the_api_is_retried(env: Env) -> None:
+    env.fake.inject_failures("GET", r"/compare/", [(502, {}, {"message": "Bad Gateway"})])
+    with service(env.settings()) as svc:
+        post(svc.url, "pull_request", env.label())
+        svc.wait_state(S.COMPLETED)
+    assert len(env.fake.calls_to("GET", r"/compare/")) == 2
+
+
+# ----------------------------------------------------------------- restarts
+
+
+def _settings_file(env: Env, settings: Settings) -> Path:
+    values = json.loads(settings.model_dump_json())
+    values["webhook_secret"] = SECRET
+    values["token"] = TOKEN
+    path = env.tmp / "settings.toml"
+    lines = [f"{key} = {json.dumps(value)}" for key, value in values.items() if value is not None]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@contextmanager
+def service_process(env: Env, record: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
+    environ = {**os.environ, "KV_PARITY_SETTINGS": str(env.tmp / "settings.toml"), "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.webhooks", "serve", "--port", str(port), "--record", str(record)],
+        env=environ,
+        stdin=subprocess.DEVNULL,
+    )
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(healthy, "service answering /healthz")
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("runner_survives", [True, False], ids=["runner-adopted", "runner-lost"])
+def test_service_killed_mid_campaign_completes_once_after_restart(env: Env, runner_survives: bool) -> None:
+    settings = env.settings(hold=True)
+    _settings_file(env, settings)
+    record, port = env.tmp / "published.jsonl", free_port()
+    with service_process(env, record, port) as first:
+        post(f"http://127.0.0.1:{port}", "pull_request", env.label(), delivery="label-kill")
+        run = wait_until(lambda: env.runs() and env.runs()[0], "campaign process started")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+    if not runner_survives:
+        os.killpg(run["pid"], signal.SIGKILL)
+        wait_until(lambda: not process_alive(run["pid"], None), "runner gone")
+    env.hold.touch()
+    with service_process(env, record, port):
+        store = Store(settings.db_path)
+        [done] = wait_until(
+            lambda: [c for c in store.for_pr(REPO, 1) if c.state == S.COMPLETED],
+            "campaign completed after restart",
+        )
+        wait_until(lambda: any(c["method"] == "finished" for c in read_record(record)), "finished published")
+        assert store.publications(done.id) == [("finished", "done")]
+    assert len(store.for_pr(REPO, 1)) == 1
+    assert [c for c in read_record(record) if c["method"] == "finished"] == [
+        {
+            "method": "finished",
+            "campaign": done.id,
+            "conclusion": "success",
+            "artifact_dir": str(done.artifact_dir),
+        }
+    ]
+    history = store.transitions(done.id)
+    if runner_survives:
+        assert len(env.runs()) == 1 and done.attempt == 1
+        assert [t.to_state.value for t in history] == ["requested", "dispatched", "running", "completed"]
+    else:
+        assert len(env.runs()) == 2 and done.attempt == 2
+        assert [t.to_state.value for t in history] == [
+            "requested",
+            "dispatched",
+            "running",
+            "requested",
+            "dispatched",
+            "running",
+            "completed",
+        ]
+        assert "restarting from scratch" in history[3].reason
+    store.close()
+
+
+# ----------------------------------------------------------------- the local backend on its own
+
+
+def _view(env: Env, tmp: Path, rows: list[str] | None = None) -> CampaignView:
+    from datetime import UTC, datetime
+
+    return CampaignView(
+        id="kvp-test",
+        repo=REPO,
+        pr_number=1,
+        head_sha=env.head,
+        base_sha=env.base,
+        relationship="diverged",
+        rows=rows,
+        state=S.DISPATCHED,
+        check_run_id=None,
+        status_comment_id=None,
+        requested_by="m",
+        trigger="label",
+        created_at=datetime.now(UTC),
+        deadline=None,
+        artifact_dir=tmp / "attempt-1" / "out",
+        queue_position=0,
+        attempt=1,
+        reason="",
+        conclusion=None,
+        config_source="x",
+    )
+
+
+def test_argv_contract(env: Env) -> None:
+    view = _view(env, env.tmp, rows=["a", "b"])
+    argv = campaign_argv(["kv-parity", "campaign"], Path("/r"), view, Path("/c.toml"), Path("/o"), Path("/p"))
+    assert argv == [
+        "kv-parity",
+        "campaign",
+        "--repo",
+        "/r",
+        "--base",
+        env.base,
+        "--head",
+        env.head,
+        "--config",
+        "/c.toml",
+        "--rows",
+        "a,b",
+        "--out",
+        "/o",
+        "--campaign-id",
+        "kvp-test",
+        "--progress-jsonl",
+        "/p",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("runner", "error"),
+    [
+        (("--exit-code", "2", "--no-report"), "runner exited 2 (usage or config error)"),
+        (("--exit-code", "1", "--no-report"), "runner exited 1 without"),
+        (
+            (
+                "--exit-code",
+                "3",
+            ),
+            None,
+        ),
+        (
+            (
+                "--exit-code",
+                "1",
+            ),
+            None,
+        ),
+    ],
+)
+def test_local_backend_exit_codes(env: Env, runner: tuple[str, ...], error: str | None) -> None:
+    argv = [sys.executable, "-m", "tests.webhooks", "campaign", "--record", str(env.runs_file), *runner]
+    backend = LocalBackend(env.repo, argv_prefix=argv)
+    view = _view(env, env.tmp)
+    handle = backend.start(view, CONFIG_TOML)
+    assert backend.adopt(view) == handle
+    result = wait_until(lambda: (r := backend.poll(view, handle)) and not r.running and r, "runner ended")
+    assert result.exit_code == int(runner[1])
+    if error is None:
+        assert result.report is not None and result.report.campaign_id == "kvp-test" and result.error is None
+    else:
+        assert result.report is None and result.error is not None and result.error.startswith(error)
+
+
+def test_local_backend_rejects_a_report_for_another_campaign(env: Env) -> None:
+    argv = [sys.executable, "-m", "tests.webhooks", "campaign", "--record", str(env.runs_file)]
+    backend = LocalBackend(env.repo, argv_prefix=argv)
+    view = _view(env, env.tmp)
+    handle = backend.start(view, CONFIG_TOML)
+    wait_until(lambda: not backend.poll(view, handle).running, "runner ended")
+    other = view.model_copy(update={"id": "kvp-other"})
+    adopted = RunHandle.model_validate_json(handle.model_dump_json())
+    result = backend.poll(other, adopted)
+    assert result.error is not None and "is for campaign 'kvp-test'" in result.error
+
+
+def test_local_backend_fetches_missing_commits(env: Env, tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    subprocess.run(
+        ["git", "clone", "--quiet", "--single-branch", "--branch", "legacy", str(env.repo), str(clone)],
+        check=True,
+    )
+    git(env.repo, "config", "uploadpack.allowAnySHA1InWant", "true")
+    argv = [sys.executable, "-m", "tests.webhooks", "campaign", "--record", str(env.runs_file)]
+    backend = LocalBackend(clone, argv_prefix=argv)
+    view = _view(env, tmp_path)
+    handle = backend.start(view, CONFIG_TOML)
+    assert git(clone, "cat-file", "-t", env.head) == "commit"
+    wait_until(lambda: not backend.poll(view, handle).running, "runner ended")
+    missing = view.model_copy(update={"head_sha": "f" * 40})
+    with pytest.raises(Exception, match="are not in"):
+        backend.start(missing, CONFIG_TOML)
+
+
+# ----------------------------------------------------------------- settings
+
+
+def test_settings_from_file_and_environment(tmp_path: Path) -> None:
+    path = tmp_path / "bot.toml"
+    path.write_text(
+        'webhook_secret = "file-secret"\ntoken = "t"\nlocal_repo_path = "/srv/repo"\nlabel = "perf"\n'
+    )
+    settings = load_settings(
+        path,
+        {
+            "KV_PARITY_LABEL": "parity",
+            "KV_PARITY_LOCAL_CAMPAIGN_ARGV": '["run", "it"]',
+            "KV_PARITY_DEADLINE_SECONDS": "60",
+            "KV_PARITY_UNRELATED": "x",
+        },
+    )
+    assert settings.label == "parity" and settings.local_campaign_argv == ["run", "it"]
+    assert settings.deadline_seconds == 60 and settings.webhook_secret.get_secret_value() == "file-secret"
+    assert settings.min_permission == "write" and settings.config_path == ".github/kv-parity.toml"
+    with pytest.raises(SettingsError, match="lable: Extra inputs are not permitted"):
+        path.write_text('webhook_secret = "s"\ntoken = "t"\nlocal_repo_path = "/r"\nlable = "x"\n')
+        load_settings(path, {})
+    with pytest.raises(SettingsError, match="either token or app_id"):
+        load_settings(
+            None,
+            {
+                "KV_PARITY_WEBHOOK_SECRET": "s",
+                "KV_PARITY_TOKEN": "t",
+                "KV_PARITY_APP_ID": "1",
+                "KV_PARITY_LOCAL_REPO_PATH": "/r",
+            },
+        )
+    with pytest.raises(SettingsError, match="min_permission"):
+        load_settings(
+            None,
+            {
+                "KV_PARITY_WEBHOOK_SECRET": "s",
+                "KV_PARITY_TOKEN": "t",
+                "KV_PARITY_LOCAL_REPO_PATH": "/r",
+                "KV_PARITY_MIN_PERMISSION": "owner",
+            },
+        )
+
+
+# ----------------------------------------------------------------- with the real publisher
+
+
+def test_real_publisher_and_app_auth_complete_the_check_run(env: Env) -> None:
+    from bot.server import default_publisher
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    env.fake.register_app(4242, public, "kv-parity")
+    env.fake.add_installation(77, 4242, [REPO])
+    (env.tmp / "app.pem").write_bytes(private)
+    settings = env.settings(token=None, app_id=4242, private_key_path=env.tmp / "app.pem", installation_id=77)
+    app = create_app(settings, publisher_factory=default_publisher)
+    with serve_app(app) as url:
+        post(url, "pull_request", env.label())
+        store: Store = app.state.store
+        [done] = wait_until(lambda: [c for c in store.for_pr(REPO, 1) if c.state == S.COMPLETED], "completed")
+        wait_until(lambda: store.publications(done.id) == [("finished", "done")], "finished published")
+        post(url, "issue_comment", comment_event("/parity rerun", sender="kv-parity[bot]"), delivery="own")
+        assert wait_until(lambda: (s := store.delivery_status("own")) and s[0] == "done" and s[1], "own") == (
+            "ignored: the bot's own comment"
+        )
+    [check_run] = env.fake.check_runs(REPO)
+    assert (check_run["status"], check_run["conclusion"]) == ("completed", "success")
+    assert check_run["external_id"] == done.id and check_run["head_sha"] == env.head
+    bodies = [c["body"] for c in env.fake.comments(REPO, 1)]
+    assert any(done.id in body for body in bodies)
