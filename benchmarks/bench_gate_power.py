@@ -14,7 +14,7 @@ It also prints a resampled estimate: 10,000 synthetic campaigns of 60 ratios dra
 gated without diagnostics (i.e. assuming iid pairs), to put the small-N shares in context.
 N is small (default 10 per arm) because each campaign is 130 processes; shares of 10 are coarse.
 
-    .venv/bin/python benchmarks/bench_gate_power.py [--campaigns 10] [--slow-scale 1.17]
+    .venv/bin/python benchmarks/bench_gate_power.py [--campaigns 10] [--slow-scale 1.15]
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--campaigns", type=int, default=10)
     parser.add_argument("--pairs", type=int, default=60)
-    parser.add_argument("--slow-scale", type=float, default=1.17)
+    parser.add_argument("--slow-scale", type=float, default=1.15)
     parser.add_argument(
         "--max-interference-ms",
         type=float,

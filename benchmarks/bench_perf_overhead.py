@@ -66,15 +66,10 @@ def _harness_wall_ms(sample: Sample) -> float | None:
 def orchestrator_overheads(samples: list[Sample]) -> list[float]:
     """Per consecutive sample: (next start - this start) - this process's elapsed, in ms."""
     ordered = sorted(samples, key=lambda s: s.started_unix)
-    return [
-        (b.started_unix - a.started_unix - a.elapsed_s) * 1000
-        for a, b in zip(ordered, ordered[1:], strict=False)
-    ]
+    return [(b.started_unix - a.started_unix - a.elapsed_s) * 1000 for a, b in zip(ordered, ordered[1:], strict=False)]
 
 
-def bare_loop(
-    binary: Path, args: list[str], cpu: list[int], count: int, work: Path
-) -> tuple[float, list[float]]:
+def bare_loop(binary: Path, args: list[str], cpu: list[int], count: int, work: Path) -> tuple[float, list[float]]:
     """The alternative: subprocess.run of the same pinned command and nothing else; (wall s, elapsed s)."""
     elapsed = []
     started = time.monotonic()
@@ -138,7 +133,7 @@ def main() -> None:
         )
         print(
             f"campaign: {len(samples)} processes ({len(result.warmups)} warmups), "
-            f"verdict {result.verdict.value}"
+            f"verdict {result.verdict.value} ({result.reason.split(';')[0]})"
         )
         print(f"  child elapsed (spawn to reap): {_summary([s.elapsed_s * 1000 for s in samples])}")
         print(f"  of which outside the harness's own wall_time_ms (exec, loading, exit): {_summary(startup)}")
@@ -152,9 +147,7 @@ def main() -> None:
             ("after", after_wall, after_elapsed),
         ):
             bare_floor = sum(bare_elapsed)
-            print(
-                f"alternative, bare subprocess.run loop of {len(bare_elapsed)} processes {when} the campaign:"
-            )
+            print(f"alternative, bare subprocess.run loop of {len(bare_elapsed)} processes {when} the campaign:")
             print(f"  child elapsed (spawn to reap): {_summary([e * 1000 for e in bare_elapsed])}")
             print(
                 f"  overhead per process {(bare_wall - bare_floor) / len(bare_elapsed) * 1000:.2f} ms; wall "

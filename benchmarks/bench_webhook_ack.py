@@ -3,8 +3,9 @@
 Both servers run under uvicorn in their own process on 127.0.0.1; this process is an open-loop client
 sending signed `issue_comment` deliveries (~8 KB, like real ones) at a fixed rate, so a slow server shows
 up as latency instead of silently lowering the rate. The bot does its whole ack path for each delivery:
-HMAC check, payload validation, dedupe, SQLite insert with synchronous=FULL (fsync), worker wake-up; its
-worker drains the queue concurrently (the comments carry no command, so it answers no one).
+HMAC check, payload validation, dedupe, a group-committed SQLite insert with synchronous=FULL (fsync before
+the 202), worker wake-up; its worker drains the queue concurrently (the comments carry no command, so it
+answers no one).
 
     .venv/bin/python benchmarks/bench_webhook_ack.py [--count 2000] [--rate 200]
 

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runners.campaign import CampaignRequest, run_campaign
+from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, resolve_config
 from runners.demo import SCENARIOS, demo_config, prepare_demo
-from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, load_config, load_profile, parse_config
 from runners.progress import JsonlProgress, ProgressSink, TerminalProgress
 from runners.report import CampaignReport, CheckConclusion
-from runners.revisions import RevisionError, git, resolve_sha
+from runners.revisions import RevisionError
 
 EXIT_FOR_CONCLUSION = {
     CheckConclusion.SUCCESS: 0,
@@ -30,18 +30,7 @@ def _rows(value: str | None) -> list[str] | None:
 
 def _config_for(args: argparse.Namespace) -> tuple[CampaignConfig, str]:
     """Explicit file or profile if given; otherwise the config committed in the BASE revision, never the head."""
-    if args.config:
-        return load_config(Path(args.config)), str(args.config)
-    if args.profile:
-        return load_profile(args.profile), f"profile:{args.profile}"
-    repo = Path(args.repo)
-    base_sha = resolve_sha(repo, args.base)
-    try:
-        text = git(repo, "show", f"{base_sha}:{DEFAULT_CONFIG_PATH}")
-    except RevisionError as exc:
-        raise ConfigError(f"no campaign config at {DEFAULT_CONFIG_PATH} in base {base_sha[:12]}: {exc}") from exc
-    source = f"{DEFAULT_CONFIG_PATH}@{base_sha}"
-    return parse_config(text, source), source
+    return resolve_config(Path(args.repo), args.config, args.profile, args.base)
 
 
 def _finish(report: CampaignReport, out: Path) -> int:
@@ -114,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("serve", help="run the webhook service", add_help=False)
     sub.add_parser("publish", help="(re)publish a finished report to a pull request", add_help=False)
+    sub.add_parser("build", help="build both revisions once: binaries + manifest (Actions build job)", add_help=False)
+    sub.add_parser("row", help="run one row on this node from a build manifest", add_help=False)
+    sub.add_parser("merge", help="merge row results into the campaign report", add_help=False)
     return parser
 
 
@@ -123,6 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bot.server import serve_main
 
         return serve_main(argv[1:])
+    if argv[:1] in (["build"], ["row"], ["merge"]):
+        from runners import distributed
+
+        entry = {"build": distributed.build_main, "row": distributed.row_main, "merge": distributed.merge_main}
+        return entry[argv[0]](argv[1:])
     if argv[:1] == ["publish"]:
         from bot.publish import publish_main
 

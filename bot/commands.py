@@ -93,8 +93,12 @@ def _prose_lines(body: str) -> list[str]:
         match = _FENCE.match(raw)
         if fence is not None:
             # CommonMark: a fence closes with at least as many of the same character and nothing after it.
-            if match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence) \
-                    and not match.group(2).strip():
+            if (
+                match
+                and match.group(1)[0] == fence[0]
+                and len(match.group(1)) >= len(fence)
+                and not match.group(2).strip()
+            ):
                 fence = None
             continue
         if match and not (match.group(1)[0] == "`" and "`" in match.group(2)):
@@ -146,4 +150,3 @@ def parse_commands(body: str, command_word: str = "/parity") -> list[ParsedComma
         if words and words[0] == command_word:
             found.append(_parse_line(words[1:], line))
     return found
-

@@ -142,7 +142,5 @@ def parse_event(event_name: str, body: bytes) -> WebhookEvent:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()[:5]
-        ]
+        problems = [f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()[:5]]
         raise PayloadError(f"{event_name} payload: " + "; ".join(problems)) from exc

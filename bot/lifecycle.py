@@ -10,6 +10,7 @@ for the crash window between its call and our "done").
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -163,13 +164,14 @@ class Lifecycle:
             pr, _ = self._campaign_pr(intent.pr, intent.campaign_id)
             if pr is None:
                 return f"refused, nowhere to answer: {intent.reason}"
-            if not self.store.first_refusal(repo, pr, intent.requested_by, intent.reason):
+            if self.store.refused_before(repo, pr, intent.requested_by):
                 return f"refused again, not answered: {intent.reason}"
             fix = (
                 f"ask a collaborator with at least {self.settings.min_permission!r} permission to add the "
                 f"{self.settings.label!r} label or comment `{self.settings.command_word} rerun`"
             )
             publisher.reply(pr, "refused", reason=intent.reason, fix=fix, login=intent.requested_by)
+            self.store.first_refusal(repo, pr, intent.requested_by, intent.reason)  # after the answer went out
             return f"refused: {intent.reason}"
         if isinstance(intent, Help):
             if intent.line is None:
@@ -181,9 +183,7 @@ class Lifecycle:
             publisher.reply(intent.pr, "status", campaigns=self.store.for_pr(repo, intent.pr))
             return "status"
         if isinstance(intent, NeedsApproval):
-            self._supersede(
-                repo, intent.pr, intent.head_sha, f"new head {intent.head_sha[:12]} awaits approval"
-            )
+            self._supersede(repo, intent.pr, intent.head_sha, f"new head {intent.head_sha[:12]} awaits approval")
             fix = (
                 f"a collaborator with at least {self.settings.min_permission!r} permission reviews this head "
                 f"and comments `{self.settings.command_word} rerun sha={intent.head_sha[:12]}`"
@@ -232,9 +232,7 @@ class Lifecycle:
         if pr is None:
             return f"ignored: check run of unknown campaign {intent.campaign_id}"
         rows = (
-            intent.rows
-            if intent.rows is not None
-            else (tuple(original.rows) if original and original.rows else None)
+            intent.rows if intent.rows is not None else (tuple(original.rows) if original and original.rows else None)
         )
         pull = services.api.pull(pr)
         reply = services.publisher.reply
@@ -328,9 +326,7 @@ class Lifecycle:
         self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
     ) -> CampaignView:
         """Persist the ending (and its publication), then stop the process if there was one."""
-        ended = self.store.transition(
-            campaign.id, state, reason, publish="ended", published_state=published_state
-        )
+        ended = self.store.transition(campaign.id, state, reason, publish="ended", published_state=published_state)
         self._stop_process(ended)
         return ended
 
@@ -396,13 +392,24 @@ class Lifecycle:
                 self.store.clear_handle(campaign.id)
 
     def tick(self) -> None:
-        """One pass: poll the running campaign, start the next, refresh queue positions, publish."""
+        """One pass: poll the running campaign, start the next, refresh queue positions, publish.
+
+        Each step is isolated: a failing one (GitHub down, a broken handle) is logged and retried on the
+        next tick without holding up the others.
+        """
         for campaign in self.store.in_states(ACTIVE_STATES, self.backend.name):
-            self._poll(campaign)
+            self._guarded(f"poll {campaign.id}", functools.partial(self._poll, campaign))
         if not self.store.in_states(ACTIVE_STATES, self.backend.name):
-            self._dispatch_next()
-        self._refresh_positions()
-        self._publish_due()
+            self._guarded("dispatch", self._dispatch_next)
+        self._guarded("queue positions", self._refresh_positions)
+        self._guarded("publications", self._publish_due)
+
+    @staticmethod
+    def _guarded(what: str, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except Exception:
+            log.exception("lifecycle step %r failed; retrying on the next tick", what)
 
     def _poll(self, campaign: CampaignView) -> None:
         raw = self.store.handle(campaign.id)
@@ -431,11 +438,7 @@ class Lifecycle:
         campaign = queue[0]
         attempt = campaign.attempt + 1
         out = (self.settings.work_dir / campaign.id / f"attempt-{attempt}" / "out").resolve()
-        deadline = (
-            campaign.deadline.timestamp()
-            if campaign.deadline
-            else self.clock() + self.settings.deadline_seconds
-        )
+        deadline = campaign.deadline.timestamp() if campaign.deadline else self.clock() + self.settings.deadline_seconds
         campaign = self.store.transition(
             campaign.id,
             S.DISPATCHED,
@@ -513,9 +516,7 @@ class Lifecycle:
             if campaign.artifact_dir is None:
                 raise RuntimeError(f"completed campaign {campaign.id} has no artifact directory")
             try:
-                report = CampaignReport.model_validate_json(
-                    (campaign.artifact_dir / "report.json").read_text()
-                )
+                report = CampaignReport.model_validate_json((campaign.artifact_dir / "report.json").read_text())
             except (OSError, ValidationError) as exc:
                 raise RuntimeError(f"report of completed campaign {campaign.id} unreadable: {exc}") from exc
             publisher.finished(campaign, report, campaign.artifact_dir)

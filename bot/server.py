@@ -266,8 +266,8 @@ def create_app(
 ) -> Starlette:
     """The webhook app; its lifespan opens the store and runs the worker (app.state.store/.worker)."""
     secret = settings.webhook_secret.get_secret_value().encode()
-    store = Store(settings.db_path)
-    ingest = Ingest(Store(settings.db_path))
+    store = Store(settings.db_path, power_safe=False)
+    ingest = Ingest(Store(settings.db_path, power_safe=True))
     lifecycle = Lifecycle(
         store, settings, backend or make_backend(settings), _services_factory(settings, publisher_factory)
     )

@@ -128,7 +128,6 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
         return Settings.model_validate(values)
     except ValidationError as exc:
         problems = [
-            f"{'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}"
-            for error in exc.errors()
+            f"{'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}" for error in exc.errors()
         ]
         raise SettingsError(f"invalid settings ({source}):\n  " + "\n  ".join(problems)) from exc

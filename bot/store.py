@@ -160,7 +160,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
     not_before REAL NOT NULL DEFAULT 0,
     outcome TEXT
 );
-CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries (status, not_before);
+CREATE INDEX IF NOT EXISTS deliveries_by_status ON deliveries (status);
 CREATE TABLE IF NOT EXISTS rejected_deliveries (
     seq INTEGER PRIMARY KEY,
     delivery_id TEXT NOT NULL,
@@ -201,6 +201,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS campaigns_one_per_key
     ON campaigns (repo, pr_number, head_sha, base_sha, rows_key)
     WHERE state IN ('requested', 'dispatched', 'running', 'completed');
 CREATE INDEX IF NOT EXISTS campaigns_by_pr ON campaigns (repo, pr_number);
+CREATE INDEX IF NOT EXISTS campaigns_by_delivery ON campaigns (delivery_id);
 CREATE INDEX IF NOT EXISTS campaigns_by_state ON campaigns (state);
 CREATE TABLE IF NOT EXISTS transitions (
     seq INTEGER PRIMARY KEY,
@@ -247,6 +248,18 @@ _COLUMNS = (
 )
 
 
+_WRITE_LOCKS: dict[Path, threading.Lock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def _write_lock(path: Path) -> threading.Lock:
+    """One in-process queue of writers per database: SQLite's own busy handler backs off by sleeping, which
+    starves a writer (the acknowledging one) behind a busy one; a lock hands over as soon as it is free."""
+    key = path.resolve()
+    with _WRITE_LOCKS_GUARD:
+        return _WRITE_LOCKS.setdefault(key, threading.Lock())
+
+
 def _utc(unix: float | None) -> datetime | None:
     return None if unix is None else datetime.fromtimestamp(unix, UTC)
 
@@ -254,14 +267,18 @@ def _utc(unix: float | None) -> datetime | None:
 class Store:
     """One SQLite connection guarded by a lock; cheap enough to share between the HTTP side and a worker."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, power_safe: bool = True) -> None:
+        """`power_safe` (synchronous=FULL) makes every commit survive power loss; without it (NORMAL, WAL)
+        commits survive any process crash but the last ones may be lost with the machine. The webhook's
+        acknowledgements use FULL (GitHub will not redeliver what we acknowledged); the worker's bookkeeping
+        uses NORMAL, since after a power loss its processes are gone too and recovery redoes lost steps
+        idempotently, and a second fsync stream would contend with the acknowledgements for the disk."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.RLock()
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
-        # FULL: an acknowledged delivery survives power loss, not only a process crash.
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(f"PRAGMA synchronous={'FULL' if power_safe else 'NORMAL'}")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
 
@@ -271,7 +288,7 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._lock, _write_lock(self.path):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -605,6 +622,14 @@ class Store:
             row = self._db.execute(
                 "SELECT 1 FROM approvals WHERE repo = ? AND pr_number = ? AND head_sha = ?",
                 (repo, pr_number, head_sha),
+            ).fetchone()
+        return row is not None
+
+    def refused_before(self, repo: str, pr_number: int, login: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM refusals WHERE repo = ? AND pr_number = ? AND login = ?",
+                (repo, pr_number, login.lower()),
             ).fetchone()
         return row is not None
 

@@ -119,10 +119,7 @@ def _refusal(login: str, ctx: TriggerContext, what: str) -> tuple[str, str] | No
     permission = ctx.permission_of(login)
     if is_sufficient(permission, ctx.min_permission):
         return None
-    reason = (
-        f"@{login} has {permission!r} permission on this repository; {what} needs at least "
-        f"{ctx.min_permission!r}"
-    )
+    reason = f"@{login} has {permission!r} permission on this repository; {what} needs at least {ctx.min_permission!r}"
     return permission, reason
 
 

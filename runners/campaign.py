@@ -84,9 +84,10 @@ class Prepared:
     exceptions: list[ExceptionOutcome]
 
 
-def run_campaign(request: CampaignRequest, progress: ProgressSink | None = None) -> CampaignReport:
+def new_report(request: CampaignRequest) -> CampaignReport:
+    """The report before any stage ran; the single-machine campaign and `kv-parity build` start from it."""
     config = request.config
-    report = CampaignReport(
+    return CampaignReport(
         campaign_id=request.campaign_id,
         created_unix=round(time.time(), 3),
         tool_version=__version__,
@@ -99,14 +100,24 @@ def run_campaign(request: CampaignRequest, progress: ProgressSink | None = None)
         exclusions=list(config.harness.exclusions),
         skipped=list(STANDING_SKIPS),
     )
+
+
+def selected_rows(request: CampaignRequest, report: CampaignReport) -> list[RowConfig]:
+    """The rows this campaign runs; the ones left out are recorded as skipped coverage."""
+    rows = request.config.select_rows(request.rows)
+    unselected = [row.id for row in request.config.rows if row not in rows]
+    if unselected:
+        report.skipped.append(f"rows not selected for this campaign: {', '.join(unselected)}")
+    return rows
+
+
+def run_campaign(request: CampaignRequest, progress: ProgressSink | None = None) -> CampaignReport:
+    report = new_report(request)
     work = request.out_dir / "work"
     request.out_dir.mkdir(parents=True, exist_ok=True)
     work.mkdir(exist_ok=True)
     try:
-        rows = config.select_rows(request.rows)
-        unselected = [row.id for row in config.rows if row not in rows]
-        if unselected:
-            report.skipped.append(f"rows not selected for this campaign: {', '.join(unselected)}")
+        rows = selected_rows(request, report)
         prepared = prepare(request, report, work, progress)
         for row in rows:
             report.rows.append(run_row(request, prepared, row, work, progress))
@@ -231,7 +242,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
     ]
     try:
         counts = {arm: count_evidence(outcome.canonical[arm].data) for arm in ARMS}
-        disaggregated = "disaggregated" == baseline.data["metadata"]["execution"].get("topology")
+        disaggregated = baseline.data["metadata"]["execution"].get("topology") == "disaggregated"
         report.coverage = CoverageResult(counts=counts, checks=check_evidence(counts, row.expect, disaggregated))
     except CoverageError as exc:
         report.coverage = CoverageResult(counts={}, checks=[

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from runners.revisions import RevisionError, git, resolve_sha
+
 PROTOCOL_EXCLUSIONS: tuple[str, ...] = (
     "/summary/wall_time_ms",
     "/summary/processed_tokens_per_s",
@@ -160,7 +162,7 @@ class DiagnosticsThresholds(_Strict):
 class InvalidationRules(_Strict):
     """The only environmental conditions that may invalidate a sample pair (Stage 7)."""
 
-    max_interference_ms: float = Field(5.0, ge=0)
+    max_interference_ms: float = Field(25.0, ge=0)
     """CPU time other processes may use on the pinned core during one sample."""
     max_reruns_per_pair: int = Field(3, ge=0)
 
@@ -258,3 +260,19 @@ def load_profile(name: str) -> CampaignConfig:
         known = sorted(p.stem for p in PROFILES_DIR.glob("*.toml"))
         raise ConfigError(f"unknown profile {name!r}; shipped profiles: {known}")
     return load_config(path)
+
+
+def resolve_config(repo: Path, config: str | None, profile: str | None,
+                   config_ref: str) -> tuple[CampaignConfig, str]:
+    """An explicit file or profile, else the config committed at `config_ref` (the base), never the head's."""
+    if config:
+        return load_config(Path(config)), config
+    if profile:
+        return load_profile(profile), f"profile:{profile}"
+    sha = resolve_sha(repo, config_ref)
+    try:
+        text = git(repo, "show", f"{sha}:{DEFAULT_CONFIG_PATH}")
+    except RevisionError as exc:
+        raise ConfigError(f"no campaign config at {DEFAULT_CONFIG_PATH} in {sha[:12]}: {exc}") from exc
+    source = f"{DEFAULT_CONFIG_PATH}@{sha}"
+    return parse_config(text, source), source

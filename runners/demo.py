@@ -42,7 +42,8 @@ def set_knobs(tree: Path, knobs: dict[str, Knob]) -> None:
     for name, value in knobs.items():
         rendered = json.dumps(value) if isinstance(value, str) else (
             str(value).lower() if isinstance(value, bool) else repr(float(value)))
-        text, count = re.subn(rf"(pub const {name}: [^=]+= ).*?;", lambda m: f"{m.group(1)}{rendered};", text)
+        pattern = re.compile(rf"(pub const {name}: [^=]+= ).*?;")
+        text, count = pattern.subn(r"\g<1>" + rendered.replace("\\", "\\\\") + ";", text)
         if count != 1:
             raise KeyError(f"knob {name} not found in {VARIANT_FILE}")
     path.write_text(text, encoding="utf-8")

@@ -64,7 +64,7 @@ def run_determinism(
     canonical: dict[Arm, Canonical] = {}
     failures: list[str] = []
     blocked: list[str] = []
-    for (arm, rep), (record, canon, problem, is_blocked) in zip(jobs, outcomes, strict=True):
+    for (arm, rep), (_record, canon, problem, is_blocked) in zip(jobs, outcomes, strict=True):
         if canon is not None:
             digests[arm].append(canon.digest)
             canonical.setdefault(arm, canon)

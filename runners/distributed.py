@@ -21,15 +21,21 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from runners import __version__
-from runners.campaign import STANDING_SKIPS, CampaignRequest, CampaignStop, Prepared, prepare, run_row
+from runners.campaign import (
+    CampaignRequest,
+    CampaignStop,
+    Prepared,
+    new_report,
+    prepare,
+    run_row,
+    selected_rows,
+)
 from runners.config import (
     DEFAULT_CONFIG_PATH,
     CampaignConfig,
     ConfigError,
     RowConfig,
-    load_config,
-    load_profile,
-    parse_config,
+    resolve_config,
 )
 from runners.placement import host_facts
 from runners.progress import ProgressSink, TerminalProgress
@@ -44,7 +50,7 @@ from runners.report import (
     StopRecord,
     campaign_verdicts,
 )
-from runners.revisions import RevisionError, git, resolve_sha
+from runners.revisions import RevisionError
 from runners.trace import TraceError, prepare_trace, sha256_file
 
 SCHEMA_VERSION = "kv-parity.distributed.v1"
@@ -153,6 +159,7 @@ def merge_refusals(manifest: BuildManifest, results: dict[Path, RowResult]) -> l
     problems: list[str] = []
     expected = manifest.binary_sha256()
     slice_sha = manifest.report.trace.slice_sha256 if manifest.report.trace else None
+    frozen = {row.id: row for row in manifest.config.rows}
     seen_rows: dict[str, list[Path]] = {}
     for path, result in results.items():
         versions = (result.schema_version, result.report_schema_version)
@@ -169,6 +176,8 @@ def merge_refusals(manifest: BuildManifest, results: dict[Path, RowResult]) -> l
         row_id = result.report.row.id
         if row_id not in manifest.rows:
             problems.append(f"{path}: row {row_id} is not one of this campaign's rows {manifest.rows}")
+        elif result.report.row != frozen[row_id]:
+            problems.append(f"{path}: row {row_id} ran a configuration other than the manifest's frozen one")
         seen_rows.setdefault(row_id, []).append(path)
     problems.extend(
         f"row {row_id} has {len(paths)} results ({', '.join(map(str, paths))}): "
@@ -200,22 +209,6 @@ def merge_results(manifest: BuildManifest, results: dict[Path, RowResult]) -> Ca
 # --- config -------------------------------------------------------------------------------------------------
 
 
-def resolve_config(repo: Path, config: str | None, profile: str | None,
-                   config_ref: str) -> tuple[CampaignConfig, str]:
-    """An explicit file or profile, else the config committed at `config_ref` (the base), never the head's."""
-    if config:
-        return load_config(Path(config)), config
-    if profile:
-        return load_profile(profile), f"profile:{profile}"
-    sha = resolve_sha(repo, config_ref)
-    try:
-        text = git(repo, "show", f"{sha}:{DEFAULT_CONFIG_PATH}")
-    except RevisionError as exc:
-        raise ConfigError(f"no campaign config at {DEFAULT_CONFIG_PATH} in {sha[:12]}: {exc}") from exc
-    source = f"{DEFAULT_CONFIG_PATH}@{sha}"
-    return parse_config(text, source), source
-
-
 # --- files --------------------------------------------------------------------------------------------------
 
 
@@ -225,6 +218,13 @@ def _write_json(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(text + "\n", encoding="utf-8")
     temporary.replace(path)
+
+
+def _scratch(parent: str | None, prefix: str) -> Path:
+    """A fresh directory of our own (under `parent` when given), so cleaning up never deletes a user's files."""
+    if parent:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
 def _versions_of(path: Path, raw: object) -> tuple[object, object]:
@@ -262,7 +262,7 @@ def load_row_result(path: Path, manifest: BuildManifest) -> RowResult:
     expected = (manifest.schema_version, manifest.report_schema_version)
     if versions != expected:
         raise Refusal(f"refusing to merge: mixed schema versions: {path} has {versions}, "
-                               f"the manifest has {expected}")
+                      f"the manifest has {expected}")
     try:
         return RowResult.model_validate(raw)
     except ValidationError as exc:
@@ -302,17 +302,8 @@ def _copy_row_evidence(result_path: Path, out: Path) -> None:
 def build_manifest(request: CampaignRequest, work: Path, out: Path,
                    progress: ProgressSink | None = None) -> BuildManifest:
     """Run `prepare` once and move its two binaries into `out/bin`; a stop is recorded, never raised."""
-    config = request.config
-    rows = config.select_rows(request.rows)
-    report = CampaignReport(
-        campaign_id=request.campaign_id, created_unix=round(time.time(), 3), tool_version=__version__,
-        config=config, config_source=request.config_source, revisions=[], relationship="unknown",
-        merge_base=None, determinism_patch_sha256=None, exclusions=list(config.harness.exclusions),
-        skipped=list(STANDING_SKIPS),
-    )
-    unselected = [row.id for row in config.rows if row not in rows]
-    if unselected:
-        report.skipped.append(f"rows not selected for this campaign: {', '.join(unselected)}")
+    report = new_report(request)
+    rows = selected_rows(request, report)
     exceptions: list[ExceptionOutcome] = []
     try:
         prepared = prepare(request, report, work, progress)
@@ -346,13 +337,13 @@ def build_main(argv: Sequence[str]) -> int:
     parser.add_argument("--campaign-id", help="campaign id (default: random)")
     parser.add_argument("--determinism-patch", help="patch applied identically to both revisions")
     parser.add_argument("--out", required=True, help="directory for the manifest, binaries and matrix")
-    parser.add_argument("--work", help="scratch directory for worktrees and builds (default: temporary)")
+    parser.add_argument("--work", help="parent of the scratch directory for worktrees and builds")
     parser.add_argument("--keep-work", action="store_true", help="keep the scratch directory")
     parser.add_argument("--github-output", help="append `matrix=` and `row_count=` lines to this file")
     args = parser.parse_args(list(argv))
 
     out = Path(args.out)
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="kv-parity-build-"))
+    work = _scratch(args.work, "kv-parity-build-")
     try:
         repo = Path(args.repo)
         config, config_source = resolve_config(repo, args.config, args.profile, args.config_ref or args.base)
@@ -467,7 +458,7 @@ def row_main(argv: Sequence[str]) -> int:
     parser.add_argument("--row", required=True, help="row id to run on this node")
     parser.add_argument("--out", required=True, help="directory for the row result and its evidence")
     parser.add_argument("--trace", help="node-local trace overriding the config's (checksum still verified)")
-    parser.add_argument("--work", help="node-local staging directory (default: a temporary one)")
+    parser.add_argument("--work", help="node-local parent of the staging directory")
     parser.add_argument("--keep-work", action="store_true", help="keep staged binaries, trace and outputs")
     args = parser.parse_args(list(argv))
 
@@ -480,7 +471,7 @@ def row_main(argv: Sequence[str]) -> int:
         return EXIT_USAGE
     out = Path(args.out)
     trace_source = Path(args.trace) if args.trace else Path(manifest.config.trace.path)
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="kv-parity-row-"))
+    work = _scratch(args.work, "kv-parity-row-")
     try:
         result = run_manifest_row(manifest, manifest_path.parent, args.row, trace_source, work, out,
                                   TerminalProgress())

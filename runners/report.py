@@ -491,9 +491,9 @@ def campaign_verdicts(report: CampaignReport) -> Verdicts:
     row_perf = {row.perf_verdict for row in report.rows} or {PerfVerdict.NOT_RUN}
     performance = next(v for v in _PERF_PRECEDENCE if v in row_perf)
     sizes = report.sizes.verdict if report.sizes else GateVerdict.NOT_RUN
-    if SemanticVerdict.FAIL == semantic or performance == PerfVerdict.FAIL or sizes == GateVerdict.FAIL:
+    if semantic == SemanticVerdict.FAIL or performance == PerfVerdict.FAIL or sizes == GateVerdict.FAIL:
         conclusion = CheckConclusion.FAILURE
-    elif SemanticVerdict.BLOCKED == semantic or performance == PerfVerdict.BLOCKED:
+    elif semantic == SemanticVerdict.BLOCKED or performance == PerfVerdict.BLOCKED:
         conclusion = CheckConclusion.ACTION_REQUIRED
     elif performance in (PerfVerdict.INCONCLUSIVE, PerfVerdict.NOT_RUN) or sizes == GateVerdict.NOT_RUN:
         conclusion = CheckConclusion.NEUTRAL

@@ -22,11 +22,7 @@ RERUN = ParsedCommand(name="rerun", line="/parity rerun")
         ("/parity help", [ParsedCommand(name="help", line="/parity help")]),
         (
             "/parity rerun rows=vllm-agg,vllm-disagg",
-            [
-                ParsedCommand(
-                    "rerun", ("vllm-agg", "vllm-disagg"), None, "/parity rerun rows=vllm-agg,vllm-disagg"
-                )
-            ],
+            [ParsedCommand("rerun", ("vllm-agg", "vllm-disagg"), None, "/parity rerun rows=vllm-agg,vllm-disagg")],
         ),
         (
             "/parity rerun rows=a,a,b",
@@ -93,9 +89,7 @@ def test_every_command_line_in_order() -> None:
 
 
 def test_custom_command_word() -> None:
-    assert parse_commands("/bench rerun", command_word="/bench") == [
-        ParsedCommand("rerun", line="/bench rerun")
-    ]
+    assert parse_commands("/bench rerun", command_word="/bench") == [ParsedCommand("rerun", line="/bench rerun")]
     assert parse_commands("/parity rerun", command_word="/bench") == []
 
 

@@ -45,12 +45,14 @@ def quick(config: CampaignConfig) -> CampaignConfig:
     """A short performance gate whose verdict is decided by the plumbing, not by this machine's noise.
 
     Ten pairs make the dependence diagnostics and a 1.05 threshold a coin toss between two runs, and this test
-    compares two runs; loosening both keeps every verdict kind deterministic for identical revisions.
+    compares two runs; loosening both (and an interference rule above /proc/stat's tick resolution) keeps every
+    verdict kind deterministic for identical revisions.
     """
     diagnostics = config.perf.diagnostics.model_copy(update={
         "max_abs_autocorr": 1.0, "min_trend_p": 1e-9, "min_order_effect_p": 1e-9, "min_telemetry_p": 1e-9})
+    invalidation = config.perf.invalidation.model_copy(update={"max_interference_ms": 100.0})
     perf = config.perf.model_copy(update={"pairs": 10, "warmups_per_arm": 1, "threshold": 2.0,
-                                          "diagnostics": diagnostics})
+                                          "diagnostics": diagnostics, "invalidation": invalidation})
     return config.model_copy(update={"perf": perf})
 
 
@@ -153,6 +155,9 @@ def test_build_rows_merge_gives_the_single_machine_verdicts(campaigns: Campaigns
     assert merged.config == single.config
     assert merged.trace == single.trace
     assert any("rows not selected" in note for note in merged.skipped)
+    for row in merged.rows:
+        assert row.performance is not None
+        assert (campaigns.root / "merged" / row.performance.schedule_path).is_file(), "evidence travels along"
 
 
 def test_manifest_holds_prepare_evidence_and_the_row_matrix(campaigns: Campaigns) -> None:
@@ -204,7 +209,8 @@ def test_tampered_binary_is_refused_before_any_process(campaigns: Campaigns, tmp
     assert "candidate binary SHA-256 mismatch" in message
     assert artifact.binary_sha256 in message and sha256_file(binary) in message
     assert "baseline binary SHA-256 mismatch" not in message
-    staged = sorted(str(path.relative_to(work)) for path in work.rglob("*"))
+    [scratch] = work.iterdir()
+    staged = sorted(str(path.relative_to(scratch)) for path in scratch.rglob("*"))
     assert staged == ["bin", *sorted(f"bin/{a.binary_name}" for a in manifest.report.artifacts)], (
         "only the staged binaries may exist: no trace slice, no canonical or timing output, no process ran")
     assert not out.exists() or not any(out.iterdir())
@@ -234,7 +240,8 @@ def _merge(campaigns: Campaigns, out: Path, paths: list[Path]) -> int:
      ["mixed schema versions", "kv-parity.distributed.v0", "kv-parity.distributed.v1"]),
     ({"binary_sha256": {"baseline": "0" * 64, "candidate": "1" * 64}},
      ["baseline binary SHA-256 mismatch", "candidate binary SHA-256 mismatch", "0" * 64, "1" * 64]),
-], ids=["campaign-id", "schema-version", "binary-checksums"])
+    ({"trace_slice_sha256": "2" * 64}, ["trace slice SHA-256", "2" * 64]),
+], ids=["campaign-id", "schema-version", "binary-checksums", "trace-slice"])
 def test_merge_refuses_results_that_do_not_belong_together(
         campaigns: Campaigns, tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, Any],
         expected: list[str]) -> None:

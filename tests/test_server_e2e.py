@@ -187,15 +187,9 @@ class Service:
     def campaigns(self, pr: int = 1) -> list[CampaignView]:
         return list(reversed(self.store.for_pr(REPO, pr)))
 
-    def wait_state(
-        self, state: CampaignState, pr: int = 1, count: int = 1, timeout: float = 20
-    ) -> list[CampaignView]:
+    def wait_state(self, state: CampaignState, pr: int = 1, count: int = 1, timeout: float = 20) -> list[CampaignView]:
         return wait_until(  # type: ignore[no-any-return]
-            lambda: (
-                (found := [c for c in self.campaigns(pr) if c.state == state])
-                and len(found) >= count
-                and found
-            ),
+            lambda: (found := [c for c in self.campaigns(pr) if c.state == state]) and len(found) >= count and found,
             f"{count} campaign(s) of #{pr} {state}; have {[(c.state, c.reason) for c in self.campaigns(pr)]}",
             timeout,
         )
@@ -295,9 +289,7 @@ def test_labeled_event_runs_a_campaign_to_completion(env: Env) -> None:
         "--progress-jsonl",
         str(work / "progress.jsonl"),
     ]
-    calls = [
-        (c["method"], c.get("position", c.get("stage", c.get("conclusion")))) for c in svc.publisher.calls
-    ]
+    calls = [(c["method"], c.get("position", c.get("stage", c.get("conclusion")))) for c in svc.publisher.calls]
     assert calls == [
         ("open_check_run", None),
         ("queued", 1),
@@ -363,9 +355,7 @@ def test_own_and_edited_comments_and_quoted_commands_are_ignored(env: Env) -> No
     with service(env.settings()) as svc:
         post(svc.url, "issue_comment", comment_event("/parity rerun", sender=BOT), delivery="own")
         post(svc.url, "issue_comment", comment_event("/parity rerun", action="edited"), delivery="edit")
-        post(
-            svc.url, "issue_comment", comment_event("> /parity rerun\n```\n/parity rerun\n```"), delivery="q"
-        )
+        post(svc.url, "issue_comment", comment_event("> /parity rerun\n```\n/parity rerun\n```"), delivery="q")
         assert svc.wait_delivery("own") == "ignored: the bot's own comment"
         assert svc.wait_delivery("edit").startswith("ignored: comment edited")
         assert svc.wait_delivery("q") == "ignored: no command"
@@ -439,9 +429,7 @@ def test_push_to_a_labelled_branch_supersedes_the_running_campaign(env: Env) -> 
         post(svc.url, "pull_request", env.label())
         [first] = svc.wait_state(S.RUNNING)
         pid = wait_until(lambda: env.runs(), "runner started")[0]["pid"]
-        push = pull_request_event(
-            "synchronize", head_sha=env.head2, base_sha=env.main2, labels=("kv-parity",)
-        )
+        push = pull_request_event("synchronize", head_sha=env.head2, base_sha=env.main2, labels=("kv-parity",))
         post(svc.url, "pull_request", push)
         svc.wait_state(S.SUPERSEDED)
         [second] = svc.wait_state(S.RUNNING)
@@ -470,9 +458,7 @@ def test_cancel_command_kills_the_campaign_and_its_children(env: Env) -> None:
         wait_until(lambda: svc.publisher.of("ended", campaign=running.id), "ended published")
         post(svc.url, "issue_comment", comment_event("/parity cancel"), delivery="cancel-2")
         svc.wait_delivery("cancel-2")
-        assert svc.publisher.of("reply", kind="refused")[0]["context"]["reason"].startswith(
-            "there is no queued"
-        )
+        assert svc.publisher.of("reply", kind="refused")[0]["context"]["reason"].startswith("there is no queued")
     assert states(svc.store, running.id) == ["requested", "dispatched", "running", "cancelled"]
     assert svc.store.handle(running.id) is None
 
@@ -484,9 +470,7 @@ def test_unlabel_and_check_run_buttons(env: Env) -> None:
         unlabel = pull_request_event("unlabeled", head_sha=env.head, base_sha=env.main2, label="kv-parity")
         post(svc.url, "pull_request", unlabel)
         svc.wait_state(S.CANCELLED)
-        rerun = check_run_event(
-            "requested_action", external_id=first.id, head_sha=env.head, identifier="rerun"
-        )
+        rerun = check_run_event("requested_action", external_id=first.id, head_sha=env.head, identifier="rerun")
         post(svc.url, "check_run", rerun)
         [second] = svc.wait_state(S.RUNNING)
         assert second.trigger == "check_run" and second.id != first.id
@@ -502,9 +486,7 @@ def test_deadline_times_the_campaign_out(env: Env) -> None:
         post(svc.url, "pull_request", env.label())
         pid = wait_until(lambda: env.runs(), "runner started")[0]["pid"]
         [timed_out] = svc.wait_state(S.TIMED_OUT)
-        wait_until(
-            lambda: svc.publisher.of("ended", campaign=timed_out.id, state="timed_out"), "timed_out published"
-        )
+        wait_until(lambda: svc.publisher.of("ended", campaign=timed_out.id, state="timed_out"), "timed_out published")
         assert not process_alive(pid, None), "killed before the ending is published"
         assert "deadline passed" in timed_out.reason
 
@@ -594,8 +576,7 @@ def test_service_killed_mid_campaign_completes_once_after_restart(env: Env, runn
             lambda: [c for c in store.for_pr(REPO, 1) if c.state == S.COMPLETED],
             "campaign completed after restart",
         )
-        wait_until(lambda: any(c["method"] == "finished" for c in read_record(record)), "finished published")
-        assert store.publications(done.id) == [("finished", "done")]
+        wait_until(lambda: store.publications(done.id) == [("finished", "done")], "finished published")
     assert len(store.for_pr(REPO, 1)) == 1
     assert [c for c in read_record(record) if c["method"] == "finished"] == [
         {
@@ -749,9 +730,7 @@ def test_local_backend_fetches_missing_commits(env: Env, tmp_path: Path) -> None
 
 def test_settings_from_file_and_environment(tmp_path: Path) -> None:
     path = tmp_path / "bot.toml"
-    path.write_text(
-        'webhook_secret = "file-secret"\ntoken = "t"\nlocal_repo_path = "/srv/repo"\nlabel = "perf"\n'
-    )
+    path.write_text('webhook_secret = "file-secret"\ntoken = "t"\nlocal_repo_path = "/srv/repo"\nlabel = "perf"\n')
     settings = load_settings(
         path,
         {
@@ -823,3 +802,14 @@ def test_real_publisher_and_app_auth_complete_the_check_run(env: Env) -> None:
     assert check_run["external_id"] == done.id and check_run["head_sha"] == env.head
     bodies = [c["body"] for c in env.fake.comments(REPO, 1)]
     assert any(done.id in body for body in bodies)
+
+
+def test_a_delivery_that_keeps_failing_is_recorded_and_the_worker_goes_on(env: Env) -> None:
+    env.fake.inject_failures("GET", r"/compare/", [(404, {}, {"message": "Not Found"})])
+    with service(env.settings(delivery_max_attempts=1)) as svc:
+        post(svc.url, "pull_request", env.label(), delivery="fails")
+        assert svc.wait_delivery("fails").startswith("GitHubNotFoundError: compare main...")
+        assert svc.store.delivery_status("fails")[0] == "failed"  # type: ignore[index]
+        post(svc.url, "pull_request", env.label(), delivery="works")
+        svc.wait_state(S.COMPLETED)
+        assert httpx.get(f"{svc.url}/healthz").json() == {"worker_alive": True, "deliveries": {"failed": 1, "done": 1}}

@@ -83,9 +83,7 @@ def test_lifecycle_transitions_are_recorded_with_reasons(store: Store) -> None:
     view = store.transition(campaign.id, S.RUNNING, "started", handle='{"pid": 1}')
     assert view.queue_position == 0 and view.deadline is not None and view.artifact_dir == Path("/tmp/x")
     assert store.handle(campaign.id) == '{"pid": 1}'
-    done = store.transition(
-        campaign.id, S.COMPLETED, "report written", publish="finished", conclusion="success"
-    )
+    done = store.transition(campaign.id, S.COMPLETED, "report written", publish="finished", conclusion="success")
     assert done.conclusion == "success" and done.queue_position is None
     history = [(t.from_state, t.to_state, t.reason) for t in store.transitions(campaign.id)]
     assert history == [

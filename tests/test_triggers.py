@@ -29,9 +29,7 @@ APPROVED_FORK_HEAD = "3" * 40
 PERMISSIONS = {"maintainer": "write", "admin": "admin", "triager": "triage", "reader": "read"}
 
 
-def _decide(
-    event_name: str, payload: dict[str, Any], min_permission: str = "write"
-) -> tuple[Intent, list[str]]:
+def _decide(event_name: str, payload: dict[str, Any], min_permission: str = "write") -> tuple[Intent, list[str]]:
     asked: list[str] = []
 
     def permission_of(login: str) -> str:
@@ -56,9 +54,7 @@ def pr(action: str, **kwargs: Any) -> dict[str, Any]:
     return pull_request_event(action, **kwargs)
 
 
-def start(
-    trigger: str = "label", sender: str = "maintainer", approve: bool = False, head: str = HEAD
-) -> Start:
+def start(trigger: str = "label", sender: str = "maintainer", approve: bool = False, head: str = HEAD) -> Start:
     return Start(1, head, "main", trigger, sender, approve_head=approve)
 
 
@@ -118,8 +114,7 @@ PULL_REQUEST_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
         NeedsApproval(
             1,
             HEAD,
-            "@reader has 'read' permission on this repository; an automatic run after a push "
-            "needs at least 'write'",
+            "@reader has 'read' permission on this repository; an automatic run after a push needs at least 'write'",
         ),
         ["reader"],
     ),
@@ -151,9 +146,7 @@ def test_pull_request(name: str, payload: dict[str, Any], expected: Intent, aske
     assert _decide("pull_request", payload) == (expected, asked)
 
 
-COMMENT_REFUSAL = (
-    "@reader has 'read' permission on this repository; a `/parity` command needs at least 'write'"
-)
+COMMENT_REFUSAL = "@reader has 'read' permission on this repository; a `/parity` command needs at least 'write'"
 COMMENT_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
     ("rerun", comment_event("/parity rerun"), Rerun(1, "maintainer", "comment"), ["maintainer"]),
     (
@@ -224,17 +217,13 @@ COMMENT_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
     (
         "triager refused at write",
         comment_event("/parity status", sender="triager"),
-        Refuse(
-            1, "triager", "triage", COMMENT_REFUSAL.replace("reader", "triager").replace("'read'", "'triage'")
-        ),
+        Refuse(1, "triager", "triage", COMMENT_REFUSAL.replace("reader", "triager").replace("'read'", "'triage'")),
         ["triager"],
     ),
     (
         "stranger refused",
         comment_event("/parity help", sender="stranger"),
-        Refuse(
-            1, "stranger", "none", COMMENT_REFUSAL.replace("reader", "stranger").replace("'read'", "'none'")
-        ),
+        Refuse(1, "stranger", "none", COMMENT_REFUSAL.replace("reader", "stranger").replace("'read'", "'none'")),
         ["stranger"],
     ),
     (
@@ -246,17 +235,13 @@ COMMENT_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "payload", "expected", "asked"), COMMENT_CASES, ids=[c[0] for c in COMMENT_CASES]
-)
+@pytest.mark.parametrize(("name", "payload", "expected", "asked"), COMMENT_CASES, ids=[c[0] for c in COMMENT_CASES])
 def test_issue_comment(name: str, payload: dict[str, Any], expected: Intent, asked: list[str]) -> None:
     assert _decide("issue_comment", payload) == (expected, asked)
 
 
 def test_min_permission_is_configurable() -> None:
-    intent, _ = _decide(
-        "issue_comment", comment_event("/parity status", sender="triager"), min_permission="triage"
-    )
+    intent, _ = _decide("issue_comment", comment_event("/parity status", sender="triager"), min_permission="triage")
     assert intent == Status(1, "triager")
     intent, _ = _decide("issue_comment", comment_event("/parity status"), min_permission="admin")
     assert isinstance(intent, Refuse) and intent.permission == "write"
@@ -301,9 +286,7 @@ CHECK_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
     ),
     (
         "reader clicks",
-        check_run_event(
-            "requested_action", external_id="kvp-1", head_sha=HEAD, identifier="rerun", sender="reader"
-        ),
+        check_run_event("requested_action", external_id="kvp-1", head_sha=HEAD, identifier="rerun", sender="reader"),
         Refuse(
             1,
             "reader",
@@ -316,9 +299,7 @@ CHECK_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "payload", "expected", "asked"), CHECK_CASES, ids=[c[0] for c in CHECK_CASES]
-)
+@pytest.mark.parametrize(("name", "payload", "expected", "asked"), CHECK_CASES, ids=[c[0] for c in CHECK_CASES])
 def test_check_run(name: str, payload: dict[str, Any], expected: Intent, asked: list[str]) -> None:
     assert _decide("check_run", payload) == (expected, asked)
 

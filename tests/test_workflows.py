@@ -39,19 +39,19 @@ def _tool(name: str, package: str) -> str:
     return found
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _load(path: Path) -> dict[Any, Any]:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert isinstance(data, dict), f"{path.name} is not a YAML mapping"
     return data
 
 
-def _triggers(workflow: dict[str, Any]) -> dict[str, Any]:
+def _triggers(workflow: dict[Any, Any]) -> dict[str, Any]:
     """YAML 1.1 reads the key `on` as True."""
     triggers = workflow.get("on", workflow.get(True))
     return triggers if isinstance(triggers, dict) else {}
 
 
-def _jobs(workflow: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _jobs(workflow: dict[Any, Any]) -> dict[str, dict[str, Any]]:
     jobs = workflow.get("jobs")
     assert isinstance(jobs, dict) and jobs, "a workflow needs jobs"
     return jobs

@@ -260,11 +260,7 @@ class RecordingPublisher:
 
     def of(self, method: str, **match: Any) -> list[dict[str, Any]]:
         with self._lock:
-            return [
-                c
-                for c in self.calls
-                if c["method"] == method and all(c.get(k) == v for k, v in match.items())
-            ]
+            return [c for c in self.calls if c["method"] == method and all(c.get(k) == v for k, v in match.items())]
 
 
 def read_record(path: Path) -> list[dict[str, Any]]:

@@ -248,9 +248,7 @@ class LocalBackend:
     ) -> PollResult:
         log_tail = _tail(Path(handle.out_dir).parent / "campaign.log")
         if code is not None and code < 0:
-            return PollResult(
-                False, progress, error=f"runner killed by signal {-code}\n{log_tail}", exit_code=code
-            )
+            return PollResult(False, progress, error=f"runner killed by signal {-code}\n{log_tail}", exit_code=code)
         if code == EXIT_USAGE:
             return PollResult(
                 False, progress, error=f"runner exited 2 (usage or config error)\n{log_tail}", exit_code=code
