@@ -19,8 +19,6 @@ from typing import Any
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bot.dispatch.base import RunHandle
 from bot.dispatch.local import LocalBackend, campaign_argv, process_alive
@@ -39,6 +37,7 @@ from tests.webhooks import (
     post,
     pull_request_event,
     read_record,
+    register_test_app,
     serve_app,
     wait_until,
 )
@@ -774,19 +773,7 @@ def test_settings_from_file_and_environment(tmp_path: Path) -> None:
 def test_real_publisher_and_app_auth_complete_the_check_run(env: Env) -> None:
     from bot.server import default_publisher
 
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
-    env.fake.register_app(4242, public, "kv-parity")
-    env.fake.add_installation(77, 4242, [REPO])
-    (env.tmp / "app.pem").write_bytes(private)
-    settings = env.settings(token=None, app_id=4242, private_key_path=env.tmp / "app.pem", installation_id=77)
+    settings = env.settings(**register_test_app(env.fake, env.tmp))
     app = create_app(settings, publisher_factory=default_publisher)
     with serve_app(app) as url:
         post(url, "pull_request", env.label())

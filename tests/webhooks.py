@@ -353,3 +353,22 @@ def _serve(argv: list[str]) -> int:
 if __name__ == "__main__":
     command, rest = sys.argv[1], sys.argv[2:]
     sys.exit(_campaign(rest) if command == "campaign" else _serve(rest))
+
+
+def register_test_app(fake: Any, directory: Path, app_id: int = 4242, installation_id: int = 77) -> dict[str, Any]:
+    """A GitHub App known to the stand-in (check runs need app credentials); returns the settings that use it."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
+    fake.register_app(app_id, public, "kv-parity")
+    fake.add_installation(installation_id, app_id, [REPO])
+    (directory / "app.pem").write_bytes(private)
+    return {"token": None, "app_id": app_id, "private_key_path": directory / "app.pem",
+            "installation_id": installation_id}

@@ -1,0 +1,83 @@
+"""The whole product once, for real: a signed `labeled` webhook → the service pins SHAs, reads the config from
+the base, runs `kv-parity campaign` on the fixture harness (real git worktrees, cargo builds, pinned
+processes) through the local backend, and the real publisher completes the check run and posts one result.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from bot.server import create_app, default_publisher
+from bot.settings import Settings
+from bot.store import CampaignState, Store
+from runners.config import DEFAULT_CONFIG_PATH, PROFILES_DIR
+from runners.demo import commit_change, init_fixture_repo
+from runners.report import CampaignReport
+from tests.fakes.github_api import FakeGitHub
+from tests.webhooks import REPO, SECRET, post, pull_request_event, register_test_app, serve_app, wait_until
+
+
+def _config_text(trace: Path) -> str:
+    """The demo profile, one row, a short performance gate, the trace at an absolute path on this node."""
+    text = (PROFILES_DIR / "demo.toml").read_text(encoding="utf-8")
+    text = text.replace('path = "demo-trace.jsonl"', f'path = "{trace}"')
+    text = text.replace("warmups_per_arm = 5", "warmups_per_arm = 1").replace("pairs = 60", "pairs = 10")
+    first_other_row = text.index("[[rows]]", text.index("[[rows]]") + 1)
+    return text[:first_other_row] + text[text.index("[perf]"):]
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_labeled_pull_request_runs_the_fixture_campaign_and_publishes_once(
+        tmp_path: Path, demo_trace: Path) -> None:
+    repo = tmp_path / "repo"
+    init_fixture_repo(repo)
+    base = commit_change(repo, "add the campaign config", files={DEFAULT_CONFIG_PATH: _config_text(demo_trace)})
+    _git(repo, "checkout", "-q", "-b", "feature")
+    head = commit_change(repo, "refactor: reword comments", touch_comment=True)
+    _git(repo, "checkout", "-q", "main")
+
+    with FakeGitHub() as fake:
+        fake.add_repo(REPO, repo)
+        fake.add_pull(REPO, 7, head, "feature", "main")
+        fake.set_permission(REPO, "maintainer", "write")
+        settings = Settings.model_validate({
+            "webhook_secret": SECRET, "api_base_url": fake.url, "api_seconds_between_requests": 0,
+            "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
+            "work_dir": tmp_path / "work", "local_repo_path": repo, "poll_interval_seconds": 0.1,
+            **register_test_app(fake, tmp_path),
+        })
+        app = create_app(settings, publisher_factory=default_publisher)
+        with serve_app(app) as url:
+            event = pull_request_event("labeled", number=7, head_sha=head, base_sha=base, label="kv-parity",
+                                       labels=("kv-parity",), sender="maintainer")
+            assert post(url, "pull_request", event, delivery="label-7").status_code == 202
+            store: Store = app.state.store
+            [done] = wait_until(
+                lambda: [c for c in store.for_pr(REPO, 7) if c.state in (CampaignState.COMPLETED,
+                                                                          CampaignState.ERRORED)],
+                "the campaign finished", timeout=600)
+            wait_until(lambda: store.publications(done.id) == [("finished", "done")], "finished published")
+        assert done.state == CampaignState.COMPLETED, done.reason
+        check_runs = fake.check_runs(REPO)
+        comments = fake.comments(REPO, 7)
+
+    assert done.head_sha == head and done.base_sha == base
+    assert done.config_source == f"{DEFAULT_CONFIG_PATH}@{base}"
+    assert done.artifact_dir is not None
+    report = CampaignReport.model_validate_json((done.artifact_dir / "report.json").read_text())
+    assert [r.sha for r in report.revisions] == [base, head]
+    assert [row.row.id for row in report.rows] == ["vllm-agg"]
+    assert report.rows[0].semantic.value == "PASS"
+    assert report.verdicts is not None
+    [check_run] = check_runs
+    assert check_run["status"] == "completed" and check_run["head_sha"] == head
+    assert check_run["conclusion"] == report.verdicts.conclusion.value
+    assert check_run["external_id"] == done.id
+    results = [c for c in comments if c["body"].startswith("<!-- kv-parity:result")]
+    statuses = [c for c in comments if c["body"].startswith("<!-- kv-parity:status")]
+    assert len(results) == 1 and done.id in results[0]["body"]
+    assert len(statuses) == 1, "one sticky status comment, edited in place"
