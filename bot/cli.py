@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("serve", help="run the webhook service", add_help=False)
     sub.add_parser("publish", help="(re)publish a finished report to a pull request", add_help=False)
+    sub.add_parser("event", help="Actions-only mode: act on one GitHub event file", add_help=False)
     sub.add_parser("build", help="build both revisions once: binaries + manifest (Actions build job)", add_help=False)
     sub.add_parser("row", help="run one row on this node from a build manifest", add_help=False)
     sub.add_parser("merge", help="merge row results into the campaign report", add_help=False)
@@ -124,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bot.publish import publish_main
 
         return publish_main(argv[1:])
+    if argv[:1] == ["event"]:
+        from bot.event_cli import event_main
+
+        return event_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Literal, TypeVar
@@ -20,10 +20,13 @@ from typing import Any, Literal, TypeVar
 import httpx
 from github import Auth, Github, GithubException, GithubIntegration
 from github.Artifact import Artifact
+from github.CheckRunAnnotation import CheckRunAnnotation
 from github.IssueComment import IssueComment
 from github.PaginatedList import PaginatedList
 from github.Repository import Repository
 from github.Requester import Requester
+from github.WorkflowJob import WorkflowJob
+from github.WorkflowRun import WorkflowRun
 from pydantic import BaseModel, ConfigDict, SecretStr
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
@@ -136,6 +139,52 @@ class CheckAction(_Frozen):
     label: str
     description: str
     identifier: str
+
+
+class WorkflowRunInfo(_Frozen):
+    """A workflow run as the Actions backend and Actions-only mode read it."""
+
+    id: int
+    display_title: str
+    """The rendered `run-name`, which names the campaign the run belongs to."""
+    status: str
+    conclusion: str | None
+    html_url: str
+    created_at: datetime
+
+
+class WorkflowJobInfo(_Frozen):
+    """One job of a run; for a matrix job `name` is the rendered job name (e.g. `row vllm-disagg`)."""
+
+    id: int
+    """Also the id of the job's check run, which carries the job's annotations."""
+    name: str
+    status: str
+    conclusion: str | None
+    runner_name: str | None
+    html_url: str | None
+
+
+def _run_info(run: WorkflowRun) -> WorkflowRunInfo:
+    return WorkflowRunInfo(
+        id=run.id,
+        display_title=run.display_title,
+        status=run.status,
+        conclusion=run.conclusion,
+        html_url=run.html_url,
+        created_at=run.created_at,
+    )
+
+
+def _job_info(job: WorkflowJob) -> WorkflowJobInfo:
+    return WorkflowJobInfo(
+        id=job.id,
+        name=job.name,
+        status=job.status,
+        conclusion=job.conclusion,
+        runner_name=job.runner_name,
+        html_url=job.html_url,
+    )
 
 
 class CommentInfo(_Frozen):
@@ -499,11 +548,14 @@ class GitHubGateway:
             lambda: self._repo.get_workflow(workflow_file).create_dispatch(ref, dict(inputs), throw=True),
         )
 
-    def find_dispatched_run(self, workflow_file: str, created_after: datetime) -> int | None:
+    def find_dispatched_run(
+        self, workflow_file: str, created_after: datetime, exclude: Collection[int] = ()
+    ) -> int | None:
         """The first ``workflow_dispatch`` run of the workflow created at or after ``created_after``.
 
         The dispatch API returns no run id, so the run is found by time; GitHub filters at whole
-        seconds, hence "at or after". Returns None while GitHub has not created the run yet.
+        seconds, hence "at or after", and ``exclude`` skips runs already attributed to an earlier
+        dispatch of the same second. Returns None while GitHub has not created the run yet.
         """
         if created_after.tzinfo is None:
             raise ValueError("created_after must be timezone-aware")
@@ -513,10 +565,64 @@ class GitHubGateway:
             runs = self._repo.get_workflow(workflow_file).get_runs(
                 event="workflow_dispatch", created=f">={since}"
             )
-            candidates = [(run.created_at, run.id) for run in runs]
+            candidates = [(run.created_at, run.id) for run in runs if run.id not in exclude]
             return min(candidates)[1] if candidates else None
 
         return self._call(f"find runs of {workflow_file}", find)
+
+    def workflow_runs(self, workflow_file: str, status: str) -> list[WorkflowRunInfo]:
+        """The workflow's ``workflow_dispatch`` runs in one status (GitHub filters one status at a time)."""
+        return self._call(
+            f"list {status} runs of {workflow_file}",
+            lambda: [
+                _run_info(run)
+                for run in self._repo.get_workflow(workflow_file).get_runs(event="workflow_dispatch", status=status)
+            ],
+        )
+
+    def workflow_run(self, run_id: int) -> WorkflowRunInfo:
+        return self._call(f"GET run {run_id}", lambda: _run_info(self._repo.get_workflow_run(run_id)))
+
+    def workflow_jobs(self, run_id: int) -> list[WorkflowJobInfo]:
+        """The jobs of the run's latest attempt."""
+
+        def fetch() -> list[WorkflowJobInfo]:
+            jobs: PaginatedList[WorkflowJob] = PaginatedList(
+                WorkflowJob,
+                self._requester,
+                f"{self._repo.url}/actions/runs/{run_id}/jobs",
+                {"filter": "latest"},
+                list_item="jobs",
+            )
+            return [_job_info(job) for job in jobs]
+
+        return self._call(f"list jobs of run {run_id}", fetch)
+
+    def job_annotations(self, job_id: int) -> list[str]:
+        """Messages GitHub attached to a job (e.g. why its runner stopped answering)."""
+
+        def fetch() -> list[str]:
+            annotations: PaginatedList[CheckRunAnnotation] = PaginatedList(
+                CheckRunAnnotation, self._requester, f"{self._repo.url}/check-runs/{job_id}/annotations", None
+            )
+            return [annotation.message for annotation in annotations]
+
+        return self._call(f"list annotations of job {job_id}", fetch)
+
+    def cancel_workflow_run(self, run_id: int) -> bool:
+        """Ask GitHub to cancel the run; False when it had already completed (GitHub answers 409)."""
+
+        def cancel() -> bool:
+            status, headers, body = self._requester.requestJson(
+                "POST", f"{self._repo.url}/actions/runs/{run_id}/cancel"
+            )
+            if status == 202:
+                return True
+            if status == 409:
+                return False
+            raise Requester.createException(status, headers, json.loads(body) if body else {})
+
+        return self._call(f"cancel run {run_id}", cancel)
 
     def download_artifact(self, run_id: int, name: str) -> bytes | None:
         """The artifact's zip archive; None when the run has no live artifact of that name."""

@@ -344,14 +344,16 @@ class Lifecycle:
             return
         self.store.transition(campaign.id, S.REQUESTED, f"{reason}; restarting from scratch", handle=None)
 
-    def _record_exit(self, campaign: CampaignView, report: CampaignReport | None, error: str | None) -> None:
+    def _record_exit(
+        self, campaign: CampaignView, report: CampaignReport | None, error: str | None, note: str | None = None
+    ) -> None:
         if report is not None:
             verdicts = report.verdicts
             summary = verdicts.summary if verdicts else "report without verdicts"
             self.store.transition(
                 campaign.id,
                 S.COMPLETED,
-                f"report written: {summary}",
+                f"report written: {summary}" + (f"; {note}" if note else ""),
                 publish="finished",
                 conclusion=verdicts.conclusion.value if verdicts else None,
             )
@@ -380,7 +382,7 @@ class Lifecycle:
             if result.running:
                 log.info("campaign %s: adopted running process %s", campaign.id, handle.ref)
             elif result.report is not None:
-                self._record_exit(self.store.require(campaign.id), result.report, None)
+                self._record_exit(self.store.require(campaign.id), result.report, None, result.note)
             else:
                 self._restart(
                     self.store.require(campaign.id),
@@ -429,7 +431,7 @@ class Lifecycle:
                 except Exception:
                     log.exception("campaign %s: publishing progress failed", campaign.id)
         if not result.running:
-            self._record_exit(campaign, result.report, result.error)
+            self._record_exit(campaign, result.report, result.error, result.note)
 
     def _dispatch_next(self) -> None:
         queue = self.store.in_states(frozenset({S.REQUESTED}), self.backend.name)

@@ -26,6 +26,7 @@ from runners.report import (
     GateVerdict,
     PerfResult,
     PerfVerdict,
+    Revision,
     RowReport,
     SemanticVerdict,
     campaign_verdicts,
@@ -129,8 +130,12 @@ def block(value: object) -> str:
     return f"{fence}text\n{text}\n{fence}"
 
 
+UNPINNED = "(not pinned)"
+"""Shown for a revision the campaign stopped before pinning (the stop reason says why)."""
+
+
 def short(sha: str | None) -> str:
-    return (sha or "")[:7]
+    return (sha or "")[:7] if sha != UNPINNED else UNPINNED
 
 
 def ratio(value: float | None) -> str:
@@ -519,6 +524,7 @@ def verdict_line(report: CampaignReport) -> str:
 def _context(report: CampaignReport, links: Links, command_word: str, **extra: Any) -> dict[str, Any]:
     verdicts = report.verdicts or campaign_verdicts(report)
     revisions = {r.arm: r for r in report.revisions}
+    unpinned = {arm: Revision(arm=arm, sha=UNPINNED, requested=UNPINNED) for arm in ("baseline", "candidate")}
     return {
         "mode": "report",
         "report": report,
@@ -528,8 +534,8 @@ def _context(report: CampaignReport, links: Links, command_word: str, **extra: A
         "verdict_line": verdict_line(report),
         "gates": _gate_lines(report),
         "rows": row_views(report),
-        "baseline": revisions["baseline"],
-        "candidate": revisions["candidate"],
+        "baseline": revisions.get("baseline", unpinned["baseline"]),
+        "candidate": revisions.get("candidate", unpinned["candidate"]),
         "links": links,
         "command_word": command_word,
         "threshold": report.config.perf.threshold,

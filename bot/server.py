@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hashlib
 import hmac
 import logging
@@ -83,6 +84,16 @@ def default_publisher(gateway: GitHubGateway, settings: Settings) -> Publisher:
 
 
 def make_backend(settings: Settings) -> Backend:
+    if settings.backend == "actions":
+        from bot.dispatch.actions import ActionsBackend
+
+        gateways = functools.cache(lambda repo: make_gateway(settings, repo))
+        return ActionsBackend(
+            gateways,
+            workflow=settings.actions_workflow,
+            ref=settings.actions_ref,
+            poll_seconds=settings.actions_poll_seconds,
+        )
     assert settings.local_repo_path is not None
     return LocalBackend(
         settings.local_repo_path,

@@ -56,7 +56,7 @@ class Settings(BaseModel):
     """Campaign config path, always read at the merge-base revision, never from the head."""
     check_name: str = "kv-parity"
 
-    backend: Literal["local"] = "local"
+    backend: Literal["local", "actions"] = "local"
     deadline_seconds: float = Field(6 * 3600, gt=0)
     """Wall-clock budget of one campaign from its dispatch; past it the campaign is timed_out."""
     max_attempts: int = Field(3, ge=1)
@@ -78,6 +78,14 @@ class Settings(BaseModel):
     """Command prefix the local backend runs instead of `kv-parity campaign`; the backend appends
     `--repo --base --head --config [--rows] --out --campaign-id --progress-jsonl`. This is how a single-node
     user plugs in a different runner."""
+    actions_workflow: str = "kv-parity-campaign.yml"
+    """Campaign workflow the `actions` backend (and Actions-only mode) dispatches."""
+    actions_ref: str = "main"
+    """Branch or tag the campaign workflow is dispatched on: a trusted ref, never a pull request's head, since
+    the workflow file at that ref is what runs."""
+    actions_poll_seconds: float = Field(30.0, ge=0)
+    """Least time between two API polls of one campaign's workflow run (each poll costs requests from the
+    installation's rate limit)."""
 
     @model_validator(mode="after")
     def _one_auth_mode(self) -> Settings:

@@ -38,7 +38,7 @@ from runners.report import (
     campaign_verdicts,
     row_semantic_verdict,
 )
-from runners.revisions import RevisionError, apply_patch, relationship, resolve_sha, worktree
+from runners.revisions import RevisionError, apply_patch, relationship, resolve_sha, show_file, worktree
 from runners.sizes import size_gate
 from runners.trace import TraceError, prepare_trace
 
@@ -165,8 +165,7 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
         raise CampaignStop("build", str(exc), blocking=True) from exc
     binaries: dict[Arm, Path] = {}
     exceptions: list[ExceptionOutcome] = []
-    patch = request.determinism_patch or (
-        request.repo / config.determinism.patch if config.determinism.patch else None)
+    patch = request.determinism_patch or _base_patch(request, shas["baseline"], work)
     for arm in ARMS:
         emit(progress, "build", f"{arm} {shas[arm][:12]}")
         with worktree(request.repo, shas[arm], work / f"tree-{arm}") as tree:
@@ -194,6 +193,20 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
     report.sizes = size_gate(report.artifact("baseline"), report.artifact("candidate"), config.sizes.max_growth)
     emit(progress, "sizes", report.sizes.reason)
     return Prepared(binaries=binaries, shas=shas, trace=trace, exceptions=exceptions)
+
+
+def _base_patch(request: CampaignRequest, base_sha: str, work: Path) -> Path | None:
+    """The configured determinism patch, read from the trusted base revision like the config itself."""
+    relative = request.config.determinism.patch
+    if relative is None:
+        return None
+    try:
+        data = show_file(request.repo, base_sha, relative)
+    except RevisionError as exc:
+        raise CampaignStop("build", f"determinism patch: {exc}", blocking=True) from exc
+    path = work / "determinism.patch"
+    path.write_bytes(data)
+    return path
 
 
 def _exceptions(report: CampaignReport, tree: Path, binaries: dict[Arm, Path], trace: Path,

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runners.revisions import RevisionError, git, resolve_sha
+from runners.revisions import RevisionError, resolve_sha, show_file
 
 PROTOCOL_EXCLUSIONS: tuple[str, ...] = (
     "/summary/wall_time_ms",
@@ -146,7 +146,7 @@ class DeterminismConfig(_Strict):
     """Stage 1.3: a temporary determinism correction applied identically to both revisions."""
 
     patch: str | None = None
-    """Path of a `git apply` patch, relative to the config file's repository root."""
+    """Path of a `git apply` patch inside the repository, read from the base revision like the config."""
 
 
 class DiagnosticsThresholds(_Strict):
@@ -275,8 +275,8 @@ def resolve_config(repo: Path, config: str | None, profile: str | None,
         return load_profile(profile), f"profile:{profile}"
     sha = resolve_sha(repo, config_ref)
     try:
-        text = git(repo, "show", f"{sha}:{DEFAULT_CONFIG_PATH}")
-    except RevisionError as exc:
-        raise ConfigError(f"no campaign config at {DEFAULT_CONFIG_PATH} in {sha[:12]}: {exc}") from exc
+        text = show_file(repo, sha, DEFAULT_CONFIG_PATH).decode("utf-8")
+    except (RevisionError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"no readable campaign config at {DEFAULT_CONFIG_PATH} in {sha[:12]}: {exc}") from exc
     source = f"{DEFAULT_CONFIG_PATH}@{sha}"
     return parse_config(text, source), source

@@ -27,6 +27,14 @@ def git(repo: Path, *args: str) -> str:
     return completed.stdout.strip()
 
 
+def show_file(repo: Path, sha: str, path: str) -> bytes:
+    """A file's exact bytes at a revision (trusted inputs such as config and patches come from the base)."""
+    completed = subprocess.run(["git", "-C", str(repo), "show", f"{sha}:{path}"], capture_output=True, check=False)
+    if completed.returncode != 0:
+        raise RevisionError(f"{path} not found at {sha[:12]}: {completed.stderr.decode(errors='replace').strip()}")
+    return completed.stdout
+
+
 def resolve_sha(repo: Path, rev: str) -> str:
     """Pin a ref or SHA to the full commit SHA it names now; moving branches are never compared."""
     if rev.startswith("-"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from runners.campaign import CampaignRequest, run_campaign
-from runners.config import CampaignConfig
-from runners.demo import commit_change
+from runners.config import CampaignConfig, DeterminismConfig
+from runners.demo import commit_change, set_knobs
 from runners.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict
 from runners.revisions import checkout_state
 
@@ -233,3 +234,24 @@ def test_row_without_pressure_fails_coverage(fixture_repo: Path, campaign_config
     assert result.parity is not None and result.parity.identical
     assert result.semantic == SemanticVerdict.FAIL
     assert any("missing lifecycle evidence" in r and "pressure" in r for r in result.semantic_reasons)
+
+
+def test_determinism_patch_from_the_base_is_applied_identically_to_both(
+        fixture_repo: Path, campaign_config: CampaignConfig, demo_trace: Path, tmp_path: Path) -> None:
+    """Both revisions leak entropy; the base carries a correction that the campaign applies to each."""
+    commit_change(fixture_repo, "a leak in both revisions", knobs={"ENTROPY_LEAK": True})
+    set_knobs(fixture_repo, {"ENTROPY_LEAK": False})
+    patch = subprocess.run(["git", "-C", str(fixture_repo), "diff"], capture_output=True, check=True).stdout
+    subprocess.run(["git", "-C", str(fixture_repo), "checkout", "--", "."], check=True)
+    commit_change(fixture_repo, "carry the determinism correction", files={"patches/seeded.patch": patch.decode()})
+    branch(fixture_repo, "feature")
+    head = commit_change(fixture_repo, "reword comments", touch_comment=True)
+    back_to_main(fixture_repo)
+    config = quick(campaign_config).model_copy(
+        update={"determinism": DeterminismConfig(patch="patches/seeded.patch")})
+
+    report = campaign(fixture_repo, head, config, demo_trace, tmp_path / "out", [AGG_ROW])
+    assert report.determinism_patch_sha256 == hashlib.sha256(patch).hexdigest()
+    assert report.rows[0].semantic == SemanticVerdict.PASS, report.rows[0].semantic_reasons
+    assert subprocess.run(["git", "-C", str(fixture_repo), "status", "--porcelain"], capture_output=True,
+                          text=True, check=True).stdout == "", "the patch never touches the user's checkout"

@@ -4,182 +4,76 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from runners.config import DiagnosticsThresholds, InvalidationRules, PerfConfig
-from runners.perf import finalize, make_schedule, schedule_seed
 from runners.report import (
     CampaignReport,
     CheckConclusion,
+    GateVerdict,
     PerfResult,
     PerfVerdict,
-    Placement,
     RowReport,
-    Sample,
     SemanticVerdict,
     campaign_verdicts,
 )
-from runners.sizes import size_gate
 from runners.verify import main_verify, verify_report
-from tests.report_factory import make_report
-
-PERF = PerfConfig(
-    pairs=20,
-    diagnostics=DiagnosticsThresholds(
-        max_abs_autocorr=0.7, min_trend_p=0.001, min_order_effect_p=0.001, min_telemetry_p=0.001
-    ),
-    invalidation=InvalidationRules(max_interference_ms=25.0, max_reruns_per_pair=3),
-)
-FIELD = "replay_execution_ms"
+from tests.report_factory import OUTCOMES, PERF, make_report, make_wide_report, synthetic_perf
 
 
-def _sample(
-    kind: str,
-    arm: str,
-    pair: int | None,
-    attempt: int,
-    position: int,
-    start: float,
-    metric: float,
-    interference: float = 1.0,
-    crash: bool = False,
-) -> Sample:
-    record = None if crash else {FIELD: metric, "replay_bench": True, "setup_ms": 1.5}
-    return Sample.model_validate(
-        {
-            "kind": kind,
-            "arm": arm,
-            "pair": pair,
-            "attempt": attempt,
-            "position": position,
-            "argv": ["taskset", "-c", "3", f"/bin/{arm}", "trace.jsonl", "--iterations", "1"],
-            "started_unix": start,
-            "ended_unix": start + 0.1,
-            "elapsed_s": 0.1,
-            "exit_code": 101 if crash else 0,
-            "timing_record": record,
-            "metric_ms": None if crash else metric,
-            "setup_ms": None if crash else 1.5,
-            "status": "product_failure" if crash else "ok",
-            "failure": "process exited with status 101" if crash else None,
-            "cpu_set": [3],
-            "affinity_observed": [3],
-            "affinity_at_exit": [3],
-            "affinity_ok": True,
-            "interference_ms": interference,
-        }
-    )
-
-
-def synthetic_perf(
-    row_id: str,
-    placement: Placement,
-    *,
-    centre: float = 1.0,
-    invalidate_pair: int = 4,
-    crash_at_pair: int | None = None,
-) -> PerfResult:
-    """A recorded series built the way run_performance records one, then evaluated by the real rules."""
-    seed = schedule_seed(PERF.seed, row_id)
-    plan = make_schedule(seed, PERF.pairs)
-    rng = np.random.default_rng(5)
-    clock = 1_000.0
-    warmups = []
-    for index in range(2 * PERF.warmups_per_arm):
-        warmups.append(_sample("warmup", ("baseline", "candidate")[index % 2], None, 0, index, clock, 60.0))
-        clock += 0.2
-    samples: list[Sample] = []
-    invalidations = []
-    for pair in plan:
-        arms = ("baseline", "candidate") if pair.order == "baseline_first" else ("candidate", "baseline")
-        attempts = 2 if pair.pair == invalidate_pair else 1
-        for attempt in range(attempts):
-            members = []
-            for position, arm in enumerate(arms):
-                base = 60.0 * float(np.exp(rng.normal(0, 0.01)))
-                metric = round(base * (centre if arm == "candidate" else 1.0), 3)
-                bad = attempt == 0 and attempts == 2 and position == 1
-                crash = crash_at_pair == pair.pair and arm == "candidate"
-                members.append(
-                    _sample(
-                        "measured",
-                        arm,
-                        pair.pair,
-                        attempt,
-                        position,
-                        clock,
-                        metric,
-                        interference=80.0 if bad else 1.0,
-                        crash=crash,
-                    )
-                )
-                clock += 0.2
-                if crash:
-                    break
-            if members[-1].status == "product_failure":
-                samples.extend(members)
-                break
-            if attempts == 2 and attempt == 0:
-                members = [m.model_copy(update={"status": "invalidated"}) for m in members]
-                invalidations.append(
-                    {
-                        "pair": pair.pair,
-                        "attempt": 0,
-                        "reason": "competing load",
-                        "evidence": f"{arms[1]}: 80.0 ms of CPU time on cpus [3]",
-                    }
-                )
-            samples.extend(members)
-        if samples and samples[-1].status == "product_failure":
-            break
-    evidence = PerfResult.model_validate(
-        {
-            "timing_field": FIELD,
-            "timing_scope": "replay call",
-            "placement": placement.model_dump(),
-            "schedule_seed": seed,
-            "schedule": [p.model_dump() for p in plan],
-            "schedule_path": "schedule.json",
-            "warmups": [w.model_dump() for w in warmups],
-            "samples": [s.model_dump() for s in samples],
-            "invalidations": invalidations,
-            "ratios": [],
-            "bounds": None,
-            "diagnostics": [],
-            "bootstrap": None,
-            "verdict": "NOT_RUN",
-            "reason": "",
-            "perf_config": PERF.model_dump(),
-            "interference_resolution_ms": 20.0,
-        }
-    )
-    return finalize(evidence, PERF)
-
-
-def consistent_report(**perf_options: object) -> CampaignReport:
-    """The factory's passing campaign, with performance and size evidence that really recomputes."""
+def consistent_report(**series: object) -> CampaignReport:
+    """The factory's passing campaign with every row's performance series re-recorded with `series` options."""
     report = make_report("pass")
-    report = report.model_copy(update={"config": report.config.model_copy(update={"perf": PERF})})
     rows: list[RowReport] = []
     for row in report.rows:
         assert row.performance is not None
-        perf = synthetic_perf(row.row.id, row.performance.placement, **perf_options)  # type: ignore[arg-type]
+        perf = synthetic_perf(row.row.id, row.performance.placement, **series)  # type: ignore[arg-type]
         rows.append(
             row.model_copy(
                 update={"performance": perf, "perf_verdict": perf.verdict, "perf_reason": perf.reason}
             )
         )
-    sizes = size_gate(
-        report.artifact("baseline"), report.artifact("candidate"), report.config.sizes.max_growth
-    )
-    report = report.model_copy(update={"rows": rows, "sizes": sizes})
+    report = report.model_copy(update={"rows": rows})
     return report.model_copy(update={"verdicts": campaign_verdicts(report)})
+
+
+@pytest.mark.parametrize("outcome", [*OUTCOMES, "wide"])
+def test_every_factory_report_verifies(outcome: str) -> None:
+    """The reports behind the goldens obey the rule they illustrate: every verdict recomputes."""
+    report = make_wide_report(40) if outcome == "wide" else make_report(outcome)
+    assert verify_report(report) == []
+
+
+def test_factory_outcomes_are_what_they_are_named() -> None:
+    """Each performance outcome is reached by the real rules for the reason the fixture is named after."""
+
+    def perf(outcome: str, index: int) -> PerfResult:
+        result = make_report(outcome).rows[index].performance
+        assert result is not None
+        return result
+
+    diagnostics = perf("inconclusive_diagnostics", 0)
+    assert diagnostics.verdict == PerfVerdict.INCONCLUSIVE
+    assert [c.name for c in diagnostics.diagnostics if c.breached] == ["autocorrelation lag 1"]
+    straddle = perf("inconclusive_straddle", 1)
+    assert straddle.verdict == PerfVerdict.INCONCLUSIVE and straddle.bounds is not None
+    assert not any(c.breached for c in straddle.diagnostics)
+    assert straddle.bounds.lower <= PERF.threshold < straddle.bounds.upper
+    failed = perf("perf_fail", 1)
+    assert failed.verdict == PerfVerdict.FAIL and failed.bounds is not None
+    assert failed.bounds.lower > PERF.threshold
+    blocked = perf("blocked_timing_field", 0)
+    assert blocked.verdict == PerfVerdict.BLOCKED and blocked.samples == [] and len(blocked.warmups) == 1
+    assert "lacks the timing field `replay_execution_ms`" in blocked.reason
+    passed = perf("pass", 0)
+    assert passed.verdict == PerfVerdict.PASS
+    assert [i.reason for i in passed.invalidations] == ["affinity violation"]
+    sizes = make_report("size_fail").sizes
+    assert sizes is not None and sizes.verdict == GateVerdict.FAIL and sizes.binary_growth > sizes.max_growth
 
 
 @pytest.fixture()
 def report() -> CampaignReport:
-    return consistent_report()
+    return make_report("pass")
 
 
 def _with_perf(report: CampaignReport, index: int, perf: PerfResult, **row: object) -> CampaignReport:
@@ -241,7 +135,11 @@ def test_a_changed_artifact_size_is_caught(report: CampaignReport) -> None:
 def test_an_invalidation_without_evidence_is_caught(report: CampaignReport) -> None:
     perf = report.rows[0].performance
     assert perf is not None
-    samples = [s.model_copy(update={"interference_ms": 1.0}) for s in perf.samples]
+    quiet = {"interference_ms": 1.0, "affinity_ok": True}
+    samples = [
+        s.model_copy(update={**quiet, "affinity_observed": s.cpu_set, "affinity_at_exit": s.cpu_set})
+        for s in perf.samples
+    ]
     problems = verify_report(_with_perf(report, 0, perf.model_copy(update={"samples": samples})))
     assert any("invalidated without a predeclared condition" in p for p in problems)
 

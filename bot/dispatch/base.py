@@ -41,6 +41,8 @@ class PollResult:
     """Why the run ended without a usable report (exit code, missing or invalid report.json)."""
     exit_code: int | None = None
     """None while running, or when the run was adopted after a restart and its status is unknowable."""
+    note: str | None = None
+    """What the backend did on its own along the way (e.g. retried a row), for the ending's recorded reason."""
 
 
 class StartError(RuntimeError):

@@ -25,7 +25,12 @@ Behaviour decisions, where GitHub is ambiguous or where the stand-in simplifies:
 * Workflow dispatch needs the workflow registered via ``add_workflow``; each accepted dispatch
   immediately creates a ``queued`` run (GitHub creates it a little later). Artifact downloads
   redirect (302) to a pre-signed blob URL on this server that needs no Authorization, as on
-  GitHub where the blob lives on another host.
+  GitHub where the blob lives on another host. A workflow's ``run_name`` renders
+  ``${{ inputs.NAME }}`` (and nothing else) into the run's ``display_title``.
+* Jobs of a run are seeded with ``add_job`` and listed for the latest attempt only; a job's
+  annotations are served from ``check-runs/{job id}/annotations`` as on GitHub, where every job is
+  a check run. Cancelling a run that is not completed answers 202 and completes it (GitHub gets
+  there a little later) with its unfinished jobs cancelled; a completed run answers 409.
 * Injected failures (``inject_failures``) are answered before authentication and routing, so
   they model trouble in front of the API; every request, answered or not, lands in ``calls``.
 """
@@ -203,6 +208,7 @@ class _Workflow:
     name: str
     inputs: frozenset[str] | None
     required_inputs: frozenset[str]
+    run_name: str | None = None
 
 
 class _Git:
@@ -277,6 +283,9 @@ class _Repo:
     workflows: dict[str, _Workflow] = field(default_factory=dict)
     runs: dict[int, dict[str, Any]] = field(default_factory=dict)
     dispatches: list[dict[str, Any]] = field(default_factory=list)
+    jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    job_annotations: dict[int, list[str]] = field(default_factory=dict)
+    cancels: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -468,6 +477,7 @@ class FakeGitHub:
         name: str | None = None,
         inputs: Iterable[str] | None = None,
         required_inputs: Iterable[str] = (),
+        run_name: str | None = None,
     ) -> int:
         """Register a ``workflow_dispatch`` workflow; ``inputs=None`` accepts any input names."""
         with self._lock:
@@ -477,6 +487,7 @@ class FakeGitHub:
                 name or file_name,
                 frozenset(inputs) if inputs is not None else None,
                 frozenset(required_inputs),
+                run_name,
             )
             self._repo_state(repo).workflows[file_name] = workflow
             return workflow.id
@@ -501,6 +512,58 @@ class FakeGitHub:
         with self._lock:
             run = self._find_run(run_id)
             run.update(status=status, conclusion=conclusion, updated_at=_timestamp(_now()))
+
+    def add_job(
+        self,
+        run_id: int,
+        name: str,
+        *,
+        status: str = "completed",
+        conclusion: str | None = "success",
+        runner_name: str | None = "runner-1",
+        annotations: Iterable[str] = (),
+    ) -> int:
+        """Seed a job of a run's current attempt, with the annotations GitHub attached to it."""
+        with self._lock:
+            run = self._find_run(run_id)
+            repo = self._repo_state(run["repository"]["full_name"])
+            job_id = next(self._ids)
+            base = f"{self.url}/repos/{repo.full_name}"
+            repo.jobs[job_id] = {
+                "id": job_id,
+                "run_id": run_id,
+                "run_url": run["url"],
+                "run_attempt": run["run_attempt"],
+                "node_id": f"CR_{job_id}",
+                "head_sha": run["head_sha"],
+                "head_branch": run["head_branch"],
+                "url": f"{base}/actions/jobs/{job_id}",
+                "html_url": f"https://github.com/{repo.full_name}/actions/runs/{run_id}/job/{job_id}",
+                "check_run_url": f"{base}/check-runs/{job_id}",
+                "status": status,
+                "conclusion": conclusion,
+                "created_at": run["created_at"],
+                "started_at": run["created_at"],
+                "completed_at": _timestamp(_now()) if status == "completed" else None,
+                "name": name,
+                "workflow_name": run["name"],
+                "steps": [],
+                "labels": [],
+                "runner_id": None if runner_name is None else 1,
+                "runner_name": runner_name,
+                "runner_group_id": None,
+                "runner_group_name": None,
+            }
+            repo.job_annotations[job_id] = list(annotations)
+            return job_id
+
+    def set_job_status(self, job_id: int, status: str, conclusion: str | None = None) -> None:
+        with self._lock:
+            for repo in self._repos.values():
+                if job_id in repo.jobs:
+                    repo.jobs[job_id].update(status=status, conclusion=conclusion)
+                    return
+            raise KeyError(f"unknown job {job_id}")
 
     def add_artifact(self, run_id: int, name: str, zip_bytes: bytes, *, expired: bool = False) -> int:
         with self._lock:
@@ -542,6 +605,15 @@ class FakeGitHub:
     def dispatches(self, repo: str) -> list[dict[str, Any]]:
         with self._lock:
             return [dict(d) for d in self._repo_state(repo).dispatches]
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._find_run(run_id))
+
+    def cancelled_runs(self, repo: str) -> list[int]:
+        """Runs a cancel request was accepted for, in order."""
+        with self._lock:
+            return list(self._repo_state(repo).cancels)
 
     def calls_to(self, method: str, path_regex: str) -> list[Call]:
         pattern = re.compile(path_regex)
@@ -1317,7 +1389,13 @@ class FakeGitHub:
         raise _not_found()
 
     def _create_run(
-        self, repo: _Repo, workflow: _Workflow, event: str, ref: str, created_at: datetime
+        self,
+        repo: _Repo,
+        workflow: _Workflow,
+        event: str,
+        ref: str,
+        created_at: datetime,
+        inputs: Mapping[str, str] | None = None,
     ) -> int:
         run_id = next(self._ids)
         head_sha = (repo.git.commit(ref) if repo.git else None) or hashlib.sha1(ref.encode()).hexdigest()
@@ -1326,7 +1404,7 @@ class FakeGitHub:
             "id": run_id,
             "node_id": f"WFR_{run_id}",
             "name": workflow.name,
-            "display_title": workflow.name,
+            "display_title": _run_name(workflow, inputs) if inputs is not None else workflow.name,
             "path": f".github/workflows/{workflow.file_name}",
             "workflow_id": workflow.id,
             "run_number": len(repo.runs) + 1,
@@ -1392,7 +1470,7 @@ class FakeGitHub:
             raise _HTTPError(422, f"Required input '{missing[0]}' not provided")
         if repo.git is not None and repo.git.commit(ref) is None:
             raise _HTTPError(422, f"No ref found for: {ref}")
-        run_id = self._create_run(repo, workflow, "workflow_dispatch", ref, _now())
+        run_id = self._create_run(repo, workflow, "workflow_dispatch", ref, _now(), inputs)
         repo.dispatches.append(
             {"workflow": workflow.file_name, "ref": ref, "inputs": dict(inputs), "run_id": run_id}
         )
@@ -1427,6 +1505,64 @@ class FakeGitHub:
         if run is None:
             raise _not_found()
         return JSONResponse(run)
+
+    @_route("POST", _REPO + r"/actions/runs/(?P<run_id>\d+)/cancel")
+    def _cancel_run(self, ctx: _Ctx) -> Response:
+        repo = self._repo(ctx)
+        run = repo.runs.get(int(ctx.params["run_id"]))
+        if run is None:
+            raise _not_found()
+        if run["status"] == "completed":
+            raise _HTTPError(409, "Cannot cancel a workflow run that is completed.")
+        run.update(status="completed", conclusion="cancelled", updated_at=_timestamp(_now()))
+        for job in repo.jobs.values():
+            if job["run_id"] == run["id"] and job["status"] != "completed":
+                job.update(status="completed", conclusion="cancelled", completed_at=_timestamp(_now()))
+        repo.cancels.append(run["id"])
+        return JSONResponse({}, status_code=202)
+
+    @_route("GET", _REPO + r"/actions/runs/(?P<run_id>\d+)/jobs")
+    def _list_jobs(self, ctx: _Ctx) -> Response:
+        repo = self._repo(ctx)
+        run = repo.runs.get(int(ctx.params["run_id"]))
+        if run is None:
+            raise _not_found()
+        if ctx.query.get("filter", "latest") not in ("latest", "all"):
+            raise _invalid("WorkflowJob", "filter", "invalid", "filter must be one of latest, all")
+        jobs = [
+            job
+            for job in repo.jobs.values()
+            if job["run_id"] == run["id"]
+            and (ctx.query.get("filter", "latest") == "all" or job["run_attempt"] == run["run_attempt"])
+        ]
+        return self._paginate(ctx, jobs, lambda chunk: {"total_count": len(jobs), "jobs": chunk})
+
+    @_route("GET", _REPO + r"/check-runs/(?P<check_run_id>\d+)/annotations")
+    def _list_annotations(self, ctx: _Ctx) -> Response:
+        repo = self._repo(ctx)
+        check_run_id = int(ctx.params["check_run_id"])
+        if check_run_id in repo.job_annotations:
+            messages = repo.job_annotations[check_run_id]
+            annotations = [
+                {
+                    "path": ".github",
+                    "start_line": 1,
+                    "end_line": 1,
+                    "start_column": None,
+                    "end_column": None,
+                    "annotation_level": "failure",
+                    "title": "",
+                    "message": message,
+                    "raw_details": "",
+                    "blob_href": "",
+                }
+                for message in messages
+            ]
+        elif check_run_id in repo.check_runs:
+            annotations = list((repo.check_runs[check_run_id].get("output") or {}).get("annotations") or [])
+        else:
+            raise _not_found()
+        return self._paginate(ctx, annotations)
 
     def _artifact_json(self, repo: _Repo, artifact: _Artifact) -> dict[str, Any]:
         run = repo.runs[artifact.run_id]
@@ -1483,6 +1619,15 @@ class FakeGitHub:
         ):
             return Response("AuthenticationFailed", status_code=403, media_type="application/xml")
         return Response(artifact.data, media_type="application/zip")
+
+
+def _run_name(workflow: _Workflow, inputs: Mapping[str, str]) -> str:
+    """The run's display title: the workflow's `run-name` with `${{ inputs.NAME }}` filled in."""
+    if workflow.run_name is None:
+        return workflow.name
+    return re.sub(
+        r"\$\{\{\s*inputs\.(\w+)\s*\}\}", lambda match: inputs.get(match.group(1), ""), workflow.run_name
+    )
 
 
 def _created_filter(expression: str) -> Callable[[datetime], bool]:
