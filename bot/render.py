@@ -378,7 +378,7 @@ def _diagnostics_cell(perf: PerfResult | None) -> str:
     if not breached:
         return f"✅ {len(perf.diagnostics)}/{len(perf.diagnostics)} ok"
     return "⚠️ " + "; ".join(
-        f"{md(check.name)} {md(check.detail)} (needs {md(check.threshold)})" for check in breached
+        f"{md(check.detail)} (needs {md(check.threshold)})" for check in breached
     )
 
 

@@ -477,7 +477,8 @@ def test_artifact_keeps_every_attempted_sample(tmp_path: Path) -> None:
     )
     assert {r["kind"] for r in rows} == {"warmup", "measured"}
     schedule = json.loads((tmp_path / "schedule-vllm-disagg.json").read_text())
-    assert schedule["seed"] == 20261129 and len(schedule["pairs"]) == 60
+    first = report.rows[0].performance
+    assert first is not None and schedule["seed"] == first.schedule_seed and len(schedule["pairs"]) == 60
     digests = (tmp_path / "digests.txt").read_text()
     assert f"revision candidate {HEAD_SHA}" in digests and "row vllm-disagg parity identical" in digests
     assert "```mermaid" in (tmp_path / "report.md").read_text()
