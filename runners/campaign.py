@@ -233,8 +233,9 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
     outcome = run_determinism(row_id=row.id, binaries=prepared.binaries, harness_args=args,
                               exclusions=config.harness.exclusions, cpu_sets=cpu_sets,
                               workdir=work / f"det-{row.id}", progress=progress)
+    node = host_facts()
     report = RowReport(row=row, harness_args=args[1:], placement_cpus=sorted({c for s in cpu_sets for c in s}),
-                       host=host_facts().hostname, determinism=outcome.result,
+                       host=node.hostname, node=node, determinism=outcome.result,
                        semantic=SemanticVerdict.FAIL, semantic_reasons=[])
     if outcome.blocked:
         report.semantic = SemanticVerdict.BLOCKED

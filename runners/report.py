@@ -353,6 +353,8 @@ class RowReport(_Model):
     """The row's argv after the binary, identical for both arms."""
     placement_cpus: list[int]
     host: str
+    node: HostFacts | None = None
+    """The node's characteristics when the row ran (every stage of a row runs on one node)."""
     determinism: DeterminismResult | None = None
     parity: ParityResult | None = None
     coverage: CoverageResult | None = None
