@@ -77,6 +77,10 @@ class GitHubUnavailableError(GitHubError):
     """5xx or no answer at all: transient on GitHub's side or the network's, so retried."""
 
 
+class ArtifactTooLargeError(GitHubError):
+    """An artifact larger than the caller accepts: refused before (or while) downloading, never buffered."""
+
+
 class _Frozen(BaseModel):
     """Immutable snapshot, safe to pass around and compare."""
 
@@ -624,8 +628,12 @@ class GitHubGateway:
 
         return self._call(f"cancel run {run_id}", cancel)
 
-    def download_artifact(self, run_id: int, name: str) -> bytes | None:
-        """The artifact's zip archive; None when the run has no live artifact of that name."""
+    def download_artifact(self, run_id: int, name: str, max_bytes: int | None = None) -> bytes | None:
+        """The artifact's zip archive; None when the run has no live artifact of that name.
+
+        With `max_bytes`, an artifact GitHub reports as larger is refused before the download, and the
+        download itself stops once it passes the limit (row jobs run pull-request code and upload evidence).
+        """
 
         def locate() -> str | None:
             artifacts: PaginatedList[Artifact] = PaginatedList(
@@ -639,6 +647,10 @@ class GitHubGateway:
             if not live:
                 return None
             newest = max(live, key=lambda artifact: artifact.created_at)
+            if max_bytes is not None and newest.size_in_bytes > max_bytes:
+                raise ArtifactTooLargeError(
+                    f"artifact {name!r} of run {run_id} is {newest.size_in_bytes} bytes; the limit is {max_bytes}"
+                )
             status, headers, body = self._requester.requestJson(
                 "GET", f"{self._repo.url}/actions/artifacts/{newest.id}/zip"
             )
@@ -654,17 +666,27 @@ class GitHubGateway:
 
         def fetch() -> bytes:
             # A pre-signed URL on another host: our token must not travel there.
-            response = httpx.get(location, timeout=self._timeout)
-            if response.status_code >= 500:
-                raise GitHubUnavailableError(
-                    f"artifact download: HTTP {response.status_code}", status=response.status_code
-                )
-            if response.status_code != 200:
-                raise GitHubError(
-                    f"artifact download: HTTP {response.status_code}",
-                    status=response.status_code,
-                    body=response.text,
-                )
-            return response.content
+            with httpx.stream("GET", location, timeout=self._timeout) as response:
+                if response.status_code >= 500:
+                    raise GitHubUnavailableError(
+                        f"artifact download: HTTP {response.status_code}", status=response.status_code
+                    )
+                if response.status_code != 200:
+                    response.read()
+                    raise GitHubError(
+                        f"artifact download: HTTP {response.status_code}",
+                        status=response.status_code,
+                        body=response.text,
+                    )
+                chunks: list[bytes] = []
+                received = 0
+                for chunk in response.iter_bytes():
+                    received += len(chunk)
+                    if max_bytes is not None and received > max_bytes:
+                        raise ArtifactTooLargeError(
+                            f"artifact {name!r} of run {run_id} passed {max_bytes} bytes while downloading"
+                        )
+                    chunks.append(chunk)
+                return b"".join(chunks)
 
         return self._call(f"download artifact {name!r}", fetch)

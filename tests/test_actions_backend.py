@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import stat
+import warnings
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -35,8 +36,8 @@ from bot.settings import Settings
 from bot.store import CampaignState, CampaignView, Store
 from runners.report import CampaignReport, CheckConclusion, Revision, StopRecord, campaign_verdicts
 from tests.fakes.github_api import FakeGitHub
+from tests.report_factory import make_report
 from tests.test_event_cli import INPUTS, MAX_INPUTS, TOKEN, WORKFLOW, History, make_history, serve_repo
-from tests.test_verify import consistent_report
 from tests.webhooks import REPO, SECRET, comment_event, post, pull_request_event, serve_app, wait_until
 
 S = CampaignState
@@ -45,6 +46,8 @@ LOST = (
     "has a healthy network connection."
 )
 BUILD, PUBLISH = "build both revisions", "merge and publish"
+Job = tuple[str, str, list[str]]
+"""(job name, conclusion, annotations GitHub attached to it)."""
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +56,8 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> History:
 
 
 def report_for(campaign_id: str, base: str, head: str) -> CampaignReport:
-    """A report whose every verdict recomputes (`kv-parity verify` agrees), for this campaign's revisions."""
-    return consistent_report().model_copy(
+    """The factory's passing report (every verdict recomputes), for this campaign's revisions."""
+    return make_report("pass").model_copy(
         update={
             "campaign_id": campaign_id,
             "revisions": [
@@ -138,12 +141,12 @@ class Service:
         self,
         run_id: int,
         conclusion: str,
-        jobs: list[tuple[str, str, list[str]]],
+        jobs: list[Job],
         report: CampaignReport | None = None,
     ) -> None:
         """Play the campaign workflow's end: its jobs, its report artifact, then the run's completion."""
-        for name, job_conclusion, annotations in jobs:
-            self.fake.add_job(run_id, name, conclusion=job_conclusion, annotations=annotations)
+        for name, job_conclusion, messages in jobs:
+            self.fake.add_job(run_id, name, conclusion=job_conclusion, annotations=messages)
         if report is not None:
             self.fake.add_artifact(run_id, REPORT_ARTIFACT, artifact(report))
         self.fake.set_run_status(run_id, "completed", conclusion)
@@ -191,7 +194,7 @@ def states(store: Store, campaign_id: str) -> list[str]:
     return [t.to_state.value for t in store.transitions(campaign_id)]
 
 
-def ok_jobs(rows: list[str]) -> list[tuple[str, str, list[str]]]:
+def ok_jobs(rows: list[str]) -> list[Job]:
     return [(BUILD, "success", []), *[(f"row {row}", "success", []) for row in rows], (PUBLISH, "success", [])]
 
 
@@ -263,7 +266,7 @@ def test_a_cancelled_run_is_reported_naming_the_job_with_rerun_offered(service: 
     service.label()
     [dispatch] = service.wait_dispatches(1)
     service.wait_state(S.RUNNING)
-    jobs = [(BUILD, "success", []), ("row vllm-disagg", "cancelled", []), (PUBLISH, "skipped", [])]
+    jobs: list[Job] = [(BUILD, "success", []), ("row vllm-disagg", "cancelled", []), (PUBLISH, "skipped", [])]
     service.finish_run(dispatch["run_id"], "cancelled", jobs)
     ended = service.wait_state(S.ERRORED)
     service.wait_published(ended.id, "ended")
@@ -290,7 +293,7 @@ def test_a_lost_runner_row_is_retried_once_and_the_retry_recorded(service: Servi
     [first] = service.wait_dispatches(1)
     campaign = service.wait_state(S.RUNNING)
     full = report_for(campaign.id, service.history.base, service.history.head)
-    jobs = [
+    jobs: list[Job] = [
         (BUILD, "success", []),
         ("row vllm-disagg", "success", []),
         ("row sglang-disagg", "failure", [LOST]),
@@ -320,7 +323,7 @@ def test_a_row_lost_again_after_its_retry_is_reported(service: Service) -> None:
     [first] = service.wait_dispatches(1)
     campaign = service.wait_state(S.RUNNING)
     full = report_for(campaign.id, service.history.base, service.history.head)
-    lost = [(BUILD, "success", []), ("row sglang-disagg", "failure", [LOST]), (PUBLISH, "success", [])]
+    lost: list[Job] = [(BUILD, "success", []), ("row sglang-disagg", "failure", [LOST]), (PUBLISH, "success", [])]
     service.finish_run(first["run_id"], "failure", lost, only_rows(full, [], missing_stop=True))
     _, retry = service.wait_dispatches(2)
     service.finish_run(retry["run_id"], "failure", lost, only_rows(full, [], missing_stop=True))
@@ -337,6 +340,8 @@ def test_cancel_command_cancels_the_workflow_run(service: Service) -> None:
     service.fake.set_run_status(dispatch["run_id"], "in_progress")
     assert post(service.url, "issue_comment", comment_event("/parity cancel")).status_code == 202
     ended = service.wait_state(S.CANCELLED)
+    # The ending is persisted before the run is stopped, so the cancel request may still be on its way.
+    wait_until(lambda: service.fake.cancelled_runs(REPO), "the run's cancel request")
     assert service.fake.cancelled_runs(REPO) == [dispatch["run_id"]]
     assert service.fake.run(dispatch["run_id"])["conclusion"] == "cancelled"
     service.wait_published(ended.id, "ended")
@@ -351,6 +356,16 @@ def test_lost_runner_signature() -> None:
     assert lost_runner_message(["x", LOST]) == LOST
     shutdown = "The runner has received a shutdown signal. This can happen when the runner service is stopped."
     assert lost_runner_message([shutdown]) == shutdown
+
+
+def _duplicate_zip() -> bytes:
+    """Two entries of one name: unpacking must not let the second silently replace the first."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), zipfile.ZipFile(buffer, "w") as archive:
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate this test builds on purpose
+        for text in ("honest", "forged"):
+            archive.writestr(zipfile.ZipInfo("report.json"), text)
+    return buffer.getvalue()
 
 
 def _symlink_zip() -> bytes:
@@ -369,9 +384,10 @@ def _symlink_zip() -> bytes:
         (zipped({"/etc/cron.d/x": b"x"}), "outside the artifact directory"),
         (zipped({"a\\..\\..\\x": b"x"}), "outside the artifact directory"),
         (_symlink_zip(), "symbolic link"),
+        (_duplicate_zip(), "cannot be unpacked"),
         (b"not a zip", "not a readable zip"),
     ],
-    ids=["dotdot", "absolute", "backslash", "symlink", "garbage"],
+    ids=["dotdot", "absolute", "backslash", "symlink", "duplicate", "garbage"],
 )
 def test_unsafe_artifacts_are_refused(tmp_path: Path, data: bytes, problem: str) -> None:
     with pytest.raises(ArtifactError, match=problem):
@@ -446,24 +462,27 @@ def test_rows_of_different_builds_are_never_combined() -> None:
         combine_retry(first, only_rows(full, [], missing_stop=False), ["sglang-disagg"], None)
 
 
-class _CountingApi:
-    """Counts API calls, for what a poll may cost; the run never appears."""
+class _StubApi:
+    """Counts API calls; `find` serves the earliest of `runs` not excluded, and no run ever completes."""
 
-    def __init__(self) -> None:
+    def __init__(self, runs: list[WorkflowRunInfo]) -> None:
         self.calls: list[str] = []
+        self.runs = runs
 
     def dispatch_workflow(self, workflow_file: str, ref: str, inputs: Mapping[str, str]) -> None:
         self.calls.append("dispatch")
 
     def find_dispatched_run(self, workflow_file: str, created_after: datetime, exclude: Any = ()) -> int | None:
         self.calls.append("find")
-        return None
+        return next((run.id for run in self.runs if run.id not in exclude), None)
 
     def workflow_run(self, run_id: int) -> WorkflowRunInfo:
-        raise AssertionError("no run to read")
+        self.calls.append("run")
+        return next(run for run in self.runs if run.id == run_id)
 
     def workflow_jobs(self, run_id: int) -> list[WorkflowJobInfo]:
-        raise AssertionError("no run to read")
+        self.calls.append("jobs")
+        return []
 
     def job_annotations(self, job_id: int) -> list[str]:
         raise AssertionError("no job to read")
@@ -483,11 +502,28 @@ class _Clock:
         return self.now
 
 
+CAMPAIGN_ID = "kvp-000000000001"
+
+
+def _run(run_id: int, campaign_id: str) -> WorkflowRunInfo:
+    title = f"kv-parity {campaign_id} #1 {'b' * 40} rows="
+    return WorkflowRunInfo(
+        id=run_id,
+        display_title=title,
+        status="queued",
+        conclusion=None,
+        html_url=f"https://github.com/{REPO}/actions/runs/{run_id}",
+        created_at=datetime(2025, 11, 29, 10, tzinfo=UTC),
+    )
+
+
 @contextmanager
-def _backend(tmp_path: Path) -> Iterator[tuple[ActionsBackend, _CountingApi, _Clock, Callable[[], Any]]]:
-    api, clock = _CountingApi(), _Clock()
+def _backend(
+    tmp_path: Path, runs: list[WorkflowRunInfo]
+) -> Iterator[tuple[ActionsBackend, _StubApi, _Clock, Callable[[], Any]]]:
+    api, clock = _StubApi(runs), _Clock()
     backend = ActionsBackend(lambda repo: api, workflow=WORKFLOW, ref="main", poll_seconds=30, clock=clock)
-    campaign = _campaign(report_for("kvp-000000000001", "a" * 40, "b" * 40)).model_copy(
+    campaign = _campaign(report_for(CAMPAIGN_ID, "a" * 40, "b" * 40)).model_copy(
         update={"artifact_dir": tmp_path / "attempt-1" / "out"}
     )
     handle = backend.start(campaign, "")
@@ -495,7 +531,7 @@ def _backend(tmp_path: Path) -> Iterator[tuple[ActionsBackend, _CountingApi, _Cl
 
 
 def test_polls_are_spaced_and_a_run_that_never_appears_is_an_error(tmp_path: Path) -> None:
-    with _backend(tmp_path) as (backend, api, clock, poll):
+    with _backend(tmp_path, []) as (_, api, clock, poll):
         assert poll().running and api.calls == ["dispatch", "find"]
         clock.now += 10
         assert poll().running and api.calls == ["dispatch", "find"], "no API call within the poll interval"
@@ -506,9 +542,22 @@ def test_polls_are_spaced_and_a_run_that_never_appears_is_an_error(tmp_path: Pat
         assert not result.running and result.error is not None and "created no run" in result.error
 
 
+def test_a_run_of_another_campaign_in_the_same_second_is_skipped(tmp_path: Path) -> None:
+    with _backend(tmp_path, [_run(7, "kvp-someone-else"), _run(8, CAMPAIGN_ID)]) as (_, api, clock, poll):
+        assert poll().running
+        state = json.loads((tmp_path / "attempt-1" / "actions.json").read_text())
+        assert state["foreign"] == [7] and state["dispatches"][0]["run_id"] is None
+        clock.now += 30
+        result = poll()
+        assert result.running and [event.stage for event in result.progress] == ["queued"]
+        state = json.loads((tmp_path / "attempt-1" / "actions.json").read_text())
+        assert state["dispatches"][0]["run_id"] == 8
+        assert api.calls == ["dispatch", "find", "run", "find", "run", "jobs"]
+
+
 def test_a_dispatch_is_adopted_after_a_restart(tmp_path: Path) -> None:
-    with _backend(tmp_path) as (backend, _, _, _):
-        campaign = _campaign(report_for("kvp-000000000001", "a" * 40, "b" * 40)).model_copy(
+    with _backend(tmp_path, []) as (backend, _, _, _):
+        campaign = _campaign(report_for(CAMPAIGN_ID, "a" * 40, "b" * 40)).model_copy(
             update={"artifact_dir": tmp_path / "attempt-1" / "out"}
         )
         handle = backend.adopt(campaign)

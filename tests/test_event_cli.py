@@ -404,7 +404,8 @@ def test_trigger_workflow_runs_no_pull_request_code_with_least_privilege() -> No
     text = yaml.safe_dump(job)
     assert "checkout" not in text and "secrets." not in text, "nothing of the pull request is fetched"
     assert "head.sha" not in text and "head.ref" not in text
-    campaign_uses = {step["uses"] for j in _load(CAMPAIGN_WORKFLOW)["jobs"].values() for step in j["steps"] if "uses" in step}
+    campaign_jobs = _load(CAMPAIGN_WORKFLOW)["jobs"].values()
+    campaign_uses = {step["uses"] for j in campaign_jobs for step in j["steps"] if "uses" in step}
     assert {step["uses"] for step in job["steps"] if "uses" in step} <= campaign_uses, "reuse the pinned SHAs"
     scripts = [step["run"] for step in job["steps"] if "run" in step]
     assert scripts[-1].startswith("kv-parity event") and '"$GITHUB_EVENT_PATH"' in scripts[-1]

@@ -23,6 +23,7 @@ from pydantic import SecretStr
 
 from bot.github import (
     AppAuth,
+    ArtifactTooLargeError,
     CheckAction,
     CheckOutput,
     GitHubAuthError,
@@ -641,6 +642,16 @@ def test_download_artifact_via_presigned_redirect(gh: GitHubGateway, fake: FakeG
     assert gh.download_artifact(run_id, "missing") is None
     (blob_call,) = fake.calls_to("GET", r"^/_blobs/")
     assert "authorization" not in blob_call.headers
+
+
+def test_oversized_artifact_is_refused_before_download(gh: GitHubGateway, fake: FakeGitHub, workflow: str) -> None:
+    run_id = fake.add_run(REPO, workflow)
+    fake.add_artifact(run_id, "report", b"x" * 4096)
+
+    with pytest.raises(ArtifactTooLargeError, match="4096 bytes; the limit is 1024"):
+        gh.download_artifact(run_id, "report", max_bytes=1024)
+    assert fake.calls_to("GET", r"/zip$") == [] and fake.calls_to("GET", r"^/_blobs/") == []
+    assert gh.download_artifact(run_id, "report", max_bytes=4096) == b"x" * 4096
 
 
 # ----------------------------------------------------------------- authentication

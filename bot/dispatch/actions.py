@@ -2,8 +2,9 @@
 
 start -> dispatch the workflow with string inputs (campaign id, base/head SHA, rows, config ref = base SHA,
 pull request number) on a trusted ref; the API returns no run id, so the run is found afterwards by time
-(`find_dispatched_run`) and its id kept in `actions.json` beside the attempt's `out/` directory (the same
-place the local backend keeps its handle file, so a restarted service finds it again).
+(`find_dispatched_run`), skipping a run whose title (the workflow's `run-name`, RUN_NAME) names another
+campaign, and its id kept in `actions.json` beside the attempt's `out/` directory (the same place the local
+backend keeps its handle file, so a restarted service finds it again).
 
 Progress is polled, not pushed: each poll reads the run and its jobs, at most once per
 `actions_poll_seconds`. Polling needs no extra webhook subscription and survives missed deliveries and
@@ -43,7 +44,7 @@ from typing import Protocol
 from pydantic import BaseModel, ValidationError
 
 from bot.dispatch.base import PollResult, RunHandle, StartError
-from bot.github import GitHubError, WorkflowJobInfo, WorkflowRunInfo
+from bot.github import ArtifactTooLargeError, GitHubError, WorkflowJobInfo, WorkflowRunInfo
 from bot.store import CampaignView
 from runners.config import ConfigError
 from runners.progress import ProgressEvent
@@ -98,7 +99,7 @@ class ActionsApi(Protocol):
 
     def cancel_workflow_run(self, run_id: int) -> bool: ...
 
-    def download_artifact(self, run_id: int, name: str) -> bytes | None: ...
+    def download_artifact(self, run_id: int, name: str, max_bytes: int | None = None) -> bytes | None: ...
 
 
 # --- pure helpers shared with Actions-only mode ------------------------------------------------------------
@@ -155,11 +156,31 @@ def _member_target(root: Path, info: zipfile.ZipInfo) -> Path:
     return target
 
 
+def _unpack(data: bytes, root: Path) -> None:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = archive.infolist()
+        if len(members) > MAX_ARTIFACT_FILES:
+            raise ArtifactError(f"artifact has {len(members)} entries; the limit is {MAX_ARTIFACT_FILES}")
+        total = 0
+        for info in members:
+            target = _member_target(root, info)
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(info) as source, target.open("xb") as sink:
+                while chunk := source.read(1 << 20):
+                    total += len(chunk)
+                    if total > MAX_ARTIFACT_BYTES:
+                        raise ArtifactError(f"artifact unpacks to more than {MAX_ARTIFACT_BYTES} bytes")
+                    sink.write(chunk)
+
+
 def extract_artifact(data: bytes, dest: Path) -> None:
     """Unpack an artifact zip into `dest` (replacing it), refusing path escapes, links and oversize content.
 
-    Sizes are counted while reading, not taken from the headers, which an attacker controls. Unpacking goes
-    to a scratch directory first so an interrupted or refused extraction never leaves a partial `dest`.
+    Sizes are counted while reading, not taken from the headers, which whoever built the zip controls.
+    Unpacking goes to a scratch directory first, so a refused or interrupted extraction leaves no `dest`.
     """
     if len(data) > MAX_ARTIFACT_BYTES:
         raise ArtifactError(f"artifact zip is {len(data)} bytes; the limit is {MAX_ARTIFACT_BYTES}")
@@ -167,31 +188,13 @@ def extract_artifact(data: bytes, dest: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = archive.infolist()
-            if len(members) > MAX_ARTIFACT_FILES:
-                raise ArtifactError(f"artifact has {len(members)} entries; the limit is {MAX_ARTIFACT_FILES}")
-            total = 0
-            for info in members:
-                target = _member_target(scratch, info)
-                if info.is_dir():
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with archive.open(info) as source, target.open("xb") as sink:
-                    while chunk := source.read(1 << 20):
-                        total += len(chunk)
-                        if total > MAX_ARTIFACT_BYTES:
-                            raise ArtifactError(f"artifact unpacks to more than {MAX_ARTIFACT_BYTES} bytes")
-                        sink.write(chunk)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
+        _unpack(data, scratch)
+    except BaseException as exc:
         shutil.rmtree(scratch, ignore_errors=True)
-        raise ArtifactError(f"artifact is not a readable zip: {exc}") from exc
-    except FileExistsError as exc:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise ArtifactError(f"artifact holds {exc.filename} twice") from exc
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if isinstance(exc, zipfile.BadZipFile | zipfile.LargeZipFile | EOFError | NotImplementedError):
+            raise ArtifactError(f"artifact is not a readable zip: {exc}") from exc
+        if isinstance(exc, OSError):
+            raise ArtifactError(f"artifact cannot be unpacked: {exc}") from exc
         raise
     shutil.rmtree(dest, ignore_errors=True)
     scratch.replace(dest)
@@ -260,7 +263,6 @@ def combine_retry(
 
 
 class _Dispatch(BaseModel):
-    rows: list[str] | None
     dispatched_at: datetime
     run_id: int | None = None
     lost: list[str] = []
@@ -271,6 +273,8 @@ class _State(BaseModel):
     campaign_id: str
     dispatches: list[_Dispatch]
     """The campaign's run, then at most one retry of its lost rows."""
+    foreign: list[int] = []
+    """Runs created in the same window whose title names another campaign (someone else's dispatch)."""
 
 
 def _load(work: Path) -> _State | None:
@@ -319,7 +323,7 @@ class ActionsBackend:
         inputs = dispatch_inputs(campaign.id, campaign.base_sha, campaign.head_sha, rows, campaign.pr_number)
         api.dispatch_workflow(self.workflow, self.ref, inputs)
         log.info("campaign %s: dispatched %s@%s with %s", campaign.id, self.workflow, self.ref, inputs)
-        return _Dispatch(rows=rows, dispatched_at=dispatched_at)
+        return _Dispatch(dispatched_at=dispatched_at)
 
     def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
         """Dispatch the campaign workflow; the run's own checkout reads the config at the base SHA."""
@@ -364,20 +368,15 @@ class ActionsBackend:
         if state is None:
             return PollResult(running=False, error=f"no dispatch record ({work / STATE_FILE}) for this campaign")
         api = self.gateway_for(campaign.repo)
-        current = state.dispatches[-1]
-        if current.run_id is None:
-            known = [d.run_id for d in state.dispatches if d.run_id is not None]
-            current.run_id = api.find_dispatched_run(self.workflow, current.dispatched_at, exclude=known)
-            if current.run_id is None:
-                if now - current.dispatched_at.timestamp() > FIND_RUN_SECONDS:
-                    return PollResult(
-                        running=False,
-                        error=f"GitHub created no run of {self.workflow}@{self.ref} within {FIND_RUN_SECONDS:g} s "
-                        "of the dispatch; is the workflow on that ref, with workflow_dispatch?",
-                    )
-                return PollResult(running=True)
-            _save(work, state)
-        run = api.workflow_run(current.run_id)
+        run = self._attribute(api, campaign, work, state)
+        if run is None:
+            if now - state.dispatches[-1].dispatched_at.timestamp() > FIND_RUN_SECONDS:
+                return PollResult(
+                    running=False,
+                    error=f"GitHub created no run of {self.workflow}@{self.ref} within {FIND_RUN_SECONDS:g} s "
+                    "of the dispatch; is the workflow on that ref, with workflow_dispatch?",
+                )
+            return PollResult(running=True)
         jobs = api.workflow_jobs(run.id)
         if run.status != "completed":
             return PollResult(running=True, progress=self._progress(campaign.id, jobs))
@@ -387,6 +386,28 @@ class ActionsBackend:
             return self._completed(api, campaign, Path(handle.out_dir), state, run, jobs)
         except ArtifactError as exc:
             return PollResult(running=False, error=str(exc))
+
+    def _attribute(
+        self, api: ActionsApi, campaign: CampaignView, work: Path, state: _State
+    ) -> WorkflowRunInfo | None:
+        """The latest dispatch's run: found by time once, and kept only if its title does not name another
+        campaign (a dispatch by someone else in the same second); None while GitHub has not created it."""
+        current = state.dispatches[-1]
+        if current.run_id is not None:
+            return api.workflow_run(current.run_id)
+        known = [d.run_id for d in state.dispatches if d.run_id is not None]
+        found = api.find_dispatched_run(self.workflow, current.dispatched_at, exclude=[*known, *state.foreign])
+        if found is None:
+            return None
+        run = api.workflow_run(found)
+        title = parse_run_title(run.display_title)
+        if title is not None and title.campaign_id != campaign.id:
+            state.foreign.append(run.id)
+            _save(work, state)
+            return None
+        current.run_id = run.id
+        _save(work, state)
+        return run
 
     def _progress(self, campaign_id: str, jobs: list[WorkflowJobInfo]) -> list[ProgressEvent]:
         """Where the run is, from its jobs; only a change is reported."""
@@ -430,8 +451,9 @@ class ActionsBackend:
             return self._retry(api, campaign, out.parent, state, run, lost)
         if failed or run.conclusion not in OK_CONCLUSIONS:
             lines = [
-                _job_line(job, f"failed: its runner was lost ({lost[job.name]})" if job.name in lost else
-                          f"concluded {job.conclusion}")
+                _job_line(job, f"failed: its runner was lost ({lost[job.name]})")
+                if job.name in lost
+                else _job_line(job, f"concluded {job.conclusion}")
                 for job in failed
             ]
             after = f" after retrying rows {', '.join(state.dispatches[0].lost)} once" if retried else ""
@@ -461,7 +483,10 @@ class ActionsBackend:
         return PollResult(running=False, report=combined, note=note)
 
     def _fetch(self, api: ActionsApi, campaign: CampaignView, run: WorkflowRunInfo, dest: Path) -> CampaignReport:
-        data = api.download_artifact(run.id, REPORT_ARTIFACT)
+        try:
+            data = api.download_artifact(run.id, REPORT_ARTIFACT, max_bytes=MAX_ARTIFACT_BYTES)
+        except ArtifactTooLargeError as exc:
+            raise ArtifactError(str(exc)) from exc
         if data is None:
             raise ArtifactError(f"workflow run {run.id} ({run.html_url}) has no {REPORT_ARTIFACT!r} artifact")
         extract_artifact(data, dest)
@@ -493,14 +518,12 @@ class ActionsBackend:
         jobs shortly after, and the campaign workflow's concurrency group keeps a newer run from overlapping)."""
         self._checked.pop(campaign.id, None)
         self._shown.pop(campaign.id, None)
-        state = _load(Path(handle.out_dir).parent)
+        work = Path(handle.out_dir).parent
+        state = _load(work)
         if state is None:
             return
         api = self.gateway_for(campaign.repo)
-        current = state.dispatches[-1]
-        if current.run_id is None:
-            known = [d.run_id for d in state.dispatches if d.run_id is not None]
-            current.run_id = api.find_dispatched_run(self.workflow, current.dispatched_at, exclude=known)
+        self._attribute(api, campaign, work, state)
         for dispatch in state.dispatches:
             if dispatch.run_id is not None and api.cancel_workflow_run(dispatch.run_id):
                 log.info("campaign %s: cancelled run %d", campaign.id, dispatch.run_id)

@@ -42,7 +42,8 @@ class PollResult:
     exit_code: int | None = None
     """None while running, or when the run was adopted after a restart and its status is unknowable."""
     note: str | None = None
-    """What the backend did on its own along the way (e.g. retried a row), for the ending's recorded reason."""
+    """What the backend did on its own along the way (e.g. retried a row), recorded in the reason of the
+    completed transition (an error already says it in `error`)."""
 
 
 class StartError(RuntimeError):
