@@ -25,7 +25,7 @@ from bot import render
 from bot.dispatch.actions import RUN_NAME, parse_run_title
 from bot.event_cli import event_main
 from tests.fakes.github_api import FakeGitHub
-from tests.webhooks import CONFIG_TOML, REPO, comment_event, pull_request_event
+from tests.webhooks import CONFIG_TOML, REPO, comment_event, commit, git, pull_request_event
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIGGER = ROOT / ".github" / "workflows" / "kv-parity-trigger.yml"
@@ -38,23 +38,6 @@ INSTALLATION_ID = 31
 MAX_INPUTS = 25
 
 
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=Test", "-c", "user.email=t@example.com", *args],
-        capture_output=True,
-        check=True,
-        text=True,
-    )
-    return done.stdout.strip()
-
-
-def commit(repo: Path, files: dict[str, str], message: str) -> str:
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git(repo, "add", "--all")
-    git(repo, "commit", "--quiet", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,9 @@ from tests.webhooks import (
     RecordingPublisher,
     check_run_event,
     comment_event,
+    commit,
     free_port,
+    git,
     post,
     pull_request_event,
     read_record,
@@ -48,23 +50,6 @@ BOT = "kv-parity-bot"
 S = CampaignState
 
 
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=Test", "-c", "user.email=t@example.com", *args],
-        capture_output=True,
-        check=True,
-        text=True,
-    )
-    return done.stdout.strip()
-
-
-def commit(repo: Path, files: dict[str, str], message: str) -> str:
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git(repo, "add", "--all")
-    git(repo, "commit", "--quiet", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 @dataclass

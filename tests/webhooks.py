@@ -372,3 +372,24 @@ def register_test_app(fake: Any, directory: Path, app_id: int = 4242, installati
     (directory / "app.pem").write_bytes(private)
     return {"token": None, "app_id": app_id, "private_key_path": directory / "app.pem",
             "installation_id": installation_id}
+
+
+def git(repo: Path, *args: str) -> str:
+    """git in a test repository, with a fixed identity; returns stdout."""
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=Test", "-c", "user.email=t@example.com", *args],
+        capture_output=True,
+        check=True,
+        text=True,
+    )
+    return done.stdout.strip()
+
+
+def commit(repo: Path, files: dict[str, str], message: str) -> str:
+    """Write `files` and commit them; returns the new SHA."""
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "--all")
+    git(repo, "commit", "--quiet", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
