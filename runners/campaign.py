@@ -73,6 +73,13 @@ class CampaignRequest:
     keep_work: bool = False
     perf_hooks: SampleHooks | None = None
 
+    def __post_init__(self) -> None:
+        """Absolute paths: git runs in other directories (worktrees), where a relative path means another place."""
+        self.repo = self.repo.resolve()
+        self.out_dir = self.out_dir.resolve()
+        self.trace_path = self.trace_path.resolve() if self.trace_path else None
+        self.determinism_patch = self.determinism_patch.resolve() if self.determinism_patch else None
+
 
 @dataclass
 class Prepared:

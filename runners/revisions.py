@@ -69,6 +69,7 @@ def checkout_state(repo: Path) -> tuple[str, str, str]:
 @contextmanager
 def worktree(repo: Path, sha: str, path: Path) -> Iterator[Path]:
     """A detached worktree at exactly `sha`, removed (with its build target) when the block ends."""
+    path = path.resolve()
     if path.exists():
         raise RevisionError(f"worktree path {path} already exists; refusing to reuse a checkout")
     git(repo, "worktree", "add", "--detach", str(path), sha)

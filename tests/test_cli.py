@@ -16,7 +16,7 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
 
 def test_demo_semantic_change_fails_and_its_report_verifies(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    done = run("demo", "--scenario", "semantic-change", "--rows", "vllm-disagg", "--out", str(out))
+    done = run("demo", "--scenario", "semantic-change", "--rows", "vllm-disagg", "--out", "demo", cwd=tmp_path)
     assert done.returncode == 1, done.stderr[-2000:]
     assert "semantic FAIL" in done.stdout
     assert "[determinism/vllm-disagg]" in done.stderr, "progress is shown while the campaign runs"
