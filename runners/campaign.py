@@ -247,11 +247,11 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
     if outcome.blocked:
         report.semantic = SemanticVerdict.BLOCKED
         report.semantic_reasons = outcome.blocked
-        report.perf_reason = "not run: the row is blocked"
+        report.perf_reason = "the row is blocked"
         return report
     if outcome.failures or set(outcome.canonical) != set(ARMS):
         report.semantic_reasons = [f"product failure: {failure}" for failure in outcome.failures]
-        report.perf_reason = "not run: correctness not established (product failure)"
+        report.perf_reason = "correctness not established (product failure)"
         return report
 
     baseline, candidate = outcome.canonical["baseline"], outcome.canonical["candidate"]
@@ -276,7 +276,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
     report.semantic, report.semantic_reasons = verdict, reasons
     emit(progress, "parity", f"{verdict.value}: {reasons[0] if reasons else ''}", row=row.id)
     if verdict not in (SemanticVerdict.PASS, SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS):
-        report.perf_reason = f"not run: correctness not established ({verdict.value})"
+        report.perf_reason = f"correctness not established ({verdict.value})"
         return report
 
     placement = perf_placement()

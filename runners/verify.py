@@ -138,6 +138,9 @@ def _verify_row(report: CampaignReport, row: RowReport) -> list[str]:
         if row.perf_verdict not in (PerfVerdict.NOT_RUN, PerfVerdict.BLOCKED):
             problems.append(f"{where}: performance {row.perf_verdict.value} without any performance evidence")
         return problems
+    if row.semantic not in (SemanticVerdict.PASS, SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS):
+        problems.append(f"{where}: performance was measured although correctness was not established "
+                        f"({row.semantic.value}); the protocol stops the row first")
     config = perf.perf_config or report.config.perf
     if perf.perf_config is not None and perf.perf_config != report.config.perf:
         problems.append(f"{where}: performance ran with thresholds that differ from the campaign config")
