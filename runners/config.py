@@ -152,15 +152,16 @@ class DeterminismConfig(_Strict):
 class DiagnosticsThresholds(_Strict):
     """Serial-dependence thresholds, declared before sampling (Stage 7.4).
 
-    Defaults keep the false-alarm rate of the whole diagnostic family near 2% under exchangeable data (see
-    benchmarks/README.md), so an A/A campaign passes at least 95% of the time.
+    Defaults keep the false-alarm rate of the whole diagnostic family near 0.5% under exchangeable data; on the
+    fixture they gave A/A PASS 20/20 and a 10.9% slowdown FAIL 20/20 (benchmarks/README.md), where 0.4 / 0.005
+    gave 8/10 and 8/10 through drift-sensitive trend and order tests.
     """
 
-    max_abs_autocorr: float = Field(0.4, gt=0, le=1)
+    max_abs_autocorr: float = Field(0.45, gt=0, le=1)
     autocorr_lags: list[int] = Field(default_factory=lambda: [1, 2, 3])
-    min_trend_p: float = Field(0.005, gt=0, lt=1)
-    min_order_effect_p: float = Field(0.005, gt=0, lt=1)
-    min_telemetry_p: float = Field(0.005, gt=0, lt=1)
+    min_trend_p: float = Field(0.001, gt=0, lt=1)
+    min_order_effect_p: float = Field(0.001, gt=0, lt=1)
+    min_telemetry_p: float = Field(0.001, gt=0, lt=1)
 
 
 class InvalidationRules(_Strict):
