@@ -39,7 +39,6 @@ CheckStatus = Literal["queued", "in_progress", "completed", "waiting", "requeste
 CheckConclusion = Literal[
     "action_required", "cancelled", "failure", "neutral", "success", "skipped", "stale", "timed_out"
 ]
-Reaction = Literal["+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"]
 MinimizeClassifier = Literal["ABUSE", "DUPLICATE", "OFF_TOPIC", "OUTDATED", "RESOLVED", "SPAM"]
 BASE_ROLES = frozenset({"admin", "maintain", "write", "triage", "read", "none"})
 
@@ -538,11 +537,6 @@ class GitHubGateway:
         )
         if not (data.get("minimizedComment") or {}).get("isMinimized"):
             raise GitHubError(f"comment {node_id} was not minimized", body=data)
-
-    def react(self, comment_id: int, content: Reaction) -> None:
-        self._call(
-            f"react to comment {comment_id}", lambda: self._comment(comment_id).create_reaction(content)
-        )
 
     # ----------------------------------------------------------------- Actions
 

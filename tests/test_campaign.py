@@ -62,7 +62,7 @@ def test_identical_revisions_pass_with_equal_digests(fixture_repo: Path, campaig
     assert row.parity.baseline_digest == row.parity.candidate_digest
     assert row.determinism is not None
     assert {len(set(d)) for d in row.determinism.digests.values()} == {1}
-    assert all(check.ok for check in row.coverage.checks) if row.coverage else False
+    assert row.coverage is not None and all(check.ok for check in row.coverage.checks)
     assert row.perf_verdict != PerfVerdict.NOT_RUN
     assert report.sizes is not None
     assert {a.arm: a.features for a in report.artifacts} == {"baseline": ["replay-bench"],

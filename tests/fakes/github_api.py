@@ -79,7 +79,6 @@ CHECK_CONCLUSIONS = (
     "stale",
     "timed_out",
 )
-REACTIONS = ("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes")
 MINIMIZE_CLASSIFIERS = ("ABUSE", "DUPLICATE", "OFF_TOPIC", "OUTDATED", "RESOLVED", "SPAM")
 ROLES = ("admin", "maintain", "write", "triage", "read", "none")
 LEGACY_PERMISSION = {"maintain": "write", "triage": "read"}
@@ -198,7 +197,6 @@ class _Comment:
     created_at: datetime
     updated_at: datetime
     minimized_reason: str | None = None
-    reactions: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -596,7 +594,6 @@ class FakeGitHub:
                     "user": c.user,
                     "minimized": c.minimized_reason is not None,
                     "minimized_reason": c.minimized_reason,
-                    "reactions": [r["content"] for r in c.reactions],
                 }
                 for c in self._repo_state(repo).comments.values()
                 if c.number == number
@@ -1312,27 +1309,6 @@ class FakeGitHub:
         repo, comment = self._comment(ctx)
         del repo.comments[comment.id]
         return Response(status_code=204)
-
-    @_route("POST", _REPO + r"/issues/comments/(?P<comment_id>\d+)/reactions")
-    def _react(self, ctx: _Ctx) -> Response:
-        _, comment = self._comment(ctx)
-        assert ctx.identity is not None
-        content = (ctx.body or {}).get("content")
-        if content not in REACTIONS:
-            raise _invalid("Reaction", "content", "invalid", f"content must be one of {', '.join(REACTIONS)}")
-        for reaction in comment.reactions:
-            if reaction["content"] == content and reaction["user"]["login"] == ctx.identity.login:
-                return JSONResponse(reaction)
-        reaction_id = next(self._ids)
-        reaction = {
-            "id": reaction_id,
-            "node_id": f"REA_{reaction_id}",
-            "user": self._user(ctx.identity.login),
-            "content": content,
-            "created_at": _timestamp(_now()),
-        }
-        comment.reactions.append(reaction)
-        return JSONResponse(reaction, status_code=201)
 
     # ----------------------------------------------------------------- GraphQL
 
