@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="run the webhook service", add_help=False)
     sub.add_parser("publish", help="(re)publish a finished report to a pull request", add_help=False)
     sub.add_parser("event", help="Actions-only mode: act on one GitHub event file", add_help=False)
+    sub.add_parser("history", help="what the service recorded for a campaign, PR or delivery", add_help=False)
     sub.add_parser("build", help="build both revisions once: binaries + manifest (Actions build job)", add_help=False)
     sub.add_parser("row", help="run one row on this node from a build manifest", add_help=False)
     sub.add_parser("merge", help="merge row results into the campaign report", add_help=False)
@@ -121,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         entry = {"build": distributed.build_main, "row": distributed.row_main, "merge": distributed.merge_main}
         return entry[argv[0]](argv[1:])
+    if argv[:1] == ["history"]:
+        from bot.history import history_main
+
+        return history_main(argv[1:])
     if argv[:1] == ["publish"]:
         from bot.publish import publish_main
 

@@ -6,6 +6,7 @@ processes) through the local backend, and the real publisher completes the check
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 from bot.server import create_app, default_publisher
@@ -81,3 +82,15 @@ def test_labeled_pull_request_runs_the_fixture_campaign_and_publishes_once(
     statuses = [c for c in comments if c["body"].startswith("<!-- kv-parity:status")]
     assert len(results) == 1 and done.id in results[0]["body"]
     assert len(statuses) == 1, "one sticky status comment, edited in place"
+
+    history = [sys.executable, "-m", "bot.cli", "history", "--db", str(tmp_path / "bot.sqlite3")]
+    shown = subprocess.run([*history, "--campaign", done.id], capture_output=True, text=True, check=True).stdout
+    assert f"campaign {done.id}: completed" in shown
+    assert "(new) -> requested" in shown and "running -> completed" in shown
+    assert "publication finished: done" in shown
+    by_delivery = subprocess.run([*history, "--delivery", "label-7"], capture_output=True, text=True, check=True)
+    assert by_delivery.stdout.startswith("delivery label-7: done") and done.id in by_delivery.stdout
+    by_pr = subprocess.run([*history, "--pr", f"{REPO}#7"], capture_output=True, text=True, check=True)
+    assert done.id in by_pr.stdout
+    missing = subprocess.run([*history, "--campaign", "nope"], capture_output=True, text=True, check=False)
+    assert missing.returncode == 1

@@ -1,0 +1,71 @@
+"""`kv-parity history`: what the service recorded, read straight from its SQLite database.
+
+Operators answer "what happened to this campaign / delivery?" from the transitions and publications the
+lifecycle persisted before each side effect, without a debugger or raw SQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bot.store import CampaignView, Store
+
+
+def _campaign_lines(store: Store, campaign: CampaignView) -> list[str]:
+    lines = [
+        f"campaign {campaign.id}: {campaign.state.value} · {campaign.repo}#{campaign.pr_number} "
+        f"head {campaign.head_sha[:12]} base {campaign.base_sha[:12]} ({campaign.relationship}) "
+        f"rows {','.join(campaign.rows) if campaign.rows else 'all'} · by {campaign.requested_by} "
+        f"via {campaign.trigger} · attempt {campaign.attempt}",
+    ]
+    for step in store.transitions(campaign.id):
+        source = step.from_state.value if step.from_state else "(new)"
+        lines.append(f"  {step.at:%Y-%m-%d %H:%M:%S} {source} -> {step.to_state.value}: {step.reason}")
+    lines.extend(f"  publication {kind}: {status}" for kind, status in store.publications(campaign.id))
+    return lines
+
+
+def history_main(argv: Sequence[str]) -> int:
+    """0 when something was found and printed, 1 when nothing matched, 2 for an unreadable database."""
+    parser = argparse.ArgumentParser(prog="kv-parity history", description=__doc__)
+    parser.add_argument("--db", required=True, type=Path, help="the service's SQLite database (settings db_path)")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--campaign", help="one campaign: its transitions and publications")
+    what.add_argument("--pr", metavar="OWNER/NAME#N", help="a pull request's campaigns, newest first")
+    what.add_argument("--delivery", help="a webhook delivery's status and the campaigns it created")
+    what.add_argument("--rejected", action="store_true", help="deliveries refused as malformed, with why")
+    args = parser.parse_args(list(argv))
+    if not args.db.is_file():
+        print(f"kv-parity history: no database at {args.db}", file=sys.stderr)
+        return 2
+    store = Store(args.db, power_safe=False)
+    try:
+        lines = _lines(store, args)
+    finally:
+        store.close()
+    if not lines:
+        print("nothing recorded matches", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
+
+
+def _lines(store: Store, args: argparse.Namespace) -> list[str]:
+    if args.campaign:
+        campaign = store.get(args.campaign)
+        return _campaign_lines(store, campaign) if campaign else []
+    if args.pr:
+        repo, _, number = str(args.pr).rpartition("#")
+        if not repo or not number.isdigit():
+            raise SystemExit(f"kv-parity history: --pr wants OWNER/NAME#N, got {args.pr!r}")
+        return [line for c in store.for_pr(repo, int(number)) for line in _campaign_lines(store, c)]
+    if args.delivery:
+        status = store.delivery_status(args.delivery)
+        if status is None:
+            return []
+        lines = [f"delivery {args.delivery}: {status[0]}{f' — {status[1]}' if status[1] else ''}"]
+        return lines + [line for c in store.by_delivery(args.delivery) for line in _campaign_lines(store, c)]
+    return [f"{delivery} ({event}): {reason}" for delivery, event, reason in store.rejected_deliveries()]
