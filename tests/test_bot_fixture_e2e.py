@@ -94,3 +94,5 @@ def test_labeled_pull_request_runs_the_fixture_campaign_and_publishes_once(
     assert done.id in by_pr.stdout
     missing = subprocess.run([*history, "--campaign", "nope"], capture_output=True, text=True, check=False)
     assert missing.returncode == 1
+    rejected = subprocess.run([*history, "--rejected"], capture_output=True, text=True, check=False)
+    assert rejected.returncode == 1 and "nothing recorded" in rejected.stderr, "no malformed delivery was sent"
