@@ -377,6 +377,23 @@ def _symlink_zip() -> bytes:
     return buffer.getvalue()
 
 
+def _patched_zip(local_offset: int, central_offset: int, value: int) -> bytes:
+    """A one-member stored zip whose 2-byte header field (flags or method) is set in both headers."""
+    data = bytearray(zipped_stored({"report.json": b"{}"}))
+    central = data.index(b"PK\x01\x02")
+    for at in (local_offset, central + central_offset):
+        data[at:at + 2] = value.to_bytes(2, "little")
+    return bytes(data)
+
+
+def zipped_stored(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, content in files.items():
+            archive.writestr(name, content)
+    return buffer.getvalue()
+
+
 @pytest.mark.parametrize(
     ("data", "problem"),
     [
@@ -386,8 +403,10 @@ def _symlink_zip() -> bytes:
         (_symlink_zip(), "symbolic link"),
         (_duplicate_zip(), "cannot be unpacked"),
         (b"not a zip", "not a readable zip"),
+        (_patched_zip(6, 8, 0x0001), "cannot decode: .*encrypted"),
+        (_patched_zip(8, 10, 97), "cannot decode: .*compression method"),
     ],
-    ids=["dotdot", "absolute", "backslash", "symlink", "duplicate", "garbage"],
+    ids=["dotdot", "absolute", "backslash", "symlink", "duplicate", "garbage", "encrypted", "unknown-method"],
 )
 def test_unsafe_artifacts_are_refused(tmp_path: Path, data: bytes, problem: str) -> None:
     with pytest.raises(ArtifactError, match=problem):

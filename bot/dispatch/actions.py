@@ -176,6 +176,21 @@ def _unpack(data: bytes, root: Path) -> None:
                     sink.write(chunk)
 
 
+def _unpack_refusing(data: bytes, root: Path) -> None:
+    """`_unpack`, with every way a zip can be unreadable turned into an ArtifactError that says so."""
+    try:
+        _unpack(data, root)
+    except ArtifactError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
+        raise ArtifactError(f"artifact is not a readable zip: {exc}") from exc
+    except RuntimeError as exc:
+        # zipfile's signal for a member it cannot decode: encrypted, or an unsupported compression method.
+        raise ArtifactError(f"artifact has a member zipfile cannot decode: {exc}") from exc
+    except OSError as exc:
+        raise ArtifactError(f"artifact cannot be unpacked: {exc}") from exc
+
+
 def extract_artifact(data: bytes, dest: Path) -> None:
     """Unpack an artifact zip into `dest` (replacing it), refusing path escapes, links and oversize content.
 
@@ -188,13 +203,9 @@ def extract_artifact(data: bytes, dest: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     try:
-        _unpack(data, scratch)
-    except BaseException as exc:
+        _unpack_refusing(data, scratch)
+    except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
-        if isinstance(exc, zipfile.BadZipFile | zipfile.LargeZipFile | EOFError | NotImplementedError):
-            raise ArtifactError(f"artifact is not a readable zip: {exc}") from exc
-        if isinstance(exc, OSError):
-            raise ArtifactError(f"artifact cannot be unpacked: {exc}") from exc
         raise
     shutil.rmtree(dest, ignore_errors=True)
     scratch.replace(dest)
