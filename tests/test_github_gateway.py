@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import socket
-import subprocess
 import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,8 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from pydantic import SecretStr
 
 from bot.github import (
@@ -35,6 +32,7 @@ from bot.github import (
     TokenAuth,
 )
 from tests.fakes.github_api import FakeGitHub, secondary_rate_limit
+from tests.webhooks import commit, git, rsa_key_pair
 
 REPO = "octo-org/kv-store"
 TOKEN = "ghp_test_token"
@@ -44,25 +42,6 @@ CHECK_RUNS = r"/check-runs"
 
 
 # ----------------------------------------------------------------- fixtures
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=Test", "-c", "user.email=test@example.com", *args],
-        capture_output=True,
-        check=True,
-        text=True,
-    )
-    return done.stdout.strip()
-
-
-def commit(repo: Path, files: dict[str, bytes], message: str) -> str:
-    for name, data in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_bytes(data)
-    git(repo, "add", "--all")
-    git(repo, "commit", "--quiet", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 class History:
@@ -88,16 +67,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> History:
 @pytest.fixture(scope="module")
 def app_key() -> tuple[str, str]:
     """(private PEM, public PEM) of the registered GitHub App."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
-    return private, public
+    return rsa_key_pair()
 
 
 @pytest.fixture(scope="module")
@@ -692,12 +662,8 @@ def test_app_installation_token_is_refreshed_near_expiry(
 
 
 def test_app_with_wrong_key_is_refused(fake: FakeGitHub, sleeper: Sleeper) -> None:
-    other = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    gh = gateway(
-        fake.url, sleeper, AppAuth(app_id=APP_ID, private_key=SecretStr(other.decode()), installation_id=77)
-    )
+    other, _ = rsa_key_pair()
+    gh = gateway(fake.url, sleeper, AppAuth(app_id=APP_ID, private_key=SecretStr(other), installation_id=77))
 
     with pytest.raises(GitHubAuthError):
         gh.pull(7)

@@ -355,21 +355,27 @@ if __name__ == "__main__":
     sys.exit(_campaign(rest) if command == "campaign" else _serve(rest))
 
 
-def register_test_app(fake: Any, directory: Path, app_id: int = 4242, installation_id: int = 77) -> dict[str, Any]:
-    """A GitHub App known to the stand-in (check runs need app credentials); returns the settings that use it."""
+def rsa_key_pair() -> tuple[str, str]:
+    """(private PKCS8 PEM, public PEM) of a fresh 2048-bit key, for GitHub App credentials in tests."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     private = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
+    ).decode()
     public = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     ).decode()
+    return private, public
+
+
+def register_test_app(fake: Any, directory: Path, app_id: int = 4242, installation_id: int = 77) -> dict[str, Any]:
+    """A GitHub App known to the stand-in (check runs need app credentials); returns the settings that use it."""
+    private, public = rsa_key_pair()
     fake.register_app(app_id, public, "kv-parity")
     fake.add_installation(installation_id, app_id, [REPO])
-    (directory / "app.pem").write_bytes(private)
+    (directory / "app.pem").write_text(private)
     return {"token": None, "app_id": app_id, "private_key_path": directory / "app.pem",
             "installation_id": installation_id}
 
@@ -385,11 +391,14 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-def commit(repo: Path, files: dict[str, str], message: str) -> str:
-    """Write `files` and commit them; returns the new SHA."""
-    for name, text in files.items():
+def commit(repo: Path, files: dict[str, str] | dict[str, bytes], message: str) -> str:
+    """Write `files` (text or bytes) and commit them; returns the new SHA."""
+    for name, content in files.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
+        if isinstance(content, bytes):
+            (repo / name).write_bytes(content)
+        else:
+            (repo / name).write_text(content)
     git(repo, "add", "--all")
     git(repo, "commit", "--quiet", "-m", message)
     return git(repo, "rev-parse", "HEAD")
