@@ -196,7 +196,7 @@ def _target_ratios(
         }
         for decile in range(10)
     }
-    ratios = []
+    ratios: list[float] = []
     for block in range(blocks):
         for decile in sorted(range(10), key=lambda d: _unit("decile", row_id, block, d)):
             z = NormalDist().inv_cdf((decile * blocks + slot[decile][block] + 0.5) / pairs)
