@@ -20,8 +20,10 @@ from typing import Any, Literal, TypeVar
 import httpx
 from github import Auth, Github, GithubException, GithubIntegration
 from github.Artifact import Artifact
+from github.AuthenticatedUser import AuthenticatedUser
 from github.CheckRunAnnotation import CheckRunAnnotation
 from github.IssueComment import IssueComment
+from github.NamedUser import NamedUser
 from github.PaginatedList import PaginatedList
 from github.Repository import Repository
 from github.Requester import Requester
@@ -191,13 +193,33 @@ def _job_info(job: WorkflowJob) -> WorkflowJobInfo:
 
 
 class CommentInfo(_Frozen):
-    """An issue/PR comment; ``node_id`` is what GraphQL (e.g. minimizing) needs."""
+    """An issue/PR comment; ``node_id`` is what GraphQL (e.g. minimizing) needs.
+
+    ``author_id`` is what tells the bot's own comments apart: a login is text anyone can echo in a body,
+    and a human may even own the bot's slug as a login; the numeric user id cannot be borrowed.
+    """
 
     id: int
     node_id: str
     body: str
     author_login: str
+    author_id: int
     html_url: str
+
+
+class BotIdentity(_Frozen):
+    """Who the bot acts as on GitHub: its login for display, its numeric user id for every comparison."""
+
+    login: str
+    id: int
+
+
+ACTIONS_BOT = BotIdentity(login="github-actions[bot]", id=41898282)
+"""The author of everything done with ``GITHUB_TOKEN`` (a fixed account on github.com)."""
+
+
+def _identity_of(user: NamedUser | AuthenticatedUser) -> BotIdentity:
+    return BotIdentity(login=user.login, id=user.id)
 
 
 def _comment_info(comment: IssueComment) -> CommentInfo:
@@ -206,6 +228,7 @@ def _comment_info(comment: IssueComment) -> CommentInfo:
         node_id=comment.node_id,
         body=comment.body,
         author_login=comment.user.login,
+        author_id=comment.user.id,
         html_url=comment.html_url,
     )
 
@@ -243,6 +266,7 @@ class GitHubGateway:
         self._auth = auth
         self._base_url = base_url.rstrip("/")
         self._login = bot_login
+        self._identity: BotIdentity | None = None
         self._max_wait = max_wait
         self._clock = clock
         self._timeout = timeout
@@ -379,6 +403,25 @@ class GitHubGateway:
             else:
                 self._login = self._call("GET /app", lambda: f"{self._integration.get_app().slug}[bot]")
         return self._login
+
+    def identity(self) -> BotIdentity:
+        """The bot's login and numeric user id, looked up once.
+
+        Token mode: ``GET /user``. App mode: the app's bot user ``GET /users/<slug>[bot]`` (the app id is
+        not the bot user's id). Actions mode (``bot_login="github-actions[bot]"``): the fixed account, no
+        call. Any other configured login is looked up with ``GET /users/<login>``.
+        """
+        if self._identity is None:
+            if self._login == ACTIONS_BOT.login:
+                self._identity = ACTIONS_BOT
+            elif self._login is None and isinstance(self._auth, TokenAuth):
+                # Attributes are read inside the call: PyGithub objects fetch lazily on first access.
+                me = self._call("GET /user", lambda: _identity_of(self._github.get_user()))
+                self._identity, self._login = me, me.login
+            else:
+                login = self.authenticated_login()
+                self._identity = self._call(f"GET /users/{login}", lambda: _identity_of(self._github.get_user(login)))
+        return self._identity
 
     # ----------------------------------------------------------------- repository reads
 

@@ -19,8 +19,10 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGitHub]:
         yield server
 
 
-def _gateway(fake: FakeGitHub, auth: TokenAuth | AppAuth, **kw: str) -> GitHubGateway:
-    return GitHubGateway(REPO, auth, fake.url, seconds_between_requests=None, seconds_between_writes=None, **kw)
+def _gateway(fake: FakeGitHub, auth: TokenAuth | AppAuth, bot_login: str | None = None) -> GitHubGateway:
+    return GitHubGateway(
+        REPO, auth, fake.url, bot_login=bot_login, seconds_between_requests=None, seconds_between_writes=None
+    )
 
 
 def test_token_mode_is_the_token_owner(fake: FakeGitHub) -> None:

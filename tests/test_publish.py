@@ -396,7 +396,7 @@ class Recorder:
 
     def create_comment(self, number: int, body: str) -> CommentInfo:
         info = CommentInfo(
-            id=len(self.comments) + 1, node_id="n", body=body, author_login="bot", html_url="u"
+            id=len(self.comments) + 1, node_id="n", body=body, author_login="bot", author_id=1, html_url="u"
         )
         self.comments[info.id] = info
         return info

@@ -33,6 +33,9 @@ Behaviour decisions, where GitHub is ambiguous or where the stand-in simplifies:
   there a little later) with its unfinished jobs cancelled; a completed run answers 409.
 * Injected failures (``inject_failures``) are answered before authentication and routing, so
   they model trouble in front of the API; every request, answered or not, lands in ``calls``.
+* User ids are a stable function of the login (``user_id``), so webhook payloads a test builds carry
+  the ids the API answers with; ``github-actions[bot]`` is 41898282 as on github.com. ``GET
+  /users/{login}`` answers for any login (the stand-in has no user directory).
 """
 
 from __future__ import annotations
@@ -139,6 +142,16 @@ def _not_found() -> _HTTPError:
 def _invalid(resource: str, field_name: str, code: str, message: str) -> _HTTPError:
     error = {"resource": resource, "field": field_name, "code": code, "message": message}
     return _HTTPError(422, "Validation Failed", [error])
+
+
+ACTIONS_BOT_ID = 41898282
+
+
+def user_id(login: str) -> int:
+    """The numeric id GitHub gives ``login`` in this stand-in (logins are case-insensitive, ids are not)."""
+    if login.lower() == "github-actions[bot]":
+        return ACTIONS_BOT_ID
+    return 10_000_000 + int(hashlib.sha1(login.lower().encode()).hexdigest()[:8], 16) % 90_000_000
 
 
 def _timestamp(moment: datetime) -> str:
@@ -360,7 +373,6 @@ class FakeGitHub:
             self._tokens: dict[str, _Identity] = {}
             self._apps: dict[int, _App] = {}
             self._installations: dict[int, _Installation] = {}
-            self._user_ids: dict[str, int] = {}
             self._artifacts: dict[int, _Artifact] = {}
             self._failures: list[tuple[str, re.Pattern[str], deque[InjectedResponse]]] = []
             self.calls: list[Call] = []
@@ -778,16 +790,16 @@ class FakeGitHub:
     # ----------------------------------------------------------------- JSON shapes
 
     def _user(self, login: str) -> dict[str, Any]:
-        user_id = self._user_ids.setdefault(login.lower(), next(self._ids))
+        uid = user_id(login)
         return {
             "login": login,
-            "id": user_id,
-            "node_id": f"U_{user_id}",
+            "id": uid,
+            "node_id": f"U_{uid}",
             "type": "Bot" if login.endswith("[bot]") else "User",
             "site_admin": False,
             "url": f"{self.url}/users/{login}",
             "html_url": f"https://github.com/{login}",
-            "avatar_url": f"https://avatars.githubusercontent.com/u/{user_id}",
+            "avatar_url": f"https://avatars.githubusercontent.com/u/{uid}",
         }
 
     def _repo_json(self, full_name: str) -> dict[str, Any]:
@@ -858,6 +870,10 @@ class FakeGitHub:
         if ctx.identity.kind != "user":
             raise _HTTPError(403, "Resource not accessible by integration")
         return JSONResponse(self._user(ctx.identity.login))
+
+    @_route("GET", r"/users/(?P<login>[^/]+)")
+    def _get_named_user(self, ctx: _Ctx) -> Response:
+        return JSONResponse(self._user(ctx.params["login"]))
 
     @_route("GET", r"/app", auth="jwt")
     def _get_app(self, ctx: _Ctx) -> Response:
