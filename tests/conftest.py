@@ -14,9 +14,6 @@ from runners.config import CampaignConfig
 from runners.demo import Knob, commit_change, demo_config, init_fixture_repo
 from runners.demo_trace import generate_demo_trace
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-SHARED_TRACE = SHARED / "data" / "mooncake_trace_1000.jsonl"
-
 
 class HarnessBuilder:
     """Release builds of fixture variants, one real `cargo build` per distinct knob set, cached per session."""

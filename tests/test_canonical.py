@@ -1,6 +1,7 @@
 """Canonical encoding, the closed exclusions, the replay-bench contract and pointer-level diffs.
 
-Reports are built from the reference example's shape so the tests exercise the fields the harness writes.
+Reports are built from tests/data/canonical_record.json (the harness's documented canonical shape), so the
+tests exercise the fields the harness writes.
 """
 
 from __future__ import annotations
@@ -26,18 +27,12 @@ from runners.canonical import (
 )
 from runners.config import PROTOCOL_EXCLUSIONS
 
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "reference"
-    / "examples"
-    / "canonical_record.reconstructed.abbreviated.json"
-)
+EXAMPLE = Path(__file__).resolve().parent / "data" / "canonical_record.json"
 EXCLUSIONS = list(PROTOCOL_EXCLUSIONS)
 
 
 def _report(requests: int = 6) -> dict[str, Any]:
-    """The reference example with `requests` distinct per-request records and the three excluded timings."""
+    """The canonical record fixture with `requests` distinct per-request records and the three excluded timings."""
     example: dict[str, Any] = json.loads(EXAMPLE.read_text(encoding="utf-8"))
     template = example["per_request"][0]
     records = []

@@ -1,4 +1,4 @@
-"""Lifecycle evidence counts and checks, on reports built from the reference example's shape."""
+"""Lifecycle evidence counts and checks, on reports built from tests/data/canonical_record.json's shape."""
 
 from __future__ import annotations
 
@@ -14,13 +14,7 @@ from runners.config import PROTOCOL_EXCLUSIONS, ExpectedEvidence
 from runners.coverage import CoverageError, check_evidence, count_evidence
 from runners.report import CoverageCheck, CoverageCounts
 
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "reference"
-    / "examples"
-    / "canonical_record.reconstructed.abbreviated.json"
-)
+EXAMPLE = Path(__file__).resolve().parent / "data" / "canonical_record.json"
 DISAGG_EXPECT = ExpectedEvidence(pressure=(10, 20), handoff=True)
 AGG_EXPECT = ExpectedEvidence(pressure=(1, 3))
 

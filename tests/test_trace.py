@@ -1,4 +1,4 @@
-"""Trace checksum, contiguous window and Mooncake row validation, on small files and the shared fixture."""
+"""Trace checksum, contiguous window and Mooncake row validation, on small files and the generated demo trace."""
 
 from __future__ import annotations
 
@@ -9,11 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runners.config import TraceConfig
+from runners.config import CampaignConfig, TraceConfig
 from runners.trace import TraceError, prepare_trace, sha256_file
-
-SHARED_TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake_trace_1000.jsonl"
-SHARED_SHA = "e2bec9bccd21978f69a2ace7886ee2e5192a64839f7aa2c4dd5d8766fd392510"
 
 
 def _row(index: int) -> str:
@@ -150,22 +147,25 @@ def test_missing_trace_is_a_trace_error(tmp_path: Path) -> None:
         prepare_trace(tmp_path / "absent.jsonl", _config("0" * 64, 0, 1), tmp_path / "window.jsonl")
 
 
-def test_shared_fixture_window_of_five_at_offset_ten(tmp_path: Path) -> None:
-    raw_lines = SHARED_TRACE.read_bytes().splitlines(keepends=True)
+def test_demo_trace_window_of_five_at_offset_ten(demo_trace: Path, campaign_config: CampaignConfig,
+                                                 tmp_path: Path) -> None:
+    sha = campaign_config.trace.sha256
+    raw_lines = demo_trace.read_bytes().splitlines(keepends=True)
     expected_slice = b"".join(raw_lines[10:15])
 
-    evidence = prepare_trace(SHARED_TRACE, _config(SHARED_SHA, 10, 5), tmp_path / "window.jsonl")
+    evidence = prepare_trace(demo_trace, _config(sha, 10, 5), tmp_path / "window.jsonl")
 
-    assert evidence.sha256 == SHARED_SHA == sha256_file(SHARED_TRACE)
+    assert evidence.sha256 == sha == sha256_file(demo_trace)
     assert evidence.rows_total == 1000
-    assert evidence.source_path == str(SHARED_TRACE)
+    assert evidence.source_path == str(demo_trace)
     assert (tmp_path / "window.jsonl").read_bytes() == expected_slice
     assert evidence.slice_sha256 == hashlib.sha256(expected_slice).hexdigest()
 
 
-def test_shared_fixture_cannot_serve_a_window_past_its_end(tmp_path: Path) -> None:
+def test_demo_trace_cannot_serve_a_window_past_its_end(demo_trace: Path, campaign_config: CampaignConfig,
+                                                      tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="trace has 1000 rows; window \\[0, 5000\\) needs 5000 rows"):
-        prepare_trace(SHARED_TRACE, _config(SHARED_SHA, 0, 5000), tmp_path / "window.jsonl")
+        prepare_trace(demo_trace, _config(campaign_config.trace.sha256, 0, 5000), tmp_path / "window.jsonl")
 
 
 def test_sha256_file_matches_hashlib(tmp_path: Path) -> None:
