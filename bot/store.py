@@ -267,16 +267,18 @@ def _utc(unix: float | None) -> datetime | None:
 class Store:
     """One SQLite connection guarded by a lock; cheap enough to share between the HTTP side and a worker."""
 
-    def __init__(self, path: Path, *, power_safe: bool = True) -> None:
+    def __init__(self, path: Path, *, power_safe: bool = True, busy_timeout: float = 30.0) -> None:
         """`power_safe` (synchronous=FULL) makes every commit survive power loss; without it (NORMAL, WAL)
         commits survive any process crash but the last ones may be lost with the machine. The webhook's
         acknowledgements use FULL (GitHub will not redeliver what we acknowledged); the worker's bookkeeping
         uses NORMAL, since after a power loss its processes are gone too and recovery redoes lost steps
-        idempotently, and a second fsync stream would contend with the acknowledgements for the disk."""
+        idempotently, and a second fsync stream would contend with the acknowledgements for the disk.
+        `busy_timeout` bounds the wait for another process's write lock before sqlite3.OperationalError
+        ("database is locked"): the service keeps it well under GitHub's 10 s delivery timeout."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=busy_timeout)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if power_safe else 'NORMAL'}")
         self._db.execute("PRAGMA foreign_keys=ON")
