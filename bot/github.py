@@ -74,6 +74,19 @@ class GitHubRateLimitError(GitHubError):
         self.retry_after = retry_after
 
 
+class GitHubRetryLaterError(GitHubRateLimitError):
+    """GitHub asked for a longer wait than the gateway sleeps through: the caller re-queues its work for
+    ``not_before`` (a ``clock()`` time) instead of blocking; until then the gateway sends nothing."""
+
+    def __init__(self, message: str, *, status: int, body: Any, retry_after: float, not_before: float) -> None:
+        super().__init__(message, status=status, body=body, retry_after=retry_after)
+        self.not_before = not_before
+
+
+class Interrupted(Exception):
+    """A retry wait was cut short because the service is stopping; the work is redone after the restart."""
+
+
 class GitHubUnavailableError(GitHubError):
     """5xx or no answer at all: transient on GitHub's side or the network's, so retried."""
 
@@ -125,6 +138,8 @@ class MergeBase(_Frozen):
     """Where a head diverged from a base branch: the baseline to benchmark against."""
 
     sha: str
+    base_tip_sha: str
+    """The base branch's head when compared: the trusted revision the campaign config is read at."""
     status: Literal["ahead", "behind", "identical", "diverged"]
     ahead_by: int
     behind_by: int
@@ -238,10 +253,10 @@ class GitHubGateway:
 
     Retried: 5xx, connection errors/timeouts, and rate limits (403/429) whose requested wait
     (``Retry-After``, else ``x-ratelimit-reset``, else one minute) fits in ``max_wait``; waiting
-    longer would stall the bot, so those surface as :class:`GitHubRateLimitError` at once. Other
-    failures are translated and raised on the first attempt. Non-idempotent calls (comments,
-    dispatches) are retried too: a 5xx after GitHub acted can duplicate them, which is preferred
-    over silently dropping a report.
+    longer would stall the bot, so those surface as :class:`GitHubRetryLaterError` at once (and calls
+    are refused without a request until then). Other failures are translated and raised on the first
+    attempt. Comment creation looks for the comment a failed POST may have made before posting again;
+    dispatches are retried as they are.
 
     ``sleep`` and ``clock`` are injectable so tests can observe waits without waiting. PyGithub's
     own pacing (``seconds_between_*``) follows GitHub's advice to space out mutating calls.
@@ -269,6 +284,8 @@ class GitHubGateway:
         self._identity: BotIdentity | None = None
         self._max_wait = max_wait
         self._clock = clock
+        self._blocked_until = float("-inf")
+        self._blocked_status = 403
         self._timeout = timeout
         self._client_kwargs: dict[str, Any] = {
             "base_url": self._base_url,
@@ -320,7 +337,20 @@ class GitHubGateway:
     # ----------------------------------------------------------------- retry policy
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run ``fn`` under the retry policy, translating failures into GitHubError subclasses."""
+        """Run ``fn`` under the retry policy, translating failures into GitHubError subclasses.
+
+        A rate limit asking for more than ``max_wait`` raises GitHubRetryLaterError, and every call until
+        that time raises it again without a request (GitHub counts requests made while limited against
+        the integration)."""
+        now = self._clock()
+        if now < self._blocked_until:
+            raise GitHubRetryLaterError(
+                f"{what}: not sent, GitHub asked to wait another {self._blocked_until - now:.0f} s",
+                status=self._blocked_status,
+                body=None,
+                retry_after=self._blocked_until - now,
+                not_before=self._blocked_until,
+            )
 
         def attempt() -> T:
             try:
@@ -331,7 +361,21 @@ class GitHubGateway:
             except (OSError, httpx.TransportError) as exc:
                 raise GitHubUnavailableError(f"{what}: no answer from GitHub ({exc})") from exc
 
-        return self._retrying(attempt)
+        try:
+            return self._retrying(attempt)
+        except GitHubRateLimitError as exc:
+            if exc.retry_after <= self._max_wait or isinstance(exc, GitHubRetryLaterError):
+                raise
+            self._blocked_until = self._clock() + exc.retry_after
+            self._blocked_status = exc.status or 403
+            raise GitHubRetryLaterError(
+                f"{exc} (asked to wait {exc.retry_after:.0f} s, longer than the {self._max_wait:g} s "
+                "this service waits in place)",
+                status=self._blocked_status,
+                body=exc.body,
+                retry_after=exc.retry_after,
+                not_before=self._blocked_until,
+            ) from exc
 
     def _translate(self, what: str, exc: GithubException) -> GitHubError:
         status, body = exc.status, exc.data
@@ -452,6 +496,7 @@ class GitHubGateway:
             return MergeBase.model_validate(
                 {
                     "sha": comparison.merge_base_commit.sha,
+                    "base_tip_sha": comparison.base_commit.sha,
                     "status": comparison.status,
                     "ahead_by": comparison.ahead_by,
                     "behind_by": comparison.behind_by,
@@ -549,10 +594,35 @@ class GitHubGateway:
         return IssueComment(self._requester, url=f"{self._repo.url}/issues/comments/{comment_id}")
 
     def create_comment(self, number: int, body: str) -> CommentInfo:
-        return self._call(
-            f"comment on #{number}",
-            lambda: _comment_info(self._repo.get_issue(number).create_comment(body)),
-        )
+        """Post a comment, at most once: a POST that failed retryably (5xx, no answer, rate limit) may have
+        been acted on, so before posting again the issue's comments are searched for the one it would have
+        made (`_posted_before`), and that one is returned if GitHub did create it."""
+        tried = False
+
+        def attempt() -> CommentInfo:
+            nonlocal tried
+            if tried:
+                existing = self._posted_before(number, body)
+                if existing is not None:
+                    log.info("comment on #%d was created by a POST that failed; using comment %d", number, existing.id)
+                    return existing
+            tried = True
+            return _comment_info(self._repo.get_issue(number).create_comment(body))
+
+        return self._call(f"comment on #{number}", attempt)
+
+    def _posted_before(self, number: int, body: str) -> CommentInfo | None:
+        """The bot's own comment (by user id) on the issue with this body, or with the same opening hidden
+        marker when the marker names a campaign (`<!-- kv-parity:... campaign=... -->`)."""
+        me = self.identity().id
+        marker = body.split("\n", 1)[0]
+        specific = marker.startswith("<!-- kv-parity:") and marker.endswith("-->") and "campaign" in marker
+        for comment in self._repo.get_issue(number).get_comments():
+            if comment.user.id != me:
+                continue
+            if comment.body == body or (specific and comment.body.split("\n", 1)[0] == marker):
+                return _comment_info(comment)
+        return None
 
     def edit_comment(self, comment_id: int, body: str) -> CommentInfo:
         def edit() -> CommentInfo:

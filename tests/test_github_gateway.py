@@ -27,6 +27,7 @@ from bot.github import (
     GitHubError,
     GitHubGateway,
     GitHubRateLimitError,
+    GitHubRetryLaterError,
     GitHubUnavailableError,
     GitHubValidationError,
     TokenAuth,
@@ -450,6 +451,71 @@ def test_comment_create_edit_list(gh: GitHubGateway, fake: FakeGitHub) -> None:
         ("POST", f"/repos/{REPO}/issues/7/comments"),
         ("PATCH", f"/repos/{REPO}/issues/comments/{created.id}"),
     ]
+
+
+MARKED = "<!-- kv-parity:result campaign=kvp-1 sha=abc -->\n**kv-parity** result"
+
+
+def test_a_comment_created_before_the_502_is_used_not_posted_again(
+    gh: GitHubGateway, fake: FakeGitHub, sleeper: Sleeper
+) -> None:
+    fake.inject_failures("POST", r"/issues/7/comments$", [(502, {}, {"message": "Bad Gateway"})], after_acting=True)
+
+    comment = gh.create_comment(7, MARKED)
+
+    assert [(c["id"], c["body"]) for c in fake.comments(REPO, 7)] == [(comment.id, MARKED)]
+    assert len(fake.calls_to("POST", r"/issues/7/comments$")) == 1
+    assert sleeper.waits == [1.0]
+
+
+def test_a_comment_the_failed_post_did_not_create_is_posted_again(
+    gh: GitHubGateway, fake: FakeGitHub, sleeper: Sleeper
+) -> None:
+    fake.inject_failures("POST", r"/issues/7/comments$", [(502, {}, {"message": "Bad Gateway"})])
+
+    gh.create_comment(7, MARKED)
+
+    assert [c["body"] for c in fake.comments(REPO, 7)] == [MARKED]
+    assert len(fake.calls_to("POST", r"/issues/7/comments$")) == 2
+
+
+def test_only_the_bots_own_comment_with_the_same_campaign_marker_counts(
+    gh: GitHubGateway, fake: FakeGitHub, sleeper: Sleeper
+) -> None:
+    fake.add_token("ghp_mallory", "mallory")
+    gateway(fake.url, sleeper, TokenAuth(token=SecretStr("ghp_mallory"))).create_comment(7, MARKED)
+    earlier = gh.create_comment(7, "<!-- kv-parity:result campaign=kvp-1 sha=abc -->\nfirst rendering")
+    fake.inject_failures("POST", r"/issues/7/comments$", [(502, {}, {"message": "Bad Gateway"})])
+
+    assert gh.create_comment(7, MARKED) == earlier  # same campaign marker, by the bot: it is that comment
+    assert [c["user"] for c in fake.comments(REPO, 7)] == ["mallory", "maintainer"]
+
+    fake.inject_failures("POST", r"/issues/7/comments$", [(502, {}, {"message": "Bad Gateway"})])
+    status = "<!-- kv-parity:status -->\nqueued"
+    gh.create_comment(7, "<!-- kv-parity:status -->\nrunning")
+    posted = gh.create_comment(7, status)  # a marker naming no campaign needs the identical body
+    assert posted.body == status and len(fake.comments(REPO, 7)) == 4
+
+
+def test_a_rate_limit_longer_than_the_bound_is_handed_back_and_nothing_is_sent_until_then(
+    fake: FakeGitHub, sleeper: Sleeper
+) -> None:
+    now = [1_700_000_000.0]
+    gh = gateway(fake.url, sleeper, clock=lambda: now[0], max_wait=10.0)
+    fake.inject_failures("POST", r"/issues/7/comments$", [secondary_rate_limit(retry_after=90)])
+
+    with pytest.raises(GitHubRetryLaterError) as raised:
+        gh.create_comment(7, "hello")
+    assert raised.value.not_before == now[0] + 90 and sleeper.waits == []
+
+    sent = len(fake.calls)
+    now[0] += 60
+    with pytest.raises(GitHubRetryLaterError, match="not sent"):
+        gh.pull(7)
+    assert len(fake.calls) == sent
+
+    now[0] += 31
+    assert gh.pull(7).number == 7 and fake.comments(REPO, 7) == []
 
 
 def test_list_comments_follows_pagination(gh: GitHubGateway, fake: FakeGitHub) -> None:

@@ -375,6 +375,7 @@ class FakeGitHub:
             self._installations: dict[int, _Installation] = {}
             self._artifacts: dict[int, _Artifact] = {}
             self._failures: list[tuple[str, re.Pattern[str], deque[InjectedResponse]]] = []
+            self._failures_after: list[tuple[str, re.Pattern[str], deque[InjectedResponse]]] = []
             self.calls: list[Call] = []
 
     # ----------------------------------------------------------------- lifecycle
@@ -584,10 +585,17 @@ class FakeGitHub:
             self._artifacts[artifact.id] = artifact
             return artifact.id
 
-    def inject_failures(self, method: str, path_regex: str, responses: Sequence[InjectedResponse]) -> None:
-        """Answer the next matching requests with ``responses`` (status, headers, body), in order."""
+    def inject_failures(
+        self, method: str, path_regex: str, responses: Sequence[InjectedResponse], *, after_acting: bool = False
+    ) -> None:
+        """Answer the next matching requests with ``responses`` (status, headers, body), in order.
+
+        With ``after_acting`` the request is first handled as usual (a comment is created, say) and only
+        its answer is replaced: GitHub acted, but the client saw an error (a 502 from a proxy, a timeout).
+        """
         with self._lock:
-            self._failures.append((method.upper(), re.compile(path_regex), deque(responses)))
+            target = self._failures_after if after_acting else self._failures
+            target.append((method.upper(), re.compile(path_regex), deque(responses)))
 
     # ----------------------------------------------------------------- inspection
 
@@ -648,12 +656,20 @@ class FakeGitHub:
             return injected
         query = {key: value for key, value in request.query_params.items()}
         try:
-            return await run_in_threadpool(self._handle, method, path, headers, query, body, bad_json)
+            response = await run_in_threadpool(self._handle, method, path, headers, query, body, bad_json)
         except _HTTPError as error:
-            return error.response()
+            response = error.response()
+        with self._lock:
+            replaced = self._take_injected(method, path, self._failures_after)
+        return response if replaced is None else replaced
 
-    def _take_injected(self, method: str, path: str) -> Response | None:
-        for wanted, pattern, queue in self._failures:
+    def _take_injected(
+        self,
+        method: str,
+        path: str,
+        failures: list[tuple[str, re.Pattern[str], deque[InjectedResponse]]] | None = None,
+    ) -> Response | None:
+        for wanted, pattern, queue in self._failures if failures is None else failures:
             if queue and wanted == method and pattern.search(path):
                 status, headers, body = queue.popleft()
                 if body is None:
