@@ -100,6 +100,7 @@ def make_backend(settings: Settings) -> Backend:
         argv_prefix=settings.local_campaign_argv,
         fetch_remote=settings.local_fetch_remote,
         cancel_grace_seconds=settings.cancel_grace_seconds,
+        sandbox=settings.sandbox,
     )
 
 

@@ -76,8 +76,12 @@ class Settings(BaseModel):
     local_fetch_remote: str = "origin"
     local_campaign_argv: list[str] | None = None
     """Command prefix the local backend runs instead of `kv-parity campaign`; the backend appends
-    `--repo --base --head --config [--rows] --out --campaign-id --progress-jsonl`. This is how a single-node
-    user plugs in a different runner."""
+    `--sandbox --repo --base --head --config [--rows] --out --campaign-id --progress-jsonl`. This is how a
+    single-node user plugs in a different runner."""
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    """How the local backend contains pull-request code: `bwrap` (bubblewrap; the service refuses to start
+    without a working one) or `none`, which runs it as the service's user, able to read the service's files and
+    forge results: only for trusted code, logged as a warning at start and for every campaign."""
     actions_workflow: str = "kv-parity-campaign.yml"
     """Campaign workflow the `actions` backend (and Actions-only mode) dispatches."""
     actions_ref: str = "main"

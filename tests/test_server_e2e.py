@@ -259,7 +259,7 @@ def test_labeled_event_runs_a_campaign_to_completion(env: Env) -> None:
     work = done.artifact_dir.parent
     assert run["argv"][-14:] == [
         "--repo",
-        str(env.repo),
+        str(work / "repo"),
         "--base",
         env.base,
         "--head",
@@ -625,6 +625,8 @@ def test_argv_contract(env: Env) -> None:
     assert argv == [
         "kv-parity",
         "campaign",
+        "--sandbox",
+        "bwrap",
         "--repo",
         "/r",
         "--base",

@@ -275,6 +275,7 @@ def read_record(path: Path) -> list[dict[str, Any]]:
 def _campaign(argv: list[str]) -> int:
     """The stand-in runner: same flags as `kv-parity campaign`, plus test knobs before them."""
     parser = argparse.ArgumentParser(prog="stand-in campaign")
+    parser.add_argument("--sandbox", choices=["bwrap", "none"], required=True)
     parser.add_argument("--repo", required=True)
     parser.add_argument("--base", required=True)
     parser.add_argument("--head", required=True)

@@ -1,9 +1,18 @@
 """Local backend: the real campaign as a subprocess on this machine (demos, tests, single-node users).
 
-argv contract (a list, never a shell): `<prefix> --repo <clone> --base <sha> --head <sha> --config <file>
-[--rows a,b] --out <dir> --campaign-id <id> --progress-jsonl <file>`, where the prefix defaults to
-`kv-parity campaign` and `settings.local_campaign_argv` replaces it. Exit 2 means a usage/config error and
+argv contract (a list, never a shell): `<prefix> --sandbox bwrap|none --repo <clone> --base <sha> --head <sha>
+--config <file> [--rows a,b] --out <dir> --campaign-id <id> --progress-jsonl <file>`, where the prefix defaults
+to `kv-parity campaign` and `settings.local_campaign_argv` replaces it. Exit 2 means a usage/config error and
 no report; any other exit must leave `<out>/report.json`, which is validated with `CampaignReport`.
+
+Containment (issue 9): the campaign builds and runs pull-request code, so it gets nothing of the service's.
+- Its environment is allow-listed (`CAMPAIGN_ENV`): never `KV_PARITY_*` (webhook secret, key path, token),
+  `GITHUB_*` / `ACTIONS_*`, or anything else the service happens to hold.
+- It works in a fresh clone of its own (`<work>/repo`: objects borrowed read-only from the service's clone,
+  its own `.git` with hooks switched off), so a hook or config written into one campaign's `.git` never runs
+  in another's, nor in the service's clone.
+- The backend refuses to exist without a working sandbox (`runners.sandbox.check`), unless the operator set
+  `sandbox = "none"`, which is logged as a warning at start and for every campaign and passed to the runner.
 
 The process gets its own session (process group), so cancel kills everything it started, and the service
 dying does not kill it: a restarted service adopts a still-running campaign by pid + start time.
@@ -20,14 +29,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from bot.dispatch.base import PollResult, RunHandle, StartError
+from bot.settings import SettingsError
 from bot.store import CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
+from runners.sandbox import SandboxKind, SandboxUnavailable, check
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +47,39 @@ SHA = re.compile(r"^[0-9a-f]{40}$")
 EXIT_USAGE = 2
 TAIL_BYTES = 2000
 HANDLE_FILE = "handle.json"
+CLONE_DIR = "repo"
+"""The campaign's own clone, beside its config, progress file and report."""
+NO_HOOKS = "core.hooksPath=/dev/null"
+CAMPAIGN_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "RUSTUP_HOME", "CARGO_HOME", "PYTHONPATH")
+"""The only variables a campaign process inherits: what finds the toolchain, the locale and the runner's own
+code. The service's secrets live in KV_PARITY_* variables and files it alone reads."""
+UNSANDBOXED = (
+    'sandbox = "none": campaigns run pull-request code UNSANDBOXED, as the service\'s user; a build script can '
+    "read the service's files and forge results. Set sandbox = \"bwrap\" for anything but trusted code."
+)
+
+
+class SandboxRequired(SettingsError):
+    """The local backend was asked for without a working sandbox and without the explicit opt-out."""
+
+
+def campaign_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allow-listed part of `environ` that a campaign process gets."""
+    return {name: environ[name] for name in CAMPAIGN_ENV if name in environ}
+
+
+def require_sandbox(kind: SandboxKind) -> None:
+    """Refuse (SandboxRequired) unless `kind` works here; `none` is accepted, with a warning in the log."""
+    if kind == "none":
+        log.warning(UNSANDBOXED)
+        return
+    try:
+        check(kind)
+    except SandboxUnavailable as exc:
+        raise SandboxRequired(
+            f"backend 'local' runs pull-request code and needs a working sandbox ({kind}): {exc}. "
+            'Setting sandbox = "none" runs it unsandboxed instead (unsafe: it can read the service\'s secrets).'
+        ) from exc
 
 
 def default_argv_prefix() -> list[str]:
@@ -47,11 +92,19 @@ def default_argv_prefix() -> list[str]:
 
 
 def campaign_argv(
-    prefix: list[str], repo: Path, campaign: CampaignView, config_file: Path, out_dir: Path, progress: Path
+    prefix: list[str],
+    repo: Path,
+    campaign: CampaignView,
+    config_file: Path,
+    out_dir: Path,
+    progress: Path,
+    sandbox: SandboxKind = "bwrap",
 ) -> list[str]:
     """The full argv of one campaign run (see the module docstring for the contract)."""
     argv = [
         *prefix,
+        "--sandbox",
+        sandbox,
         "--repo",
         str(repo),
         "--base",
@@ -114,7 +167,10 @@ class LocalBackend:
         argv_prefix: list[str] | None = None,
         fetch_remote: str = "origin",
         cancel_grace_seconds: float = 10.0,
+        sandbox: SandboxKind = "bwrap",
     ) -> None:
+        require_sandbox(sandbox)
+        self.sandbox: SandboxKind = sandbox
         self.repo = repo
         self.argv_prefix = argv_prefix
         self.fetch_remote = fetch_remote
@@ -126,7 +182,7 @@ class LocalBackend:
 
     def _git(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["git", "-C", str(self.repo), *args],
+            ["git", "-c", NO_HOOKS, "-C", str(self.repo), *args],
             capture_output=True,
             text=True,
             check=False,
@@ -146,6 +202,17 @@ class LocalBackend:
                 f"{self.fetch_remote!r} failed: {fetched.stderr.strip()[-500:]}"
             )
 
+    def _fresh_clone(self, dest: Path) -> None:
+        """The campaign's own clone: objects read through alternates from the service's clone (which the
+        campaign never writes), its own `.git` without template hooks and with hooks pointing nowhere."""
+        if dest.exists():
+            shutil.rmtree(dest)  # a restarted attempt starts from a clean clone too
+        argv = ["git", "-c", NO_HOOKS, "clone", "--quiet", "--shared", "--no-checkout", "--template=",
+                "--config", NO_HOOKS, str(self.repo), str(dest)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise StartError(f"cannot clone {self.repo} into {dest}: {done.stderr.strip()[-500:]}")
+
     def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
         """Write the config, spawn the runner in its own session, and leave a handle file for `adopt`."""
         if campaign.artifact_dir is None:
@@ -163,13 +230,18 @@ class LocalBackend:
             work / "campaign.log",
         )
         config_file.write_text(config_text, encoding="utf-8")
+        clone = work / CLONE_DIR
+        self._fresh_clone(clone)
         prefix = self.argv_prefix if self.argv_prefix is not None else default_argv_prefix()
-        argv = campaign_argv(prefix, self.repo, campaign, config_file, out_dir, progress)
+        argv = campaign_argv(prefix, clone, campaign, config_file, out_dir, progress, self.sandbox)
+        if self.sandbox == "none":
+            log.warning("campaign %s: %s", campaign.id, UNSANDBOXED)
         try:
             with log_path.open("ab") as log_file:
                 process = subprocess.Popen(
                     argv,
                     cwd=work,
+                    env=campaign_environment(os.environ),
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
