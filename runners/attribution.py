@@ -1,0 +1,370 @@
+"""Investigate unacceptable overhead: attribute a row's performance regression to specific code.
+
+The protocol's steps, in order, after the gate has decided and never while samples are collected:
+1. equivalent semantic work — the arms' work counters from their canonical reports (requests, tokens, engine
+   steps, KV events, route decisions), so an intended correction that adds work is told apart from overhead;
+2. an exact, noise-free instruction count per function for both arms (valgrind's callgrind: the same binary,
+   inputs and environment give the same count whatever else the machine does);
+3. sampled self time and call stacks for both arms (`perf record` with the cpu-clock event and DWARF unwinding,
+   several alternating runs on the row's pinned CPU), as flame graphs per arm and a differential flame graph.
+Function names are demangled and made stable across builds by `runners.symbols`, generic instantiations grouped.
+Raw captures are kept as files speedscope and the Firefox Profiler open (callgrind output, `perf script` text).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from runners.flamegraph import Stacks, differential_flame_svg, flame_svg
+from runners.symbols import demangle, generic_name
+
+TOP_MOVERS = 10
+FINDINGS = 3
+FINDING_FLOOR = 0.005
+"""Movers below this share of the baseline total are not findings: randomly seeded hash maps and address-space
+layout move a binary's own instruction count by about 0.1% between identical runs."""
+PERF_FREQUENCY_HZ = 1999
+Launcher = Callable[[list[str]], list[str]]
+"""Wraps one command's argv for execution (the sandbox and CPU pinning); identity when running bare."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WorkCounter(_Model):
+    name: str
+    baseline: int
+    candidate: int
+
+
+class WorkComparison(_Model):
+    """Stage "equivalent semantic work": did the candidate do more work, or the same work more slowly?"""
+
+    counters: list[WorkCounter]
+    equivalent: bool
+    summary: str
+
+
+class FunctionDelta(_Model):
+    """One function's (or generic's) self cost in both arms."""
+
+    name: str
+    baseline: int
+    candidate: int
+    instances: int = 1
+    """Distinct functions folded into this row (monomorphizations of one generic)."""
+
+    @property
+    def delta(self) -> int:
+        return self.candidate - self.baseline
+
+
+class CostTable(_Model):
+    """A differential table of self cost by function, largest movers first."""
+
+    metric: str
+    baseline_total: int
+    candidate_total: int
+    movers: list[FunctionDelta]
+    new_functions: list[FunctionDelta]
+    generic_movers: list[FunctionDelta]
+    """The same costs grouped by generic name, where grouping folded two or more instantiations."""
+
+
+class RegressionAttribution(_Model):
+    """What a reviewer needs to act on a performance FAIL: where the added time went, with the evidence files."""
+
+    trigger: str
+    work: WorkComparison | None
+    instructions: CostTable | None
+    samples: CostTable | None
+    findings: list[str]
+    files: list[str]
+    """Artifact file names (flame graphs, raw captures), relative to the attribution directory."""
+    skipped: list[str]
+
+
+# --- 1. Equivalent semantic work --------------------------------------------------------------------------
+
+_SUMMARY_COUNTERS = (
+    "num_requests", "completed_requests", "total_input_tokens", "total_output_tokens", "processed_tokens",
+    "engine_steps", "requests_with_reuse",
+)
+
+
+def work_counters(canonical: Mapping[str, Any]) -> dict[str, int]:
+    """The work a canonical report says was done: request and token totals, engine steps, KV events, routes."""
+    counters: dict[str, int] = {}
+    summary = canonical.get("summary") or {}
+    for key in _SUMMARY_COUNTERS:
+        if isinstance(summary.get(key), int):
+            counters[f"summary.{key}"] = summary[key]
+    coverage = canonical.get("coverage") or {}
+    ingest = coverage.get("kv_ingest") or {}
+    for key in ("events", "blocks", "batches"):
+        if isinstance(ingest.get(key), int):
+            counters[f"kv_ingest.{key}"] = ingest[key]
+    placements = coverage.get("router_placements") or {}
+    for pool, kinds in sorted(placements.items()):
+        for kind in ("immediate", "queued"):
+            if isinstance(kinds, dict) and isinstance(kinds.get(kind), int):
+                counters[f"route_decisions.{pool}.{kind}"] = kinds[kind]
+    if isinstance(coverage.get("per_request_records"), int):
+        counters["per_request_records"] = coverage["per_request_records"]
+    return counters
+
+
+def compare_work(baseline: Mapping[str, Any], candidate: Mapping[str, Any]) -> WorkComparison:
+    before, after = work_counters(baseline), work_counters(candidate)
+    rows = [
+        WorkCounter(name=name, baseline=before.get(name, 0), candidate=after.get(name, 0))
+        for name in sorted(before.keys() | after.keys())
+    ]
+    more = [row for row in rows if row.candidate > row.baseline]
+    less = [row for row in rows if row.candidate < row.baseline]
+    if not more and not less:
+        summary = f"equivalent semantic work: all {len(rows)} work counters identical, so the added time is overhead"
+    else:
+        changed = more + less
+        summary = "candidate did different work: " + ", ".join(
+            f"{row.name} {row.baseline:,} -> {row.candidate:,}" for row in changed[:5]
+        ) + ("" if len(changed) <= 5 else f" (+{len(changed) - 5} more)")
+    return WorkComparison(counters=rows, equivalent=not more and not less, summary=summary)
+
+
+# --- 2. Instruction counts (callgrind) --------------------------------------------------------------------
+
+_NAMED = re.compile(r"^(c?fn)=\((\d+)\)(?: (.*))?$")
+
+
+def callgrind_self_costs(text: str) -> dict[str, int]:
+    """Self instruction count per (mangled) function from a callgrind output file.
+
+    Cost lines under `fn=` are the function's own cost; the cost line right after `calls=` is the inclusive cost
+    of a call and belongs to the callee, so it is skipped. Compressed names `fn=(id)` refer to an earlier
+    `fn=(id) name` or `cfn=(id) name` definition.
+    """
+    names: dict[str, str] = {}
+    costs: Counter[str] = Counter()
+    current: str | None = None
+    skip_next_cost = False
+    for line in text.splitlines():
+        named = _NAMED.match(line)
+        if named:
+            kind, ident, name = named.groups()
+            if name is not None:
+                names[ident] = name
+            if kind == "fn":
+                current = names.get(ident, f"fn({ident})")
+            continue
+        if line.startswith("calls="):
+            skip_next_cost = True
+            continue
+        if line[:1].isdigit() or line[:1] in "+-*":
+            if skip_next_cost:
+                skip_next_cost = False
+                continue
+            parts = line.split()
+            if current is not None and len(parts) >= 2:
+                costs[current] += int(parts[1])
+    return dict(costs)
+
+
+# --- 3. Sampled stacks (perf) -----------------------------------------------------------------------------
+
+def perf_script_stacks(text: str, comm: str) -> Stacks:
+    """Folded stacks (root first) of the samples of process `comm` from `perf script -F comm,ip,sym` text."""
+    stacks: Counter[tuple[str, ...]] = Counter()
+    for block in re.split(r"\n\s*\n", text):
+        lines = [line for line in block.splitlines() if line.strip()]
+        if not lines or lines[0].strip() != comm:
+            continue
+        frames = []
+        for line in lines[1:]:
+            parts = line.strip().split(maxsplit=1)
+            symbol = parts[1] if len(parts) == 2 else "[unknown]"
+            frames.append(symbol.removesuffix(" (inlined)"))
+        if frames:
+            stacks[tuple(reversed(frames))] += 1
+    return stacks
+
+
+# --- Differential tables ----------------------------------------------------------------------------------
+
+def _readable(costs: Mapping[str, int]) -> dict[str, int]:
+    """Mangled -> demangled, stable names, costs of names that collapse together added up."""
+    names = list(costs)
+    readable: Counter[str] = Counter()
+    for mangled, name in zip(names, demangle(names) if names else [], strict=True):
+        readable[name] += costs[mangled]
+    return dict(readable)
+
+
+def cost_table(metric: str, baseline: Mapping[str, int], candidate: Mapping[str, int]) -> CostTable:
+    before, after = _readable(baseline), _readable(candidate)
+    rows = [
+        FunctionDelta(name=name, baseline=before.get(name, 0), candidate=after.get(name, 0))
+        for name in sorted(before.keys() | after.keys())
+    ]
+    movers = sorted((row for row in rows if row.delta), key=lambda row: (-abs(row.delta), row.name))
+    new = sorted((row for row in rows if row.baseline == 0 and row.candidate > 0), key=lambda r: (-r.candidate, r.name))
+    grouped: dict[str, list[int]] = {}
+    for row in rows:
+        entry = grouped.setdefault(generic_name(row.name), [0, 0, 0])
+        entry[0] += row.baseline
+        entry[1] += row.candidate
+        entry[2] += 1
+    generic = sorted(
+        (FunctionDelta(name=name, baseline=b, candidate=c, instances=n) for name, (b, c, n) in grouped.items()
+         if n > 1 and c != b),
+        key=lambda row: (-abs(row.delta), row.name),
+    )
+    return CostTable(
+        metric=metric,
+        baseline_total=sum(before.values()),
+        candidate_total=sum(after.values()),
+        movers=movers[:TOP_MOVERS],
+        new_functions=new[:TOP_MOVERS],
+        generic_movers=generic[:TOP_MOVERS],
+    )
+
+
+def findings(table: CostTable) -> list[str]:
+    """The top movers, one line each, in the table's unit and as a share of the baseline total."""
+    lines = []
+    for row in table.movers[:FINDINGS]:
+        share = row.delta / table.baseline_total if table.baseline_total else 0.0
+        if abs(share) < FINDING_FLOOR:
+            break
+        novelty = " (new in candidate)" if row.baseline == 0 else ""
+        lines.append(f"{row.name}: {row.delta:+,} {table.metric} ({share:+.1%} of the baseline total){novelty}")
+    return lines
+
+
+# --- Orchestration ----------------------------------------------------------------------------------------
+
+def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    completed = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
+    if completed.returncode != 0:
+        raise RuntimeError(f"{what} exited {completed.returncode}: {completed.stderr.strip()[-300:]}")
+    return completed
+
+
+def count_instructions(binary: Path, args: list[str], out_file: Path, launch: Launcher) -> dict[str, int]:
+    """One run under callgrind; self instruction count per mangled function."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise FileNotFoundError("valgrind is not installed")
+    _run(launch([valgrind, "--tool=callgrind", "--demangle=no", f"--callgrind-out-file={out_file}",
+                 str(binary), *args]), f"callgrind of {binary.name}")
+    return callgrind_self_costs(out_file.read_text(encoding="utf-8", errors="replace"))
+
+
+def sample_stacks(binary: Path, args: list[str], data_file: Path, script_file: Path, launch: Launcher) -> Stacks:
+    """One run under `perf record` (cpu-clock, user space, DWARF unwinding); folded stacks of the harness."""
+    perf = shutil.which("perf")
+    if perf is None:
+        raise FileNotFoundError("perf (linux-perf) is not installed")
+    _run([perf, "record", "-q", "--all-user", "-e", "cpu-clock", "-F", str(PERF_FREQUENCY_HZ),
+          "--call-graph", "dwarf,16384", "-o", str(data_file), "--", *launch([str(binary), *args])],
+         f"perf record of {binary.name}")
+    script = _run([perf, "script", "-i", str(data_file), "-F", "comm,ip,sym", "--no-demangle"], "perf script")
+    script_file.write_text(script.stdout, encoding="utf-8")
+    data_file.unlink()
+    return perf_script_stacks(script.stdout, binary.name[:15])
+
+
+def attribute_regression(
+    binaries: Mapping[str, Path],
+    args: list[str],
+    canonical: Mapping[str, Mapping[str, Any]] | None,
+    out_dir: Path,
+    *,
+    trigger: str,
+    launch: Launcher,
+    perf_runs: int = 3,
+) -> RegressionAttribution:
+    """Run the protocol's investigation for one row; every capture lands in `out_dir`.
+
+    `binaries` maps "baseline"/"candidate" to the campaign's verified executables; `args` is the row's
+    performance argv (timings file arguments included by the caller); `canonical` holds both arms' canonical
+    reports when the caller kept them. A missing profiler is recorded in `skipped`, never fatal.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    skipped: list[str] = []
+    files: list[str] = []
+    work = compare_work(canonical["baseline"], canonical["candidate"]) if canonical else None
+    if work is None:
+        skipped.append("equivalent-work check: no canonical reports were kept for this row")
+
+    instructions: CostTable | None = None
+    try:
+        counted = {
+            arm: count_instructions(binaries[arm], args, out_dir / f"{arm}.callgrind.out", launch)
+            for arm in ("baseline", "candidate")
+        }
+        instructions = cost_table("instructions", counted["baseline"], counted["candidate"])
+        files += ["baseline.callgrind.out", "candidate.callgrind.out"]
+    except (FileNotFoundError, RuntimeError) as exc:
+        skipped.append(f"instruction counts: {exc}")
+
+    samples: CostTable | None = None
+    try:
+        stacks: dict[str, Counter[tuple[str, ...]]] = {"baseline": Counter(), "candidate": Counter()}
+        for run in range(perf_runs):
+            for arm in ("baseline", "candidate") if run % 2 == 0 else ("candidate", "baseline"):
+                script = out_dir / f"{arm}.{run}.perf-script.txt"
+                stacks[arm].update(sample_stacks(binaries[arm], args, out_dir / f"{arm}.{run}.perf.data", script,
+                                                 launch))
+                files.append(script.name)
+        readable = {arm: _demangle_stacks(stacks[arm]) for arm in stacks}
+        leaf_costs = {arm: _leaf_costs(readable[arm]) for arm in readable}
+        samples = cost_table("cpu-clock samples", leaf_costs["baseline"], leaf_costs["candidate"])
+        for arm in ("baseline", "candidate"):
+            (out_dir / f"{arm}.flame.svg").write_text(flame_svg(readable[arm], f"{arm}: cpu-clock samples"),
+                                                      encoding="utf-8")
+            files.append(f"{arm}.flame.svg")
+        (out_dir / "differential.flame.svg").write_text(
+            differential_flame_svg(readable["baseline"], readable["candidate"],
+                                   "candidate vs baseline (red: larger share in candidate, blue: smaller)"),
+            encoding="utf-8",
+        )
+        files.append("differential.flame.svg")
+    except (FileNotFoundError, RuntimeError) as exc:
+        skipped.append(f"sampled profile: {exc}")
+
+    decided = instructions or samples
+    return RegressionAttribution(
+        trigger=trigger,
+        work=work,
+        instructions=instructions,
+        samples=samples,
+        findings=findings(decided) if decided else [],
+        files=sorted(files),
+        skipped=skipped,
+    )
+
+
+def _demangle_stacks(stacks: Counter[tuple[str, ...]]) -> Stacks:
+    frames = sorted({frame for stack in stacks for frame in stack})
+    readable = dict(zip(frames, demangle(frames) if frames else [], strict=True))
+    out: Counter[tuple[str, ...]] = Counter()
+    for stack, count in stacks.items():
+        out[tuple(readable[frame] for frame in stack)] += count
+    return out
+
+
+def _leaf_costs(stacks: Stacks) -> dict[str, int]:
+    costs: Counter[str] = Counter()
+    for stack, count in stacks.items():
+        costs[stack[-1]] += count
+    return dict(costs)
