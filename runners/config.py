@@ -111,13 +111,41 @@ def _reject_output_flags(args: list[str]) -> list[str]:
     return args
 
 
+Band = Annotated[int, Field(ge=0)] | tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]
+"""A drift detector's expected count: an exact value or an inclusive `[min, max]`."""
+
+
+def band_limits(band: Band) -> tuple[int, int]:
+    """The inclusive limits of an exact value or a band."""
+    return (band, band) if isinstance(band, int) else band
+
+
+class PoolPlacements(_Strict):
+    """Route decisions one pool is expected to record, by outcome."""
+
+    immediate: Band | None = None
+    queued: Band | None = None
+
+
 class ExpectedEvidence(_Strict):
-    """The lifecycle evidence band a frozen row configuration must show (Stage 3)."""
+    """The lifecycle evidence band a frozen row configuration must show (Stage 3), and its drift detectors.
+
+    The drift detectors (`reused_requests`, `placements`, `active_workers`, `handoffs`) are optional: a signal
+    left out is not checked. Pools are named as the harness names them in `routing_history[].pool`.
+    """
 
     pressure: tuple[int, int] = Field(description="inclusive [min, max] preemptions/retractions")
     handoff: bool = False
     queued: int = 0
     completed_all: bool = True
+    reused_requests: Band | None = None
+    """Requests that reused cached KV (`reused_input_tokens` or `decode_reused_input_tokens` > 0)."""
+    placements: dict[str, PoolPlacements] = Field(default_factory=dict)
+    """Route decisions per pool, immediate and queued."""
+    active_workers: dict[str, Band] = Field(default_factory=dict)
+    """Distinct workers per pool that received at least one route decision."""
+    handoffs: Band | None = None
+    """Requests handed off from a prefill to a decode worker."""
 
     @field_validator("pressure")
     @classmethod
@@ -126,6 +154,20 @@ class ExpectedEvidence(_Strict):
         if low < 1 or high < low:
             raise ValueError(f"pressure band {list(value)} must satisfy 1 <= min <= max (zero = edge not hit)")
         return value
+
+    @model_validator(mode="after")
+    def _ordered_bands(self) -> ExpectedEvidence:
+        """Every drift band is `[min, max]` with min <= max; a reversed band could never be met."""
+        bands: list[tuple[str, Band | None]] = [("reused_requests", self.reused_requests),
+                                                ("handoffs", self.handoffs)]
+        for pool, expected in self.placements.items():
+            bands += [(f"placements.{pool}.immediate", expected.immediate),
+                      (f"placements.{pool}.queued", expected.queued)]
+        bands += [(f"active_workers.{pool}", band) for pool, band in self.active_workers.items()]
+        for name, band in bands:
+            if band is not None and band_limits(band)[0] > band_limits(band)[1]:
+                raise ValueError(f"{name} band {list(band_limits(band))} must satisfy min <= max")
+        return self
 
 
 class RowConfig(_Strict):

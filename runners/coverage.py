@@ -12,6 +12,9 @@ Decisions:
   same placement's report (clamped to the input length), so adding them would double count one decision.
 - A reused request has `reused_input_tokens` > 0 or `decode_reused_input_tokens` > 0.
 - A handoff is a request with both worker indices and `destination_activated_ms` set.
+- An active worker is a distinct `logical_worker_id` among a pool's route decisions.
+- Drift detectors (`expect.reused_requests`, `.placements`, `.active_workers`, `.handoffs`) are checked only
+  when configured, each against an exact value or an inclusive band; a failure names expected and observed.
 - `coverage.kv_ingest.kind_counts` lists the kinds it observed, so an absent `removed` kind counts 0;
   the map itself is required.
 - A revision whose router config has no `router_queue_threshold` key predates the flag and had no router
@@ -20,11 +23,11 @@ Decisions:
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from runners.config import ExpectedEvidence
+from runners.config import Band, ExpectedEvidence, band_limits
 from runners.report import ARMS, Arm, CoverageCheck, CoverageCounts
 
 TERMINAL_STATUSES = ("completed", "rejected", "canceled", "failed")
@@ -69,6 +72,7 @@ class _Tally:
         self.handoffs = 0
         self.immediate: Counter[str] = Counter()
         self.queued: Counter[str] = Counter()
+        self.workers: defaultdict[str, set[int]] = defaultdict(set)
 
     def add(self, record: Any, path: str) -> None:
         status = _field(record, "terminal_status", path)
@@ -96,6 +100,8 @@ class _Tally:
         pool = _field(route, "pool", path)
         if not isinstance(pool, str):
             raise CoverageError(f"{path}/pool is {pool!r}, not a pool name")
+        worker = _count(_field(route, "logical_worker_id", path), f"{path}/logical_worker_id")
+        self.workers[pool].add(worker)
         outcome = _field(route, "outcome", path)
         if outcome == "immediate":
             self.immediate[pool] += 1
@@ -180,6 +186,7 @@ def count_evidence(data: dict[str, Any]) -> CoverageCounts:
         handoffs=tally.handoffs,
         kv_removed_events=removed,
         router_queue_threshold=_queue_threshold(_field(data, "metadata", "")),
+        workers_by_pool={pool: len(ids) for pool, ids in sorted(tally.workers.items())},
     )
 
 
@@ -283,6 +290,36 @@ def _terminal_check(arm: Arm, counts: CoverageCounts, expect: ExpectedEvidence) 
     )
 
 
+def _in_band(name: str, observed: int, band: Band) -> tuple[str, bool]:
+    low, high = band_limits(band)
+    expected = str(low) if low == high else f"[{low}, {high}]"
+    return f"{name} {observed} (expected {expected})", low <= observed <= high
+
+
+def _drift_check(arm: Arm, counts: CoverageCounts, expect: ExpectedEvidence) -> CoverageCheck | None:
+    """The configured drift detectors of a row's frozen configuration; None when it configures none."""
+    pools = sorted(counts.immediate_by_pool.keys() | counts.queued_by_pool.keys())
+    signals: list[tuple[str, bool]] = []
+    if expect.reused_requests is not None:
+        signals.append(_in_band("requests with reused KV", counts.reused_requests, expect.reused_requests))
+    for pool, placements in sorted(expect.placements.items()):
+        for outcome, band, observed in (("immediate", placements.immediate, counts.immediate_by_pool),
+                                        ("queued", placements.queued, counts.queued_by_pool)):
+            if band is not None:
+                signals.append(_in_band(f"{pool} {outcome} placements", observed.get(pool, 0), band))
+    for pool, band in sorted(expect.active_workers.items()):
+        signals.append(_in_band(f"{pool} active workers", counts.workers_by_pool.get(pool, 0), band))
+    if expect.handoffs is not None:
+        signals.append(_in_band("handoffs", counts.handoffs, expect.handoffs))
+    if not signals:
+        return None
+    drifted = [text for text, ok in signals if not ok]
+    detail = f"{arm}: " + "; ".join(text for text, _ in signals)
+    if drifted:
+        detail += f"; out of band: {'; '.join(drifted)} (observed pools: {', '.join(pools) or 'none'})"
+    return CoverageCheck(name="drift_detectors", ok=not drifted, detail=detail)
+
+
 def check_evidence(
     counts: Mapping[Arm, CoverageCounts], expect: ExpectedEvidence, disaggregated: bool
 ) -> list[CoverageCheck]:
@@ -303,4 +340,7 @@ def check_evidence(
                 _terminal_check(arm, arm_counts, expect),
             ]
         )
+        drift = _drift_check(arm, arm_counts, expect)
+        if drift is not None:
+            checks.append(drift)
     return checks

@@ -163,6 +163,8 @@ class CoverageCounts(_Model):
     handoffs: int
     kv_removed_events: int
     router_queue_threshold: float | None
+    workers_by_pool: dict[str, int] = Field(default_factory=dict)
+    """Distinct `logical_worker_id`s per pool that received a route decision."""
 
 
 class CoverageCheck(_Model):

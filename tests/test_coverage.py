@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from runners.canonical import canonicalize
-from runners.config import PROTOCOL_EXCLUSIONS, ExpectedEvidence
+from runners.config import PROTOCOL_EXCLUSIONS, ExpectedEvidence, PoolPlacements, load_profile
 from runners.coverage import CoverageError, check_evidence, count_evidence
+from runners.demo import Knob
 from runners.report import CoverageCheck, CoverageCounts
+from tests.conftest import HarnessBuilder
 
 EXAMPLE = Path(__file__).resolve().parent / "data" / "canonical_record.json"
 DISAGG_EXPECT = ExpectedEvidence(pressure=(10, 20), handoff=True)
@@ -22,7 +26,8 @@ AGG_EXPECT = ExpectedEvidence(pressure=(1, 3))
 def _report(
     requests: int = 20, *, disaggregated: bool = True, pressure: int = 14, readmitted: int | None = None
 ) -> dict[str, Any]:
-    """A consistent report: every request completed and routed once per pool; every third one saw overlap."""
+    """A consistent report: every request completed and routed once per pool to one of two workers; every third
+    one saw overlap."""
     example: dict[str, Any] = json.loads(EXAMPLE.read_text(encoding="utf-8"))
     template = example["per_request"][0]
     pools = ["prefill", "decode"] if disaggregated else ["agg"]
@@ -35,6 +40,7 @@ def _report(
             {
                 **template["routing_history"][0],
                 "pool": pool,
+                "logical_worker_id": index % 2,
                 "reported_overlap_tokens": 512 if index % 3 == 0 else 0,
             }
             for pool in pools
@@ -73,7 +79,8 @@ def _checks(
 ) -> dict[str, CoverageCheck]:
     counts = count_evidence(report)
     checks = check_evidence({"baseline": counts, "candidate": counts}, expect, disaggregated)
-    assert [c.name for c in checks[:5]] == [c.name for c in checks[5:]]
+    half = len(checks) // 2
+    assert [c.name for c in checks[:half]] == [c.name for c in checks[half:]]
     return {check.name: check for check in checks if check.detail.startswith("baseline:")}
 
 
@@ -100,6 +107,7 @@ def test_counts_of_a_disaggregated_report() -> None:
         handoffs=20,
         kv_removed_events=29900,
         router_queue_threshold=None,
+        workers_by_pool={"decode": 2, "prefill": 2},
     )
 
 
@@ -313,6 +321,10 @@ def test_rejected_request_fails_only_when_all_must_complete() -> None:
         ),
         (["per_request", 1, "routing_history"], "/per_request/1/routing_history is missing"),
         (
+            ["per_request", 5, "routing_history", 0, "logical_worker_id"],
+            "/per_request/5/routing_history/0/logical_worker_id is missing",
+        ),
+        (
             ["per_request", 6, "destination_activated_ms"],
             "/per_request/6/destination_activated_ms is missing",
         ),
@@ -390,3 +402,137 @@ def test_inconsistent_or_garbled_evidence_is_an_error(mutate: Any, message: str)
 
     with pytest.raises(CoverageError, match=message):
         count_evidence(report)
+
+
+SEED_DRIFT = ExpectedEvidence(
+    pressure=(10, 20),
+    handoff=True,
+    reused_requests=20,
+    placements={"prefill": PoolPlacements(immediate=20, queued=0), "decode": PoolPlacements(immediate=20, queued=0)},
+    active_workers={"prefill": 2, "decode": 2},
+    handoffs=20,
+)
+
+
+def test_drift_detectors_in_band_pass_and_show_every_signal() -> None:
+    checks = _checks(_report(), SEED_DRIFT)
+
+    assert _failed(checks) == []
+    assert checks["drift_detectors"].detail == (
+        "baseline: requests with reused KV 20 (expected 20); decode immediate placements 20 (expected 20); "
+        "decode queued placements 0 (expected 0); prefill immediate placements 20 (expected 20); "
+        "prefill queued placements 0 (expected 0); decode active workers 2 (expected 2); "
+        "prefill active workers 2 (expected 2); handoffs 20 (expected 20)"
+    )
+
+
+def test_no_drift_detector_configured_adds_no_check() -> None:
+    assert "drift_detectors" not in _checks(_report(), DISAGG_EXPECT)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expect", "drifted"),
+    [
+        (
+            lambda r: r["per_request"][1].update(reused_input_tokens=0, decode_reused_input_tokens=0),
+            {"reused_requests": (20, 25)},
+            "requests with reused KV 19 (expected [20, 25])",
+        ),
+        (
+            lambda r: r["per_request"][0]["routing_history"].pop(),
+            {"placements": {"decode": PoolPlacements(immediate=20)}},
+            "decode immediate placements 19 (expected 20)",
+        ),
+        (
+            lambda r: [route.update(logical_worker_id=0) for route in r["per_request"][1]["routing_history"]]
+            and [
+                route.update(logical_worker_id=0)
+                for record in r["per_request"][3::2]
+                for route in record["routing_history"]
+            ],
+            {"active_workers": {"prefill": (2, 2)}},
+            "prefill active workers 1 (expected 2)",
+        ),
+        (
+            lambda r: r["per_request"][7].update(destination_activated_ms=None),
+            {"handoffs": (15, 18)},
+            "handoffs 19 (expected [15, 18])",
+        ),
+    ],
+)
+def test_out_of_band_drift_fails_naming_expected_and_observed(
+    mutate: Any, expect: dict[str, Any], drifted: str
+) -> None:
+    report = _report()
+    mutate(report)
+
+    checks = _checks(report, ExpectedEvidence(pressure=(10, 20), handoff=True, **expect))
+
+    assert not checks["drift_detectors"].ok
+    assert checks["drift_detectors"].detail.endswith(
+        f"; out of band: {drifted} (observed pools: decode, prefill)"
+    )
+
+
+def test_a_pool_the_harness_does_not_name_reads_zero_and_lists_the_observed_pools() -> None:
+    checks = _checks(_report(), ExpectedEvidence(pressure=(10, 20), handoff=True, active_workers={"agg": 4}))
+
+    assert checks["drift_detectors"].detail == (
+        "baseline: agg active workers 0 (expected 4); out of band: agg active workers 0 (expected 4) "
+        "(observed pools: decode, prefill)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("expect", "message"),
+    [
+        ({"reused_requests": [5, 3]}, "reused_requests band \\[5, 3\\] must satisfy min <= max"),
+        ({"placements": {"decode": {"queued": [2, 1]}}}, "placements.decode.queued band"),
+        ({"active_workers": {"decode": [4, 2]}}, "active_workers.decode band"),
+        ({"handoffs": -1}, "greater than or equal to 0"),
+        ({"placements": {"decode": {"waiting": 1}}}, "Extra inputs are not permitted"),
+    ],
+)
+def test_drift_bands_are_validated(expect: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        ExpectedEvidence.model_validate({"pressure": (1, 3), **expect})
+
+
+def test_dynamo_profile_carries_the_reference_seed_drift_detectors() -> None:
+    rows = {row.id: row.expect for row in load_profile("dynamo").rows}
+
+    assert {row: expect.reused_requests for row, expect in rows.items()} == {
+        "vllm-agg": 4918, "vllm-disagg": 4988, "sglang-agg": 4840, "sglang-disagg": 4990,
+    }
+    for row in ("vllm-disagg", "sglang-disagg"):
+        seed = PoolPlacements(immediate=5000, queued=0)
+        assert rows[row].placements == {"prefill": seed, "decode": seed}
+        assert (rows[row].active_workers, rows[row].handoffs) == ({"prefill": 2, "decode": 2}, 5000)
+    assert (rows["vllm-agg"].handoffs, rows["sglang-agg"].handoffs) == (0, 0)
+
+
+@pytest.mark.parametrize("knobs", [{}, {"SEMANTIC_CHANGE": True}], ids=["fixture", "semantic-change"])
+def test_demo_drift_detectors_hold_on_the_fixture_and_its_evidenced_change(
+    harness: HarnessBuilder, demo_trace: Path, tmp_path: Path, knobs: dict[str, Knob]
+) -> None:
+    """The demo profile's values were measured with the fixture on the generated trace: every row's detectors
+    pass there, and still pass on the intended semantic change the demo accepts with an exception."""
+    config = load_profile("demo")
+    binary = harness.binary(**knobs)
+    details = []
+    for row in config.rows:
+        out = tmp_path / f"{row.id}.jsonl"
+        subprocess.run(
+            [str(binary), str(demo_trace), *config.harness.common_args, *row.args, "--iterations", "1",
+             "--canonical-reports-jsonl", str(out)],
+            check=True, capture_output=True,
+        )
+        counts = count_evidence(canonicalize(out.read_bytes(), config.harness.exclusions).data)
+        checks = check_evidence({"baseline": counts, "candidate": counts}, row.expect,
+                                disaggregated=row.expect.handoff)
+        drift = [check for check in checks if check.name == "drift_detectors"]
+        assert [check.ok for check in drift] == [True, True], drift[0].detail
+        details.append(drift[0].detail)
+
+    assert "requests with reused KV 901 (expected [883, 919])" in details[0]
+    assert "prefill immediate placements 1000 (expected 1000)" in details[1]
