@@ -26,9 +26,12 @@ UNPRIVILEGED_JOBS = ("build-baseline", "build-candidate", "rows")
 HEAD = "${{ inputs.head_sha }}"
 BASE = "${{ inputs.base_sha }}"
 PIN_STEP = "Refuse an unpinned kv-parity requirement"
+TEMP = "${{ runner.temp }}"
 GIT_SHA = "0123456789abcdef0123456789abcdef01234567"
 HASH = "sha256:" + "ab" * 32
-INSTALL = r'python -m pip install --no-input -r ("\$KV_PARITY_REQUIREMENTS"|kvp/kv-parity-requirements\.txt)'
+INSTALL = (
+    r'python -m pip install --no-input -r "\$(KV_PARITY_REQUIREMENTS|RUNNER_TEMP/kvp/kv-parity-requirements\.txt)"'
+)
 """The only install line: from the file the validator wrote (or the plan job's copy of it)."""
 DISPATCH_INPUT_LIMIT = 25
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
@@ -223,7 +226,7 @@ def test_the_baseline_is_built_from_the_base_sha_alone() -> None:
     assert _checkout_refs(baseline) == [BASE]
     assert "head_sha" not in yaml.safe_dump(baseline), "the baseline build never names the head"
     downloads = [step["with"] for step in _steps(baseline) if "download-artifact@" in step.get("uses", "")]
-    assert downloads == [{"artifact-ids": "${{ needs.plan.outputs.plan_artifact_id }}", "path": "kvp"}]
+    assert downloads == [{"artifact-ids": "${{ needs.plan.outputs.plan_artifact_id }}", "path": TEMP + "/kvp"}]
     assert baseline["needs"] == "plan", "built beside the candidate, never after it"
     assert _checkout_refs(jobs["build-candidate"]) == [HEAD]
 
@@ -258,6 +261,20 @@ def test_trusted_artifacts_are_downloaded_by_the_id_their_job_reported() -> None
     )
     manifest = jobs["manifest"]
     assert _checkout_refs(manifest) == [] and manifest["permissions"] == {}, "the manifest job runs no PR code"
+
+
+def test_jobs_write_only_below_the_runner_temp_directory() -> None:
+    """The runner empties $RUNNER_TEMP at every job's start; a reused self-hosted runner's workspace keeps
+    whatever an earlier job left there, so only checkouts (which clean their directory) may live in it."""
+    for name, job in _jobs(_load(CAMPAIGN)).items():
+        for step in _steps(job):
+            uses, options = str(step.get("uses", "")), step.get("with", {})
+            if uses.startswith("actions/checkout@"):
+                assert options["path"] == "repo" and options.get("clean", True) is True
+            elif "artifact@" in uses:
+                assert options["path"].startswith(TEMP + "/"), f"job {name}: {options['path']}"
+        for words in re.findall(r"--(?:out|plan|manifest|baseline|candidate|work|report) (\S+)", _script(job)):
+            assert words.startswith('"$RUNNER_TEMP/'), f"job {name} writes or reads {words}"
 
 
 def test_publish_refuses_a_report_that_is_not_the_dispatched_campaign() -> None:
