@@ -144,6 +144,93 @@ class ParityResult(_Model):
     harness_exclusions: dict[Arm, list[str]] = Field(default_factory=dict)
 
 
+Resolution = Literal["present", "parent_null", "absent"]
+"""What a JSON pointer names in a canonical line: a value, nothing because an ancestor is null, or nothing."""
+
+_RESOLUTION_WORDS: dict[Resolution, str] = {
+    "present": "present",
+    "parent_null": "absent because its parent is null",
+    "absent": "absent",
+}
+
+
+class DeclaredPointer(_Model):
+    """One pointer of the campaign's closed list or of the harness's `metadata.result_exclusions`."""
+
+    pointer: str
+    campaign_drops: bool
+    """In the campaign's closed exclusion list: dropped before comparison whatever the harness declares."""
+    declared_by: list[Arm]
+    """The arms whose harness declared it in `metadata.result_exclusions`."""
+    canonical: dict[Arm, Resolution]
+    """What it resolves to in each arm's canonical line as the harness wrote it."""
+    full_report: dict[Arm, Resolution] = Field(default_factory=dict)
+    """For a declared pointer absent from an arm's canonical line: what it resolves to in the `--report-json` of
+    one invocation that wrote both outputs."""
+
+    def withheld_by(self) -> list[Arm]:
+        """Arms whose harness demonstrably withheld the value: declared, kept out of the canonical line, and
+        present in the full report of the same invocation. The campaign's own three are dropped anyway."""
+        if self.campaign_drops:
+            return []
+        return [
+            arm for arm in self.declared_by
+            if self.canonical.get(arm) == "absent" and self.full_report.get(arm) == "present"
+        ]
+
+    def describe(self, arm: Arm) -> str:
+        """A reviewer's words for what the pointer resolves to in one arm."""
+        resolution = self.canonical.get(arm)
+        if resolution is None:
+            return "no canonical line"
+        words = _RESOLUTION_WORDS[resolution]
+        if resolution == "present":
+            return "present, dropped by the campaign" if self.campaign_drops else "present and compared"
+        if arm in self.withheld_by():
+            return f"{words}: withheld, --report-json has a value"
+        if arm in self.full_report:
+            return f"{words}; --report-json has none either"
+        return words
+
+
+class DeclaredExclusions(_Model):
+    """The harness's declared exclusions next to the campaign's closed list: evidence, never what is dropped."""
+
+    campaign: list[str]
+    declared: dict[Arm, list[str]]
+    pointers: list[DeclaredPointer]
+    evidence_runs: list[ProcessRecord] = Field(default_factory=list)
+    """Invocations that wrote `--canonical-reports-jsonl` and `--report-json` together, run only when a declared
+    pointer was absent from a canonical line."""
+    problems: list[str] = Field(default_factory=list)
+    """Evidence invocations that failed or disagreed with the compared canonical line (product failures)."""
+
+    def withheld(self) -> list[str]:
+        return [p.pointer for p in self.pointers if p.withheld_by()]
+
+
+def declared_exclusion_verdict(
+    verdict: SemanticVerdict, reasons: list[str], declared: DeclaredExclusions | None
+) -> tuple[SemanticVerdict, list[str]]:
+    """A row whose harness demonstrably withheld compared data stops for review (BLOCKED) instead of passing;
+    a failed evidence invocation is a product failure. Declarations alone never change a verdict."""
+    if declared is None:
+        return verdict, reasons
+    extra = [f"product failure: {problem}" for problem in declared.problems]
+    for item in declared.pointers:
+        for arm in item.withheld_by():
+            extra.append(
+                f"{arm} harness withheld {item.pointer}: declared in metadata.result_exclusions and missing from "
+                "its canonical line while the same invocation's --report-json has a value there; the campaign "
+                "cannot compare it; stop for review"
+            )
+    if not extra:
+        return verdict, reasons
+    if declared.problems or verdict == SemanticVerdict.FAIL:
+        return SemanticVerdict.FAIL, [*extra, *reasons]
+    return SemanticVerdict.BLOCKED, [*extra, *reasons]
+
+
 class CoverageCounts(_Model):
     """Lifecycle evidence counted from one canonical report, independently of its digest."""
 
@@ -360,6 +447,8 @@ class RowReport(_Model):
     determinism: DeterminismResult | None = None
     parity: ParityResult | None = None
     coverage: CoverageResult | None = None
+    declared_exclusions: DeclaredExclusions | None = None
+    """The harness's declared exclusions resolved in both arms, next to the campaign's closed list."""
     exceptions: list[ExceptionOutcome] = Field(default_factory=list)
     semantic: SemanticVerdict
     semantic_reasons: list[str]
