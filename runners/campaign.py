@@ -14,9 +14,9 @@ from pathlib import Path
 
 from runners import __version__
 from runners.build import BuildError, ProtocolMismatch, build_artifact, toolchain
-from runners.canonical import undeclared_exclusions
 from runners.config import CampaignConfig, RowConfig
 from runners.coverage import CoverageError, check_evidence, count_evidence
+from runners.declared import check_declared_exclusions
 from runners.determinism import run_determinism
 from runners.exceptions import ExceptionFileError, load_records, verify_records
 from runners.harness import PreflightError, preflight_flags, row_args
@@ -36,6 +36,7 @@ from runners.report import (
     SemanticVerdict,
     StopRecord,
     campaign_verdicts,
+    declared_exclusion_verdict,
     row_semantic_verdict,
 )
 from runners.revisions import RevisionError, apply_patch, relationship, resolve_sha, show_file, worktree
@@ -256,11 +257,10 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
 
     baseline, candidate = outcome.canonical["baseline"], outcome.canonical["candidate"]
     report.parity = compare(row.id, baseline, candidate, request.out_dir / "evidence")
-    extra_reasons = [
-        f"{arm} harness excludes {pointers} outside the closed allowlist; stop for review"
-        for arm, canon in outcome.canonical.items()
-        if (pointers := undeclared_exclusions(canon, config.harness.exclusions))
-    ]
+    report.declared_exclusions = check_declared_exclusions(
+        row_id=row.id, binaries=prepared.binaries, harness_args=args, canonical=outcome.canonical,
+        exclusions=config.harness.exclusions, cpu_set=cpu_sets[0], workdir=work / f"declared-{row.id}",
+        progress=progress)
     try:
         counts = {arm: count_evidence(outcome.canonical[arm].data) for arm in ARMS}
         disaggregated = baseline.data["metadata"]["execution"].get("topology") == "disaggregated"
@@ -271,8 +271,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
     report.exceptions = prepared.exceptions
     verdict, reasons = row_semantic_verdict(row.id, report.determinism, report.parity, report.coverage,
                                             prepared.exceptions)
-    if extra_reasons:
-        verdict, reasons = SemanticVerdict.FAIL, [*extra_reasons, *reasons]
+    verdict, reasons = declared_exclusion_verdict(verdict, reasons, report.declared_exclusions)
     report.semantic, report.semantic_reasons = verdict, reasons
     emit(progress, "parity", f"{verdict.value}: {reasons[0] if reasons else ''}", row=row.id)
     if verdict not in (SemanticVerdict.PASS, SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS):

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from runners.report import PointerDiff
+from runners.report import PointerDiff, Resolution
 
 SECTIONS: tuple[str, ...] = ("coverage", "metadata", "per_request", "planner", "summary")
 """The top-level keys every canonical report carries."""
@@ -55,6 +55,8 @@ class Canonical:
     harness_exclusions: list[str]
     """`metadata.result_exclusions` exactly as the harness declared them."""
     replay_bench: bool
+    resolutions: dict[str, Resolution]
+    """What each declared and each campaign-excluded pointer resolved to in the line as the harness wrote it."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,27 @@ def _array_index(token: str, length: int) -> int | None:
         index = int(token)
         return index if index < length else None
     return None
+
+
+def resolve(document: Any, pointer: str) -> tuple[Resolution, Any]:
+    """Whether a pointer names a value in a document, and the value; an ancestor that is `null` is told apart
+    from one that is missing, because a null parent holds nothing a harness could have withheld."""
+    node = document
+    for token in parse_pointer(pointer):
+        if node is None:
+            return "parent_null", None
+        if isinstance(node, dict):
+            if token not in node:
+                return "absent", None
+            node = node[token]
+        elif isinstance(node, list):
+            index = _array_index(token, len(node))
+            if index is None:
+                return "absent", None
+            node = node[index]
+        else:
+            return "absent", None
+    return "present", node
 
 
 def _remove(document: dict[str, Any], pointer: str) -> None:
@@ -175,6 +198,11 @@ def _harness_exclusions(metadata: dict[str, Any]) -> list[str]:
     declared = metadata.get("result_exclusions", [])
     if not isinstance(declared, list) or not all(isinstance(p, str) for p in declared):
         raise CanonicalError(f"metadata.result_exclusions must be a list of JSON pointers, got {declared!r}")
+    for pointer in declared:
+        try:
+            parse_pointer(pointer)
+        except CanonicalError as exc:
+            raise CanonicalError(f"metadata.result_exclusions: {exc}") from exc
     return list(declared)
 
 
@@ -212,6 +240,9 @@ def canonicalize(line: bytes, exclusions: Sequence[str]) -> Canonical:
             f"metadata.replay_bench is {shown}, not true: the seeded routing contract was not active"
         )
     harness_exclusions = _harness_exclusions(metadata)
+    resolutions = {
+        pointer: resolve(document, pointer)[0] for pointer in dict.fromkeys([*exclusions, *harness_exclusions])
+    }
     _sort_per_request(document["per_request"])
     for pointer in exclusions:
         _remove(document, pointer)
@@ -225,12 +256,8 @@ def canonicalize(line: bytes, exclusions: Sequence[str]) -> Canonical:
         section_digests=_section_digests(document, encoded),
         harness_exclusions=harness_exclusions,
         replay_bench=True,
+        resolutions=resolutions,
     )
-
-
-def undeclared_exclusions(canon: Canonical, allowed: Sequence[str]) -> list[str]:
-    """Pointers the harness says it excludes beyond the closed allowlist; each stops the row for review."""
-    return [pointer for pointer in canon.harness_exclusions if pointer not in allowed]
 
 
 def _encode(value: Any) -> bytes:

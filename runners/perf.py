@@ -30,7 +30,6 @@ from runners.report import (
     Arm,
     Bootstrap,
     Bounds,
-    DependenceResult,
     DiagnosticCheck,
     Invalidation,
     PairPlan,
@@ -79,7 +78,6 @@ class Evaluation:
     bounds: Bounds | None
     diagnostics: list[DiagnosticCheck]
     bootstrap: Bootstrap | None
-    dependence: DependenceResult | None = None
 
 
 # --- schedule -----------------------------------------------------------------------------------------------
@@ -295,16 +293,8 @@ def evaluate(evidence: PerfResult, perf: PerfConfig) -> Evaluation:
             [],
             None,
         )
-    decision = decide(pairs, perf, evidence.schedule_seed)
-    return Evaluation(
-        decision.verdict,
-        decision.reason,
-        ratios,
-        decision.bounds,
-        decision.diagnostics,
-        decision.bootstrap,
-        decision.dependence,
-    )
+    verdict, reason, result, checks, effect = decide(pairs, perf, evidence.schedule_seed)
+    return Evaluation(verdict, reason, ratios, result, checks, effect)
 
 
 def finalize(evidence: PerfResult, perf: PerfConfig) -> PerfResult:
@@ -318,7 +308,6 @@ def finalize(evidence: PerfResult, perf: PerfConfig) -> PerfResult:
             "bounds": outcome.bounds,
             "diagnostics": outcome.diagnostics,
             "bootstrap": outcome.bootstrap,
-            "dependence": outcome.dependence,
         }
     )
 

@@ -144,6 +144,93 @@ class ParityResult(_Model):
     harness_exclusions: dict[Arm, list[str]] = Field(default_factory=dict)
 
 
+Resolution = Literal["present", "parent_null", "absent"]
+"""What a JSON pointer names in a canonical line: a value, nothing because an ancestor is null, or nothing."""
+
+_RESOLUTION_WORDS: dict[Resolution, str] = {
+    "present": "present",
+    "parent_null": "absent because its parent is null",
+    "absent": "absent",
+}
+
+
+class DeclaredPointer(_Model):
+    """One pointer of the campaign's closed list or of the harness's `metadata.result_exclusions`."""
+
+    pointer: str
+    campaign_drops: bool
+    """In the campaign's closed exclusion list: dropped before comparison whatever the harness declares."""
+    declared_by: list[Arm]
+    """The arms whose harness declared it in `metadata.result_exclusions`."""
+    canonical: dict[Arm, Resolution]
+    """What it resolves to in each arm's canonical line as the harness wrote it."""
+    full_report: dict[Arm, Resolution] = Field(default_factory=dict)
+    """For a declared pointer absent from an arm's canonical line: what it resolves to in the `--report-json` of
+    one invocation that wrote both outputs."""
+
+    def withheld_by(self) -> list[Arm]:
+        """Arms whose harness demonstrably withheld the value: declared, kept out of the canonical line, and
+        present in the full report of the same invocation. The campaign's own three are dropped anyway."""
+        if self.campaign_drops:
+            return []
+        return [
+            arm for arm in self.declared_by
+            if self.canonical.get(arm) == "absent" and self.full_report.get(arm) == "present"
+        ]
+
+    def describe(self, arm: Arm) -> str:
+        """A reviewer's words for what the pointer resolves to in one arm."""
+        resolution = self.canonical.get(arm)
+        if resolution is None:
+            return "no canonical line"
+        words = _RESOLUTION_WORDS[resolution]
+        if resolution == "present":
+            return "present, dropped by the campaign" if self.campaign_drops else "present and compared"
+        if arm in self.withheld_by():
+            return f"{words}: withheld, --report-json has a value"
+        if arm in self.full_report:
+            return f"{words}; --report-json has none either"
+        return words
+
+
+class DeclaredExclusions(_Model):
+    """The harness's declared exclusions next to the campaign's closed list: evidence, never what is dropped."""
+
+    campaign: list[str]
+    declared: dict[Arm, list[str]]
+    pointers: list[DeclaredPointer]
+    evidence_runs: list[ProcessRecord] = Field(default_factory=list)
+    """Invocations that wrote `--canonical-reports-jsonl` and `--report-json` together, run only when a declared
+    pointer was absent from a canonical line."""
+    problems: list[str] = Field(default_factory=list)
+    """Evidence invocations that failed or disagreed with the compared canonical line (product failures)."""
+
+    def withheld(self) -> list[str]:
+        return [p.pointer for p in self.pointers if p.withheld_by()]
+
+
+def declared_exclusion_verdict(
+    verdict: SemanticVerdict, reasons: list[str], declared: DeclaredExclusions | None
+) -> tuple[SemanticVerdict, list[str]]:
+    """A row whose harness demonstrably withheld compared data stops for review (BLOCKED) instead of passing;
+    a failed evidence invocation is a product failure. Declarations alone never change a verdict."""
+    if declared is None:
+        return verdict, reasons
+    extra = [f"product failure: {problem}" for problem in declared.problems]
+    for item in declared.pointers:
+        for arm in item.withheld_by():
+            extra.append(
+                f"{arm} harness withheld {item.pointer}: declared in metadata.result_exclusions and missing from "
+                "its canonical line while the same invocation's --report-json has a value there; the campaign "
+                "cannot compare it; stop for review"
+            )
+    if not extra:
+        return verdict, reasons
+    if declared.problems or verdict == SemanticVerdict.FAIL:
+        return SemanticVerdict.FAIL, [*extra, *reasons]
+    return SemanticVerdict.BLOCKED, [*extra, *reasons]
+
+
 class CoverageCounts(_Model):
     """Lifecycle evidence counted from one canonical report, independently of its digest."""
 
@@ -290,29 +377,6 @@ class Bootstrap(_Model):
     note: str = "secondary effect size of paired log ratios; never decides the gate"
 
 
-class BatchBounds(_Model):
-    """One contiguous batch of pairs (in run order) and its own exact order-statistic bounds."""
-
-    batch: int
-    first_pair: int
-    last_pair: int
-    bounds: Bounds
-    verdict: PerfVerdict
-    """This batch's gate alone: PASS upper <= threshold, FAIL lower > threshold, else INCONCLUSIVE."""
-
-
-class DependenceResult(_Model):
-    """The predeclared dependence-aware method, applied because a dependence diagnostic breached (Stage 7.5)."""
-
-    method: Literal["batch_iut"]
-    assumption: str
-    """What the method's level rests on, as stated to reviewers."""
-    batches: list[BatchBounds]
-    verdict: PerfVerdict
-    line: str
-    """One line saying which method decided and why, for the comment and the check run."""
-
-
 class HostFacts(_Model):
     hostname: str
     kernel: str
@@ -359,8 +423,6 @@ class PerfResult(_Model):
     """Resolution of the competing-load measurement on the node (two /proc/stat clock ticks)."""
     sampling_assumption: str = ""
     """The assumption the conditional order-statistic bounds rest on, as stated to reviewers."""
-    dependence: DependenceResult | None = None
-    """The dependence-aware method's result when the diagnostics breached and the config declared one."""
 
 
 # --- Sizes, rows, campaign ----------------------------------------------------------------------------------
@@ -385,6 +447,8 @@ class RowReport(_Model):
     determinism: DeterminismResult | None = None
     parity: ParityResult | None = None
     coverage: CoverageResult | None = None
+    declared_exclusions: DeclaredExclusions | None = None
+    """The harness's declared exclusions resolved in both arms, next to the campaign's closed list."""
     exceptions: list[ExceptionOutcome] = Field(default_factory=list)
     semantic: SemanticVerdict
     semantic_reasons: list[str]

@@ -24,6 +24,7 @@ from runners.report import (
     Sample,
     SemanticVerdict,
     campaign_verdicts,
+    declared_exclusion_verdict,
     row_semantic_verdict,
 )
 from runners.sizes import size_gate
@@ -116,7 +117,7 @@ def verify_performance(perf: PerfResult, config: PerfConfig, row_id: str) -> lis
     outcome = evaluate(perf, config)
     if outcome.verdict != perf.verdict:
         problems.append(f"performance verdict {perf.verdict.value}, recomputed {outcome.verdict.value}")
-    for name in ("ratios", "bounds", "diagnostics", "bootstrap", "dependence"):
+    for name in ("ratios", "bounds", "diagnostics", "bootstrap"):
         if not _same(getattr(perf, name), getattr(outcome, name)):
             problems.append(f"performance {name} differ from their recomputation")
     return problems
@@ -126,10 +127,7 @@ def _verify_row(report: CampaignReport, row: RowReport) -> list[str]:
     problems = []
     where = f"row {row.row.id}"
     semantic, _ = row_semantic_verdict(row.row.id, row.determinism, row.parity, row.coverage, row.exceptions)
-    if row.parity is not None:
-        allowed = report.config.harness.exclusions
-        if any(p not in allowed for pointers in row.parity.harness_exclusions.values() for p in pointers):
-            semantic = SemanticVerdict.FAIL
+    semantic, _ = declared_exclusion_verdict(semantic, [], row.declared_exclusions)
     blocked_before_parity = row.parity is None and row.semantic == SemanticVerdict.BLOCKED
     if semantic != row.semantic and not blocked_before_parity:
         problems.append(f"{where}: semantic verdict {row.semantic.value}, recomputed {semantic.value}")

@@ -43,7 +43,7 @@ parser = argparse.ArgumentParser()
 for flag in ("--sandbox", "--repo", "--base", "--head", "--config", "--rows", "--out", "--campaign-id",
              "--progress-jsonl"):
     parser.add_argument(flag)
-args = parser.parse_args()
+args, _ = parser.parse_known_args()
 repo, work = Path(args.repo), Path(args.out).parent
 marker = work.parent / "hook-ran"
 record = {"argv": sys.argv, "env": dict(os.environ), "pid": os.getpid()}
