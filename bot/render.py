@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from pydantic import BaseModel
 
+from bot.attempts import PriorAttempt
 from bot.commands import CommandSpec
 from bot.store import CampaignView
 from runners.progress import ProgressEvent
@@ -81,8 +83,22 @@ def _escape(text: str, line_start: bool) -> str:
         text = _MD_LINE_START.sub(
             lambda m: m.group(0) + "\\" if m.group(0)[0].isdigit() else "\\" + m.group(0), text
         )
-    text = re.sub(r"(?<![\w@])@(?=[A-Za-z0-9])", "@\u200b", text)
-    return re.sub(r"#(?=\d)", "#\u200b", text)
+    return defuse(text)
+
+
+_MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+_REFERENCE = re.compile(r"(#|\bGH-)(?=\d)", re.IGNORECASE)
+
+
+def defuse(text: str) -> str:
+    """Break every `@mention` and `#123` / `owner/repo#1` / `GH-1` reference with a zero-width space.
+
+    Whatever precedes the `@` (another `@`, a letter like `é`, punctuation, the line start), GitHub may read
+    a mention there, so every `@` followed by a login character is defused; e-mail addresses lose their
+    autolink, which is the price of never notifying anyone from text the bot did not write.
+    """
+    text = _MENTION.sub("@\u200b", text)
+    return _REFERENCE.sub(lambda m: m.group(1) + "\u200b", text)
 
 
 def md(value: object) -> str:
@@ -257,6 +273,101 @@ def trim_markdown(text: str, limit: int, pointer: str) -> str:
     return "\n".join(kept[:last_safe]).rstrip("\n") + note
 
 
+# --- what may be published -----------------------------------------------------------------------------
+
+REASON_LIMIT = 300
+"""Characters of a one-line reason on GitHub; the complete text stays in the artifact."""
+ONE_LINE_FIELDS = frozenset(
+    {"reason", "perf_reason", "semantic_reasons", "failure", "error", "evidence", "detail"}
+)
+"""Report fields whose text may be built around output of the code under test (an exception, a stderr
+excerpt): on GitHub only their first line is shown, capped at REASON_LIMIT."""
+WITHHELD = " (details in the artifact)"
+
+
+def is_raw_output(field_name: str) -> bool:
+    """Fields that hold output of the code under test verbatim (`stderr_tail`, `stdout_tail`, `output_tail`)."""
+    return field_name.endswith("_tail")
+
+
+def one_line(text: str, more: str = WITHHELD) -> str:
+    """The first non-empty line of `text`, capped, saying so when anything was left out."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head = lines[0]
+    if len(head) > REASON_LIMIT:
+        return head[: REASON_LIMIT - 1] + "…" + more
+    return head.rstrip(":") + more if len(lines) > 1 else head
+
+
+def _public(value: Any) -> Any:
+    """`value` with raw output emptied and reason-like text cut to one line, rebuilt (never mutated)."""
+    if isinstance(value, BaseModel):
+        updates: dict[str, Any] = {}
+        for name in type(value).model_fields:
+            item = getattr(value, name)
+            if is_raw_output(name) and isinstance(item, str):
+                public: Any = ""
+            elif name in ONE_LINE_FIELDS and isinstance(item, str):
+                public = one_line(item)
+            elif name in ONE_LINE_FIELDS and isinstance(item, list):
+                public = [one_line(x) if isinstance(x, str) else _public(x) for x in item]
+            else:
+                public = _public(item)
+            if public is not item:
+                updates[name] = public
+        return value.model_copy(update=updates) if updates else value
+    if isinstance(value, list):
+        items = [_public(item) for item in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    if isinstance(value, dict):
+        entries = {key: _public(item) for key, item in value.items()}
+        return entries if any(entries[k] is not value[k] for k in value) else value
+    return value
+
+
+@dataclass(frozen=True)
+class PublicReport:
+    """A report fit for GitHub: no raw output of the code under test, every reason on one line.
+
+    The check run and the comments render only this (the public renderers take a CampaignReport and build
+    one first), so no template can reach a stderr tail, a build log or a panic message even by mistake;
+    report.md in the artifact renders the full report.
+    """
+
+    report: CampaignReport
+
+    @classmethod
+    def of(cls, report: CampaignReport) -> PublicReport:
+        public: CampaignReport = _public(report)
+        return cls(public)
+
+
+def raw_outputs(report: CampaignReport) -> list[tuple[str, str]]:
+    """(JSON pointer, text) of every non-empty raw-output field, for report.md only."""
+    found: list[tuple[str, str]] = []
+
+    def walk(value: Any, pointer: str) -> None:
+        if isinstance(value, BaseModel):
+            for name in type(value).model_fields:
+                item = getattr(value, name)
+                if is_raw_output(name) and isinstance(item, str):
+                    if item.strip():
+                        found.append((f"{pointer}/{name}", item))
+                else:
+                    walk(item, f"{pointer}/{name}")
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                walk(item, f"{pointer}/{index}")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{pointer}/{key}")
+
+    walk(report, "")
+    return found
+
+
 # --- view models ------------------------------------------------------------------------------------------
 
 
@@ -365,6 +476,8 @@ def _perf_cell(row: RowReport, threshold: float) -> str:
         return f"{icon(verdict)} {verdict.value}: not measured (see why)"
     bounds = perf.bounds
     numbers = f"{ratio(bounds.median)} [{ratio(bounds.lower)}, {ratio(bounds.upper)}]"
+    if perf.dependence is not None:
+        return f"{icon(verdict)} {md(perf.dependence.line)}"
     if diagnostics_breached(perf):
         return f"{icon(verdict)} {verdict.value}: diagnostics breached, bounds not applied"
     relation = {PerfVerdict.PASS: "≤", PerfVerdict.FAIL: ">"}.get(verdict, "straddle")
@@ -509,19 +622,26 @@ def headline(report: CampaignReport) -> str:
     return CONCLUSION_HEADLINES[verdicts.conclusion.value]
 
 
-def verdict_line(report: CampaignReport) -> str:
-    """One line for the sticky status comment and the check-run title."""
+def verdict_line(report: CampaignReport, markdown: bool = True) -> str:
+    """One line for the sticky status comment (Markdown) and the check-run title (plain text)."""
     verdicts = report.verdicts or campaign_verdicts(report)
     line = (
         f"semantic {verdicts.semantic.value} · performance {verdicts.performance.value}"
         f" · sizes {verdicts.sizes.value}"
     )
     if report.stopped is not None:
-        line += f" · stopped at {report.stopped.stage}"
+        stage = one_line(report.stopped.stage, "…")
+        line += f" · stopped at {md(stage) if markdown else stage}"
     return line
 
 
-def _context(report: CampaignReport, links: Links, command_word: str, **extra: Any) -> dict[str, Any]:
+def _context(
+    report: CampaignReport,
+    links: Links,
+    command_word: str,
+    prior_attempts: Sequence[PriorAttempt],
+    **extra: Any,
+) -> dict[str, Any]:
     verdicts = report.verdicts or campaign_verdicts(report)
     revisions = {r.arm: r for r in report.revisions}
     unpinned = {arm: Revision(arm=arm, sha=UNPINNED, requested=UNPINNED) for arm in ("baseline", "candidate")}
@@ -539,6 +659,7 @@ def _context(report: CampaignReport, links: Links, command_word: str, **extra: A
         "links": links,
         "command_word": command_word,
         "threshold": report.config.perf.threshold,
+        "prior_attempts": list(prior_attempts),
         **extra,
     }
 
@@ -564,35 +685,65 @@ def _pointer(links: Links) -> str:
     return "Trimmed to fit GitHub's limit; the complete report is report.md in the campaign artifact."
 
 
-def check_run_content(report: CampaignReport, links: Links, command_word: str = "/parity") -> CheckRunContent:
+def check_run_content(
+    report: CampaignReport,
+    links: Links,
+    command_word: str = "/parity",
+    prior_attempts: Sequence[PriorAttempt] = (),
+) -> CheckRunContent:
     """The completed check run: title, summary (glance) and text (every row's evidence and charts)."""
-    context = _context(report, links, command_word)
-    title = f"{headline(report)} — {verdict_line(report)}"
+    report = PublicReport.of(report).report
+    context = _context(report, links, command_word, prior_attempts)
+    title = f"{headline(report)} — {verdict_line(report, markdown=False)}"
     summary = _fit_rows("check_run_summary.md.j2", context, CHECK_TEXT_LIMIT, _pointer(links))
     text = _fit_rows("check_run_text.md.j2", context, CHECK_TEXT_LIMIT, _pointer(links))
     return CheckRunContent(title=_one_line(title, TITLE_LIMIT), summary=summary, text=text)
 
 
-def result_comment(report: CampaignReport, links: Links, command_word: str = "/parity") -> str:
+def result_comment(
+    report: CampaignReport,
+    links: Links,
+    command_word: str = "/parity",
+    prior_attempts: Sequence[PriorAttempt] = (),
+) -> str:
     """The NEW comment posted when verdicts land (its marker carries the campaign id for idempotency)."""
+    report = PublicReport.of(report).report
     context = _context(
-        report, links, command_word, marker=result_marker(report.campaign_id, context_sha(report))
+        report,
+        links,
+        command_word,
+        prior_attempts,
+        marker=result_marker(report.campaign_id, context_sha(report)),
     )
     return _fit_rows("comment_result.md.j2", context, COMMENT_LIMIT, _pointer(links))
 
 
-def report_markdown(report: CampaignReport, links: Links, command_word: str = "/parity") -> str:
-    """report.md for the artifact: everything, never trimmed."""
-    context = _context(report, links, command_word)
-    return _render("report.md.j2", **context, detailed=context["rows"], omitted=[])
+def report_markdown(
+    report: CampaignReport,
+    links: Links,
+    command_word: str = "/parity",
+    prior_attempts: Sequence[PriorAttempt] = (),
+) -> str:
+    """report.md for the artifact: everything, never trimmed, including the raw output of the code under
+    test that the check run and the comments withhold."""
+    context = _context(report, links, command_word, prior_attempts)
+    return _render(
+        "report.md.j2", **context, detailed=context["rows"], omitted=[], raw_outputs=raw_outputs(report)
+    )
 
 
 def context_sha(report: CampaignReport) -> str:
-    return next(r.sha for r in report.revisions if r.arm == "candidate")
+    """The candidate SHA for the result marker; a SHA is hex, anything else is not carried into a marker."""
+    sha = next((r.sha for r in report.revisions if r.arm == "candidate"), "")
+    return sha if re.fullmatch(r"[0-9a-f]{7,64}", sha) else "unknown"
+
+
+def _marker_safe(campaign_id: str) -> str:
+    return campaign_id if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", campaign_id) else "invalid"
 
 
 def result_marker(campaign_id: str, head_sha: str) -> str:
-    return f"{RESULT_MARKER_PREFIX} campaign={campaign_id} sha={head_sha} -->"
+    return f"{RESULT_MARKER_PREFIX} campaign={_marker_safe(campaign_id)} sha={head_sha} -->"
 
 
 def result_marker_campaign(body: str) -> str | None:
@@ -630,6 +781,16 @@ def sentence(text: str) -> str:
     return "" if text.rstrip().endswith((".", "!", "?", ")")) else "."
 
 
+NOT_PUBLISHED = " (the rest is not published: it may carry output of the code under test)"
+
+
+def ended_reason(state: str, reason: str) -> str:
+    """What the check run shows of an end reason: a config error in full (the config is the base
+    revision's own, and the maintainer needs every line to fix it), anything else on one line, since an
+    errored campaign's reason may end in the log of the code under test."""
+    return reason if state == "config_error" else one_line(reason, NOT_PUBLISHED)
+
+
 def first_line(reason: str) -> str:
     """The headline of a possibly multi-line reason, saying how much more the check run shows."""
     lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
@@ -661,10 +822,12 @@ class ProgressView:
 
     @classmethod
     def of(cls, event: ProgressEvent, eta_seconds: float | None) -> ProgressView:
+        """Stage, row and detail come from the campaign process (a stop's detail carries its reason), so
+        each is cut to one line like every other published reason."""
         return cls(
-            stage=event.stage,
-            row=event.row,
-            detail=event.detail,
+            stage=one_line(event.stage, "…"),
+            row=one_line(event.row, "…") if event.row is not None else None,
+            detail=one_line(event.detail),
             done=event.done,
             total=event.total,
             eta_seconds=eta_seconds,
@@ -718,17 +881,18 @@ def ended_content(
 ) -> CheckRunContent:
     """A campaign that ended without a report (cancelled, superseded, timed out, errored, bad config)."""
     conclusion, label = ENDED_STATES[state]
+    headline_reason = first_line(reason) if state == "config_error" else one_line(reason, "")
     context = {
         "campaign": campaign,
         "state": state,
         "label": label,
-        "reason": reason,
+        "reason": ended_reason(state, reason),
         "links": links,
         "command_word": command_word,
         "conclusion": conclusion,
     }
     return CheckRunContent(
-        title=_one_line(f"{label}: {first_line(reason) or state}", TITLE_LIMIT),
+        title=_one_line(f"{label}: {headline_reason or state}", TITLE_LIMIT),
         summary=trim_markdown(
             _render("check_run_summary.md.j2", mode="ended", **context),
             CHECK_TEXT_LIMIT,
@@ -745,13 +909,17 @@ def status_comment(
     command_word: str = "/parity",
     *,
     position: int | None = None,
-    progress: ProgressView | None = None,
     report: CampaignReport | None = None,
     state: str | None = None,
     reason: str | None = None,
 ) -> str:
-    """The sticky status comment, starting with its marker so a restarted bot finds it again."""
+    """The sticky status comment, starting with its marker so a restarted bot finds it again.
+
+    It carries no live progress: each edit is a write, and the check run already shows the stage.
+    """
     label = ENDED_STATES[state][1] if state else ""
+    if state is not None and reason is not None:
+        reason = ended_reason(state, reason)
     context = {
         "marker": STATUS_MARKER,
         "campaign": campaign,
@@ -759,9 +927,8 @@ def status_comment(
         "links": links,
         "command_word": command_word,
         "position": position,
-        "progress": progress,
         "report": report,
-        "verdict_line": verdict_line(report) if report else "",
+        "verdict_line": verdict_line(PublicReport.of(report).report) if report else "",
         "headline": headline(report) if report else "",
         "state": state,
         "label": label,

@@ -18,6 +18,7 @@ from pydantic import SecretStr
 
 from bot import render
 from bot.github import (
+    BotIdentity,
     CheckAction,
     CheckConclusion,
     CheckOutput,
@@ -45,6 +46,8 @@ PR = 512
 APP_ID = 4242
 INSTALLATION_ID = 77
 TOKEN = "ghs_actions_token"
+BOT_LOGIN = "kv-parity[bot]"
+"""The installation token acts as the App's bot user; an installation token cannot ask GET /user."""
 
 
 class Clock:
@@ -113,6 +116,7 @@ def gateway(fake: FakeGitHub) -> GitHubGateway:
         REPO,
         TokenAuth(token=SecretStr(TOKEN)),
         fake.url,
+        bot_login=BOT_LOGIN,
         sleep=lambda _: None,
         seconds_between_requests=None,
         seconds_between_writes=None,
@@ -263,7 +267,12 @@ def test_ended_states_map_to_check_conclusions(
     assert (run["status"], run["conclusion"]) == ("completed", conclusion)
     assert [a["identifier"] for a in run["actions"]] == ["rerun"]
     (status,) = status_comments(fake)
-    assert "why it ended (1 more line in the check run)" in status["body"]
+    if state == "config_error":
+        assert "why it ended (1 more line in the check run)" in status["body"]
+        assert "second line of detail" in run["output"]["summary"], "the base config's error is shown whole"
+    else:
+        assert "why it ended (the rest is not published" in status["body"]
+        assert "second line" not in status["body"] + run["output"]["summary"] + run["output"]["title"]
 
 
 def test_config_error_without_a_check_run_still_gets_one(fake: FakeGitHub, gateway: GitHubGateway) -> None:
@@ -297,7 +306,7 @@ def test_forty_row_report_is_accepted_by_the_stand_in(
     ("kind", "context", "expected"),
     [
         ("refused", {"reason": "@bob lacks `write`", "fix": "ask a maintainer"}, "🚫 Not starting"),
-        ("help", {}, "`/parity rerun [rows=a,b] [sha=<head sha>]`"),
+        ("help", {}, "`/parity rerun [rows=a,b]"),
         ("status", {"campaigns": []}, "No parity campaign"),
         ("duplicate", {"campaign": campaign()}, "not starting a second one"),
         ("unknown_command", {"line": "/parity frobnicate", "reason": "unknown subcommand"}, "**Fix:**"),
@@ -310,6 +319,10 @@ def test_replies_are_posted(
 
     (comment,) = fake.comments(REPO, PR)
     assert expected in comment["body"] and len(comment["body"]) < 3000
+
+
+EXPECT = ["--expect-campaign-id", CAMPAIGN_ID, "--expect-head", HEAD_SHA, "--expect-base", BASE_SHA]
+"""What the campaign was dispatched with, as the workflow passes it to `kv-parity publish`."""
 
 
 def test_publish_command_uses_the_same_path(
@@ -330,6 +343,9 @@ def test_publish_command_uses_the_same_path(
         fake.url,
         "--artifact-url",
         "https://github.com/octo-org/dynamo/actions/runs/9/artifacts/3",
+        "--bot-login",
+        BOT_LOGIN,
+        *EXPECT,
     ]
     code = publish_main(argv)
 
@@ -348,7 +364,7 @@ def test_publish_command_explains_missing_token(
     monkeypatch.delenv("KV_PARITY_TOKEN", raising=False)
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
 
-    assert publish_main(["--report", str(report_path), "--repo", REPO, "--pr", "1"]) == 2
+    assert publish_main(["--report", str(report_path), "--repo", REPO, "--pr", "1", *EXPECT]) == 2
     assert "KV_PARITY_TOKEN or GITHUB_TOKEN" in capsys.readouterr().err
 
 
@@ -356,7 +372,7 @@ def test_publish_command_rejects_a_broken_report(tmp_path: Path, capsys: pytest.
     report_path = tmp_path / "report.json"
     report_path.write_text('{"schema_version": "kv-parity.report.v0"}', encoding="utf-8")
 
-    assert publish_main(["--report", str(report_path), "--repo", REPO, "--pr", "1"]) == 2
+    assert publish_main(["--report", str(report_path), "--repo", REPO, "--pr", "1", *EXPECT]) == 2
     assert "cannot read report" in capsys.readouterr().err
 
 
@@ -412,6 +428,9 @@ class Recorder:
     def minimize_comment(self, node_id: str, classifier: Any = "OUTDATED") -> None:
         raise AssertionError("not expected")
 
+    def identity(self) -> BotIdentity:
+        return BotIdentity(login="bot", id=1)
+
 
 def test_progress_is_rate_limited_except_on_stage_changes() -> None:
     recorder, clock = Recorder(), Clock()
@@ -437,7 +456,7 @@ def test_progress_is_rate_limited_except_on_stage_changes() -> None:
     assert (
         recorder.updates[2]["output"].title == "🏃 Running: performance · vllm-disagg · pair 4/60 · ETA 2 min"
     )
-    assert len(recorder.comments) == 1, "one status comment, edited in place"
+    assert recorder.comments == {}, "progress is one write: the check run, never the status comment"
 
 
 def test_eta_comes_from_the_stage_pace() -> None:
@@ -449,7 +468,7 @@ def test_eta_comes_from_the_stage_pace() -> None:
     publisher.progress(view, ProgressEvent(stage="performance", row="r", done=20, total=60))
 
     assert "ETA 7 min" in recorder.updates[-1]["output"].title
-    assert "| performance | r | pair 20/60 | 7 min |" in recorder.comments[1].body
+    assert "| performance | r | pair 20/60 | 7 min |" in recorder.updates[-1]["output"].summary
 
 
 # --- the artifact ---------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot import render
+from bot.attempts import PriorAttempt
 from bot.commands import COMMANDS
 from bot.render import Links, ProgressView
 from bot.store import CampaignState, CampaignView
@@ -106,6 +107,39 @@ def test_report_surfaces(outcome: str) -> None:
     )
 
 
+PRIOR_ATTEMPTS = [
+    PriorAttempt(
+        campaign_id="kvp-0a1b2c3d4e5f",
+        head_sha=HEAD_SHA,
+        state="completed",
+        semantic="FAIL",
+        performance="NOT_RUN",
+        requested_by="alice",
+        finished_unix=1764400000.0,
+    ),
+    PriorAttempt(
+        campaign_id="kvp-6a7b8c9d0e1f",
+        head_sha=HEAD_SHA,
+        state="cancelled",
+        semantic=None,
+        performance=None,
+        requested_by="bob",
+        finished_unix=1764405000.0,
+    ),
+]
+"""A rerun after a FAIL and a cancelled attempt: both stay visible on the passing campaign's surfaces."""
+
+
+def test_prior_attempts_surfaces() -> None:
+    report = make_report("pass")
+    content = render.check_run_content(report, LINKS, prior_attempts=PRIOR_ATTEMPTS)
+
+    check_golden("rerun_after_fail.check_summary.md", with_title(content))
+    check_golden(
+        "rerun_after_fail.result_comment.md", render.result_comment(report, LINKS, prior_attempts=PRIOR_ATTEMPTS)
+    )
+
+
 @pytest.mark.parametrize("outcome", ["pass", "parity_fail"])
 def test_report_markdown(outcome: str) -> None:
     check_golden(f"{outcome}.report.md", render.report_markdown(make_report(outcome), Links()))
@@ -144,7 +178,7 @@ def test_running_surfaces() -> None:
 
     check_golden("running.check_summary.md", with_title(render.progress_content(campaign(), progress, links)))
     check_golden(
-        "running.status_comment.md", render.status_comment(campaign(), "running", links, progress=progress)
+        "running.status_comment.md", render.status_comment(campaign(), "running", links)
     )
 
 
@@ -209,6 +243,8 @@ def test_every_golden_is_produced_by_a_test() -> None:
         ),
         "pass.report.md",
         "parity_fail.report.md",
+        "rerun_after_fail.check_summary.md",
+        "rerun_after_fail.result_comment.md",
         *(f"{s}.{k}.md" for s in ENDED for k in ("check_summary", "status_comment")),
         *(f"{s}.{k}.md" for s in ("queued", "running") for k in ("check_summary", "status_comment")),
         *(f"reply.{k}.md" for k in REPLIES),

@@ -1,0 +1,128 @@
+"""The campaign's check run: created once on the head SHA, then updated as the campaign moves.
+
+Progress is the busiest writer, so it is written sparingly and promptly: a batch of progress events costs
+at most one write (the newest event is what matters), a stage or row change is written at once, and within
+one stage at most one update per `interval` seconds (pair counts and ETA).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from bot.github import CheckAction, CheckConclusion, CheckOutput
+from bot.redact import RedactingGateway
+from bot.render import CheckRunContent, ProgressView
+from bot.store import CampaignView
+from runners.progress import ProgressEvent
+
+RERUN = CheckAction(label="Rerun", description="Run the parity campaign again", identifier="rerun")
+CANCEL = CheckAction(label="Cancel", description="Stop this parity campaign", identifier="cancel")
+
+
+@dataclass
+class _Progress:
+    """Rate-limit and ETA state of one campaign's progress updates."""
+
+    key: tuple[str, str | None]
+    stage_started: float
+    done_at_start: int
+    last_sent: float | None
+
+
+def _output(content: CheckRunContent) -> CheckOutput:
+    return CheckOutput(title=content.title, summary=content.summary, text=content.text or None)
+
+
+class CheckRunWriter:
+    """Creates and updates check runs; knows each campaign's check-run id and its progress pace."""
+
+    def __init__(
+        self, gateway: RedactingGateway, check_name: str, clock: Callable[[], float], interval: float
+    ) -> None:
+        self.gateway = gateway
+        self.check_name = check_name
+        self.clock = clock
+        self.interval = interval
+        self._ids: dict[str, int] = {}
+        self._progress: dict[str, _Progress] = {}
+
+    def id_of(self, campaign: CampaignView) -> int | None:
+        return campaign.check_run_id or self._ids.get(campaign.id)
+
+    def open(self, campaign: CampaignView, content: CheckRunContent) -> int:
+        """Create the check run, queued, with Rerun and Cancel."""
+        run_id = self.gateway.create_check_run(
+            campaign.head_sha,
+            self.check_name,
+            campaign.id,
+            status="queued",
+            output=_output(content),
+            actions=[RERUN, CANCEL],
+        )
+        self._ids[campaign.id] = run_id
+        return run_id
+
+    def running(self, run_id: int, content: CheckRunContent, started: bool) -> None:
+        self.gateway.update_check_run(
+            run_id,
+            status="in_progress" if started else "queued",
+            output=_output(content),
+            actions=[RERUN, CANCEL],
+        )
+
+    def due(self, campaign: CampaignView, events: Sequence[ProgressEvent]) -> ProgressView | None:
+        """The view to write for this batch of events, or None when the rate limit holds it back.
+
+        Every event updates the stage clock (so the ETA stays right), but only the newest is shown.
+        """
+        if not events:
+            return None
+        now = self.clock()
+        state = self._progress.get(campaign.id)
+        changed = False
+        for event in events:
+            key = (event.stage, event.row)
+            if state is None or state.key != key:
+                state = _Progress(key=key, stage_started=now, done_at_start=event.done or 0, last_sent=None)
+                self._progress[campaign.id] = state
+                changed = True
+        assert state is not None
+        if not changed and state.last_sent is not None and now - state.last_sent < self.interval:
+            return None
+        state.last_sent = now
+        newest = events[-1]
+        return ProgressView.of(newest, self._eta(state, newest, now))
+
+    @staticmethod
+    def _eta(state: _Progress, event: ProgressEvent, now: float) -> float | None:
+        """Remaining time of this stage from its own pace so far; None until there is a pace."""
+        if event.done is None or not event.total:
+            return None
+        progressed = event.done - state.done_at_start
+        if progressed <= 0:
+            return None
+        return (now - state.stage_started) / progressed * (event.total - event.done)
+
+    def complete(
+        self,
+        campaign: CampaignView,
+        run_id: int,
+        conclusion: CheckConclusion,
+        content: CheckRunContent,
+        details_url: str | None,
+    ) -> None:
+        """Complete the check run (idempotent: completing twice rewrites the same output)."""
+        self._progress.pop(campaign.id, None)
+        self.gateway.update_check_run(
+            run_id,
+            status="completed",
+            conclusion=conclusion,
+            output=_output(content),
+            actions=[RERUN],
+            details_url=details_url,
+        )
+
+    def forget_progress(self, campaign: CampaignView) -> None:
+        """The campaign ended without completing here (or its check run is completed elsewhere)."""
+        self._progress.pop(campaign.id, None)

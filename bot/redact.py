@@ -1,0 +1,204 @@
+"""The last line of defence: no configured secret and nothing shaped like a credential leaves for GitHub.
+
+The sandbox keeps secrets away from pull-request code and the renderers publish no raw output of it, but a
+secret that got into a report anyway (a reason built from an exception, a path, a config error) must still
+never reach a public comment. Every string the publisher sends (check-run title, summary and text, every
+comment body) and report.md pass through `Redactor.redact`; `RedactingGateway` wraps the gateway so no
+publishing path can skip it.
+
+Matching survives the renderers' escaping: a secret is also found with a backslash or zero-width space
+between any two of its characters and with its whitespace collapsed, since `md()` does exactly that.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, SecretStr
+
+from bot.github import BotIdentity, CheckAction, CheckConclusion, CheckOutput, CheckStatus, CommentInfo
+
+REDACTED = "[redacted]"
+MIN_SECRET_LENGTH = 6
+"""Shorter configured values are not redacted on their own: they would blank ordinary words. Such a value is
+not a credential anyway (GitHub tokens, webhook secrets and keys are far longer)."""
+SECRET_ENV = ("KV_PARITY_TOKEN", "GITHUB_TOKEN", "GH_TOKEN", "KV_PARITY_WEBHOOK_SECRET")
+"""Environment variables that hold credentials wherever the publisher runs (service or Actions job)."""
+
+_GAP = "(?:\\\\|\u200b)*"
+"""What the renderers may insert between two characters of a secret: backslash escapes, zero-width spaces."""
+_UNDERSCORE = "\\\\?_"
+SHAPES: tuple[re.Pattern[str], ...] = (
+    re.compile(
+        r"-----BEGIN[A-Z \\]*PRIVATE" + _GAP + r" KEY-----.*?(?:-----END[A-Z \\]*PRIVATE KEY-----|\Z)",
+        re.DOTALL,
+    ),
+    re.compile(r"\bgh[pousr]" + _UNDERSCORE + r"[A-Za-z0-9]{20,}"),
+    re.compile(r"\bgithub" + _UNDERSCORE + "pat" + _UNDERSCORE + r"[A-Za-z0-9_\\]{20,}"),
+)
+"""Credential shapes redacted whether configured or not: PEM private keys (to their end, or to the end of
+the text when cut off) and GitHub token formats (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_)."""
+
+
+def _pattern(secret: str) -> str:
+    """A regex for `secret` as it may appear after escaping and whitespace collapsing."""
+    parts: list[str] = []
+    for char in secret.strip():
+        parts.append(r"\s+" if char.isspace() else re.escape(char))
+    collapsed = re.sub(r"(?:\\s\+)+", r"\\s+", _GAP.join(parts))
+    return collapsed
+
+
+class Redactor:
+    """Replaces configured secret values and credential shapes by `[redacted]`."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        values = {value.strip() for value in secrets if len(value.strip()) >= MIN_SECRET_LENGTH}
+        # Longest first, so a whole key is replaced before one of its lines is.
+        ordered = sorted(values, key=len, reverse=True)
+        self._secret: re.Pattern[str] | None = (
+            re.compile("|".join(_pattern(value) for value in ordered)) if ordered else None
+        )
+        self.count = len(ordered)
+
+    def redact(self, text: str) -> str:
+        if self._secret is not None:
+            text = self._secret.sub(REDACTED, text)
+        for shape in SHAPES:
+            text = shape.sub(REDACTED, text)
+        return text
+
+    def optional(self, text: str | None) -> str | None:
+        return None if text is None else self.redact(text)
+
+
+def _key_values(path: Path) -> list[str]:
+    """The private key's contents and each of its lines (a single line can leak on its own)."""
+    try:
+        content = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [content, *content.splitlines()]
+
+
+def secret_values(settings: object, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every secret a publisher must never print: each settings field typed `SecretStr` (webhook secret,
+    token, and any added later), the private key file's contents and lines, and credential variables in
+    `environ`."""
+    values: list[str] = []
+    if isinstance(settings, BaseModel):
+        for name in type(settings).model_fields:
+            value = getattr(settings, name)
+            if isinstance(value, SecretStr):
+                values.append(value.get_secret_value())
+        key_path = getattr(settings, "private_key_path", None)
+        if isinstance(key_path, Path):
+            values.extend(_key_values(key_path))
+    for name in SECRET_ENV:
+        if environ and environ.get(name):
+            values.append(environ[name])
+    return values
+
+
+class Gateway(Protocol):
+    """The GitHub writes and reads the publisher makes (a protocol so tests can record them)."""
+
+    def create_check_run(
+        self,
+        head_sha: str,
+        name: str,
+        external_id: str,
+        status: CheckStatus = "queued",
+        output: CheckOutput | None = None,
+        actions: Sequence[CheckAction] = (),
+        details_url: str | None = None,
+    ) -> int: ...
+
+    def update_check_run(
+        self,
+        check_run_id: int,
+        *,
+        status: CheckStatus | None = None,
+        conclusion: CheckConclusion | None = None,
+        output: CheckOutput | None = None,
+        actions: Sequence[CheckAction] | None = None,
+        details_url: str | None = None,
+    ) -> None: ...
+
+    def create_comment(self, number: int, body: str) -> CommentInfo: ...
+
+    def edit_comment(self, comment_id: int, body: str) -> CommentInfo: ...
+
+    def list_comments(self, number: int) -> list[CommentInfo]: ...
+
+    def minimize_comment(self, node_id: str, classifier: Any = "OUTDATED") -> None: ...
+
+    def identity(self) -> BotIdentity: ...
+
+
+class RedactingGateway:
+    """A gateway whose every outgoing text has passed the redactor; the publisher holds only this one."""
+
+    def __init__(self, inner: Gateway, redactor: Redactor) -> None:
+        self.inner = inner
+        self.redactor = redactor
+
+    def _output(self, output: CheckOutput | None) -> CheckOutput | None:
+        if output is None:
+            return None
+        return CheckOutput(
+            title=self.redactor.redact(output.title),
+            summary=self.redactor.redact(output.summary),
+            text=self.redactor.optional(output.text),
+        )
+
+    def create_check_run(
+        self,
+        head_sha: str,
+        name: str,
+        external_id: str,
+        status: CheckStatus = "queued",
+        output: CheckOutput | None = None,
+        actions: Sequence[CheckAction] = (),
+        details_url: str | None = None,
+    ) -> int:
+        return self.inner.create_check_run(
+            head_sha, name, external_id, status, self._output(output), actions, details_url
+        )
+
+    def update_check_run(
+        self,
+        check_run_id: int,
+        *,
+        status: CheckStatus | None = None,
+        conclusion: CheckConclusion | None = None,
+        output: CheckOutput | None = None,
+        actions: Sequence[CheckAction] | None = None,
+        details_url: str | None = None,
+    ) -> None:
+        self.inner.update_check_run(
+            check_run_id,
+            status=status,
+            conclusion=conclusion,
+            output=self._output(output),
+            actions=actions,
+            details_url=details_url,
+        )
+
+    def create_comment(self, number: int, body: str) -> CommentInfo:
+        return self.inner.create_comment(number, self.redactor.redact(body))
+
+    def edit_comment(self, comment_id: int, body: str) -> CommentInfo:
+        return self.inner.edit_comment(comment_id, self.redactor.redact(body))
+
+    def list_comments(self, number: int) -> list[CommentInfo]:
+        return self.inner.list_comments(number)
+
+    def minimize_comment(self, node_id: str, classifier: Any = "OUTDATED") -> None:
+        self.inner.minimize_comment(node_id, classifier)
+
+    def identity(self) -> BotIdentity:
+        return self.inner.identity()
