@@ -106,17 +106,21 @@ def poisoned(model: M, round_: int) -> M:
     """`model` with every string field it will accept replaced by hostile text (the rest keep their value)."""
     data = model.model_dump(mode="python")
     original = dict(_leaves(data))
+    below: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
     for index, path in enumerate(original):
         _set(data, path, hostile(index, round_))
-    for _ in range(50):
+        for cut in range(len(path) + 1):
+            below.setdefault(path[:cut], []).append(path)
+    for _ in range(20):
         try:
             return type(model).model_validate(data)
         except ValidationError as exc:
             for error in exc.errors():
                 loc = tuple(error["loc"])
-                for path, value in original.items():
-                    if path[: len(loc)] == loc or loc[: len(path)] == path:
-                        _set(data, path, value)
+                # The leaf the error is about (its loc may name a union member after it), or all below it.
+                leaf = next((loc[:cut] for cut in range(len(loc), 0, -1) if loc[:cut] in original), None)
+                for path in [leaf] if leaf is not None else below.get(loc, []):
+                    _set(data, path, original[path])
     raise AssertionError("could not build a valid hostile model")
 
 
