@@ -29,8 +29,10 @@ def _rows(value: str | None) -> list[str] | None:
 
 
 def _config_for(args: argparse.Namespace) -> tuple[CampaignConfig, str]:
-    """Explicit file or profile if given; otherwise the config committed in the BASE revision, never the head."""
-    return resolve_config(Path(args.repo), args.config, args.profile, args.base)
+    """Explicit file or profile if given; otherwise the config committed at --config-ref (default the base
+    revision), never the head. --config-source renames where it came from in the report."""
+    config, source = resolve_config(Path(args.repo), args.config, args.profile, args.config_ref or args.base)
+    return config, args.config_source or source
 
 
 def _finish(report: CampaignReport, out: Path) -> int:
@@ -52,6 +54,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     request = CampaignRequest(
         repo=Path(args.repo), base=args.base, head=args.head, config=config, config_source=source, out_dir=out,
         rows=_rows(args.rows), trace_path=Path(args.trace) if args.trace else None, keep_work=args.keep_work,
+        config_ref=args.config_ref,
         **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
     )
     return _finish(run_campaign(request, progress), out)
@@ -83,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     source = campaign.add_mutually_exclusive_group()
     source.add_argument("--config", help=f"campaign config TOML (default: {DEFAULT_CONFIG_PATH} in the base)")
     source.add_argument("--profile", help="a shipped profile: dynamo or demo")
+    campaign.add_argument(
+        "--config-ref", help="trusted revision the config and determinism patch are read at (default: --base)"
+    )
+    campaign.add_argument(
+        "--config-source", help="where the config came from, as the report should say (default: file or ref)"
+    )
     campaign.add_argument("--rows", help="comma-separated row ids (default: every row)")
     campaign.add_argument("--out", required=True, help="output directory for the report artifact")
     campaign.add_argument("--trace", help="trace path overriding the config's (its checksum is still verified)")

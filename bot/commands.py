@@ -1,8 +1,11 @@
 """Comment commands (`/parity rerun [rows=a,b] [sha=<head>]`, `cancel`, `status`, `help`): a pure parser.
 
-A command counts only when it stands on its own line of prose: lines inside fenced or indented code blocks
-and `>` quotes are someone showing or quoting a command, not asking for one. The help text is generated
-from `COMMANDS`, so the documentation cannot drift from what the parser accepts.
+A command counts only when it stands on its own line of visible prose. Lines inside fenced or indented code
+blocks and `>` quotes are someone showing or quoting a command, not asking for one; text inside HTML comments
+(`<!-- -->`), `<details>` (folded away by default) or any other HTML block is not what readers see, so a
+command hidden there would act behind everyone's back. The rules err towards ignoring: a line the parser is
+unsure about is not a command. The help text is generated from `COMMANDS`, so the documentation cannot drift
+from what the parser accepts.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from dataclasses import dataclass
 ROW_ID = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 """Same shape as `runners.config.RowConfig.id`; whether the row exists is checked against the base config."""
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,40}$")
+"""What `sha=` parses; approving a head takes all 40 digits (checked against the head, whose full SHA the refusal
+then gives), so a prefix shared by another commit can never approve it."""
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
 @dataclass(frozen=True)
@@ -29,11 +35,13 @@ class CommandSpec:
 COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec(
         name="rerun",
-        usage="rerun [rows=a,b] [sha=<head sha>]",
+        usage="rerun [rows=a,b] [sha=<full 40-hex head sha>]",
         description=(
-            "Start a campaign for the pull request's current head against its merge base, optionally only "
-            "for the named rows of the base revision's config. `sha=` makes the request apply only if the "
-            "head is still that commit; for a pull request from a fork it approves exactly that head."
+            "Start a new campaign for the pull request's current head against its merge base (replacing a "
+            "queued or running one for the same rows), optionally only for the named rows of the base "
+            "branch's config. `sha=` makes the request apply only if the head is still that commit; for a "
+            "pull request from a fork it approves exactly that head. Without `sha=`, a fork's head is "
+            "approved only if the bot had seen it before the comment was written."
         ),
         who="collaborators with at least the configured permission (default write)",
         example="rerun rows=vllm-disagg,sglang-disagg",
@@ -83,13 +91,47 @@ class UnknownCommand:
 
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+_HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_DETAILS = re.compile(r"<(/?)details\b[^>]*>", re.IGNORECASE)
+_HTML_BLOCK = re.compile(r"^ {0,3}<(?:(/?[A-Za-z][A-Za-z0-9-]*)(?:[\s/>]|$)|[?!])")
+"""A line opening an HTML block (CommonMark kinds 1-7, any tag): rendered as HTML, not prose."""
+_RAW_TAGS = ("pre", "script", "style", "textarea")
+"""HTML blocks that end at their closing tag, not at a blank line (CommonMark kind 1)."""
+HIDDEN = "\x00"
+"""Stands where hidden HTML was removed: a line starting with it began with HTML, so it is not a command."""
+
+
+def _visible(body: str) -> str:
+    """The body without HTML comments and `<details>` sections: what a reader sees without unfolding anything.
+
+    An unclosed `<!--` or `<details>` hides the rest of the comment, as GitHub renders it.
+    """
+    text = _HTML_COMMENT.sub(HIDDEN, body.replace(HIDDEN, ""))
+    opened = text.find("<!--")
+    if opened >= 0:
+        text = text[:opened]
+    kept: list[str] = []
+    depth, position = 0, 0
+    for tag in _DETAILS.finditer(text):
+        if depth == 0:
+            kept.append(text[position : tag.start()])
+        depth = max(depth - 1, 0) if tag.group(1) else depth + 1
+        position = tag.end()
+    if depth == 0:
+        kept.append(text[position:])
+    return HIDDEN.join(kept)
 
 
 def _prose_lines(body: str) -> list[str]:
-    """The comment's lines outside fenced code, indented code and block quotes, stripped."""
+    """The comment's visible lines outside fenced code, indented code, HTML blocks and block quotes, stripped."""
     lines: list[str] = []
     fence: str | None = None
-    for raw in body.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+    html_end: str | None = None  # "" = the HTML block ends at a blank line, else at this closing tag
+    for raw in _visible(body.replace("\r\n", "\n").replace("\r", "\n")).split("\n"):
+        if html_end is not None:
+            if (html_end and html_end in raw.lower()) or (not html_end and not raw.strip()):
+                html_end = None
+            continue
         match = _FENCE.match(raw)
         if fence is not None:
             # CommonMark: a fence closes with at least as many of the same character and nothing after it.
@@ -104,12 +146,17 @@ def _prose_lines(body: str) -> list[str]:
         if match and not (match.group(1)[0] == "`" and "`" in match.group(2)):
             fence = match.group(1)
             continue
+        block = _HTML_BLOCK.match(raw)
+        if block:
+            tag = (block.group(1) or "").lower()
+            html_end = f"</{tag}>" if tag in _RAW_TAGS and f"</{tag}>" not in raw.lower() else ""
+            continue
         expanded = raw.expandtabs(4)
         stripped = expanded.strip()
         # Four spaces of indentation is code (or a continuation we do not guess about); `>` is a quote.
-        if not stripped or expanded.startswith("    ") or stripped.startswith(">"):
+        if not stripped or expanded.startswith("    ") or stripped.startswith((">", HIDDEN)):
             continue
-        lines.append(stripped)
+        lines.append(stripped.replace(HIDDEN, " ").strip())
     return lines
 
 

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Protocol
 
 from bot.authz import cached_lookup
+from bot.commands import FULL_SHA
 from bot.dispatch.actions import LIVE_STATUSES, RunTitle, dispatch_inputs, parse_run_title
 from bot.events import PayloadError, WebhookEvent, parse_event
-from bot.github import GitHubError, WorkflowRunInfo
+from bot.github import ACTIONS_BOT, BotIdentity, GitHubError, WorkflowRunInfo
 from bot.lifecycle import Publisher, RepoApi
 from bot.resolve import resolve
 from bot.settings import Settings, SettingsError, load_settings
@@ -48,7 +49,7 @@ from bot.triggers import (
 )
 from runners.config import ConfigError
 
-ACTIONS_BOT_LOGIN = "github-actions[bot]"
+ACTIONS_BOT_LOGIN = ACTIONS_BOT.login
 """Who comments with the workflow's GITHUB_TOKEN: its own comments must be ignored."""
 NO_WEBHOOK_SECRET = "unused: Actions-only mode receives no webhooks"
 """The settings model requires a webhook secret for the service; GitHub runs this mode, nobody posts to it."""
@@ -65,6 +66,8 @@ class EventApi(RepoApi, Protocol):
     def workflow_runs(self, workflow_file: str, status: str) -> list[WorkflowRunInfo]: ...
 
     def cancel_workflow_run(self, run_id: int) -> bool: ...
+
+    def identity(self) -> BotIdentity: ...
 
 
 def actions_settings(path: Path | None, environ: Mapping[str, str]) -> Settings:
@@ -144,11 +147,17 @@ class ActionsOnly:
         self.repo = repo
         self.clock = clock
 
+    def _bot_id(self) -> int:
+        """github-actions[bot] acts with GITHUB_TOKEN (no lookup); another configured login is looked up."""
+        if (self.settings.bot_login or ACTIONS_BOT.login) == ACTIONS_BOT.login:
+            return ACTIONS_BOT.id
+        return self.api.identity().id
+
     def handle(self, event: WebhookEvent) -> str:
         context = TriggerContext(
             label=self.settings.label,
             command_word=self.settings.command_word,
-            bot_login=self.settings.bot_login or ACTIONS_BOT_LOGIN,
+            bot_id=self._bot_id(),
             min_permission=self.settings.min_permission,
             permission_of=cached_lookup(self.api),
             is_approved=lambda pr, sha: False,
@@ -250,10 +259,13 @@ class ActionsOnly:
         if pull.state != "open":
             reply(intent.pr, "refused", reason=f"pull request #{intent.pr} is {pull.state}", fix="reopen it first")
             return f"invalid: pull request is {pull.state}"
-        if intent.sha and not pull.head_sha.startswith(intent.sha):
-            reason = f"the head moved from {intent.sha[:12]} to {pull.head_sha[:12]} since it was requested"
-            rerun = f"{self.settings.command_word} rerun sha={pull.head_sha[:12]}"
-            reply(intent.pr, "refused", reason=reason, fix=f"review the new head, then comment `{rerun}`")
+        if intent.sha and intent.sha != pull.head_sha:
+            if FULL_SHA.match(intent.sha):
+                reason = f"the head moved from {intent.sha[:12]} to {pull.head_sha[:12]} since it was requested"
+            else:
+                reason = f"`sha={intent.sha}` is not a full commit SHA (a head is named by all 40 hex digits)"
+            rerun = f"{self.settings.command_word} rerun sha={pull.head_sha}"
+            reply(intent.pr, "refused", reason=reason, fix=f"review the head, then comment `{rerun}`")
             return f"invalid: {reason}"
         return self._launch(
             intent.pr, pull.head_sha, pull.base_ref, intent.rows, intent.trigger, intent.requested_by

@@ -8,6 +8,7 @@ up in a subprocess's argv.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,6 +27,8 @@ class _Read(BaseModel):
 
 class User(_Read):
     login: str
+    id: int
+    """Who this is: logins are text a human may share with the bot's slug; the numeric id is unique."""
     type: str = "User"
 
 
@@ -82,6 +85,8 @@ class Comment(_Read):
     id: int
     body: str | None = None
     user: User
+    created_at: datetime
+    """When it was written: a plain fork approval covers only a head the bot had seen by then."""
 
 
 class IssueCommentEvent(_Read):

@@ -1,4 +1,4 @@
-"""Campaign lifecycle: turn intents into campaigns and drive each one to exactly one ending.
+"""Campaign lifecycle: drive each campaign `bot.intake` recorded to exactly one ending.
 
 requested -> dispatched -> running -> completed | cancelled | superseded | timed_out | errored. The store
 refuses illegal transitions; this module decides which one to make and always persists it before the side
@@ -20,37 +20,14 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
-from bot.authz import cached_lookup
+from bot.attempts import PriorAttempt
 from bot.dispatch.base import Backend, RunHandle, StartError
-from bot.events import PayloadError, parse_event
-from bot.github import PullInfo
-from bot.resolve import RevisionSource, resolve
+from bot.github import BotIdentity, PullInfo
+from bot.intake import CONFIG_ERROR, Intake
+from bot.resolve import RevisionSource
 from bot.settings import Settings
-from bot.store import (
-    ACTIVE_STATES,
-    LIVE_STATES,
-    CampaignState,
-    CampaignView,
-    Delivery,
-    DuplicateCampaign,
-    NewCampaign,
-    Publication,
-    Store,
-)
-from bot.triggers import (
-    Cancel,
-    Help,
-    Ignore,
-    Intent,
-    NeedsApproval,
-    Refuse,
-    Rerun,
-    Start,
-    Status,
-    TriggerContext,
-    decide,
-)
-from runners.config import ConfigError
+from bot.store import ACTIVE_STATES, LIVE_STATES, CampaignState, CampaignView, Delivery, Store
+from bot.store_publications import Publication
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 
@@ -58,8 +35,7 @@ log = logging.getLogger(__name__)
 
 S = CampaignState
 PUBLICATION_MAX_ATTEMPTS = 10
-CONFIG_ERROR = "config_error"
-"""The `state` given to `Publisher.ended` when the base revision's config is missing or invalid."""
+__all__ = ["CONFIG_ERROR", "Lifecycle", "Publisher", "RepoApi", "RepoServices"]
 
 
 class Publisher(Protocol):
@@ -75,7 +51,17 @@ class Publisher(Protocol):
 
     def progress(self, campaign: CampaignView, event: ProgressEvent) -> None: ...
 
-    def finished(self, campaign: CampaignView, report: CampaignReport, artifact_dir: Path) -> None: ...
+    def finished(
+        self,
+        campaign: CampaignView,
+        report: CampaignReport,
+        artifact_dir: Path,
+        *,
+        prior_attempts: list[PriorAttempt],
+    ) -> None:
+        """Complete the check run and post the result; `prior_attempts` are the earlier campaigns of the same
+        head (oldest first), listed so repeated attempts are visible."""
+        ...
 
     def ended(self, campaign: CampaignView, state: str, reason: str) -> None:
         """cancelled | superseded | timed_out | errored | config_error, with the recorded reason."""
@@ -97,11 +83,11 @@ class RepoApi(RevisionSource, Protocol):
 
 @dataclass(frozen=True)
 class RepoServices:
-    """Everything bound to one repository: its gateway, its publisher and the bot's login there."""
+    """Everything bound to one repository: its gateway, its publisher and who the bot is there."""
 
     api: RepoApi
     publisher: Publisher
-    bot_login: str
+    bot: BotIdentity
 
 
 def _first_line(text: str) -> str:
@@ -125,204 +111,17 @@ class Lifecycle:
         self.backend = backend
         self.services = services
         self.clock = clock
+        self.intake = Intake(store, settings, backend.name, services, self, clock=clock)
 
     # ------------------------------------------------------------------ deliveries
 
     def handle(self, delivery: Delivery) -> str:
-        """Act on one stored delivery; returns the outcome recorded with it."""
-        try:
-            event = parse_event(delivery.event, delivery.payload)
-        except PayloadError as exc:
-            return f"rejected: {exc}"
-        repo = event.repository.full_name
-        if self.settings.repo and repo.lower() != self.settings.repo.lower():
-            return f"ignored: repository {repo} is not served (settings.repo = {self.settings.repo})"
-        already = self.store.by_delivery(delivery.id)
-        if already:
-            return f"already handled: campaign {already[0].id}"
-        services = self.services(repo)
-        context = TriggerContext(
-            label=self.settings.label,
-            command_word=self.settings.command_word,
-            bot_login=services.bot_login,
-            min_permission=self.settings.min_permission,
-            permission_of=cached_lookup(services.api),
-            is_approved=lambda pr, sha: self.store.is_approved(repo, pr, sha),
-        )
-        return self._act(decide(event, context), repo, services, delivery.id)
-
-    def _campaign_pr(self, pr: int | None, campaign_id: str | None) -> tuple[int | None, CampaignView | None]:
-        """A check run names its campaign; fork pull requests are missing from check_run.pull_requests."""
-        campaign = self.store.get(campaign_id) if campaign_id else None
-        return (pr if pr is not None else campaign.pr_number if campaign else None), campaign
-
-    def _act(self, intent: Intent, repo: str, services: RepoServices, delivery_id: str) -> str:
-        publisher = services.publisher
-        if isinstance(intent, Ignore):
-            return f"ignored: {intent.reason}"
-        if isinstance(intent, Refuse):
-            pr, _ = self._campaign_pr(intent.pr, intent.campaign_id)
-            if pr is None:
-                return f"refused, nowhere to answer: {intent.reason}"
-            if self.store.refused_before(repo, pr, intent.requested_by):
-                return f"refused again, not answered: {intent.reason}"
-            fix = (
-                f"ask a collaborator with at least {self.settings.min_permission!r} permission to add the "
-                f"{self.settings.label!r} label or comment `{self.settings.command_word} rerun`"
-            )
-            publisher.reply(pr, "refused", reason=intent.reason, fix=fix, login=intent.requested_by)
-            self.store.first_refusal(repo, pr, intent.requested_by, intent.reason)  # after the answer went out
-            return f"refused: {intent.reason}"
-        if isinstance(intent, Help):
-            if intent.line is None:
-                publisher.reply(intent.pr, "help")
-                return "help"
-            publisher.reply(intent.pr, "unknown_command", line=intent.line, reason=intent.reason)
-            return f"unknown command: {intent.reason}"
-        if isinstance(intent, Status):
-            publisher.reply(intent.pr, "status", campaigns=self.store.for_pr(repo, intent.pr))
-            return "status"
-        if isinstance(intent, NeedsApproval):
-            self._supersede(repo, intent.pr, intent.head_sha, f"new head {intent.head_sha[:12]} awaits approval")
-            fix = (
-                f"a collaborator with at least {self.settings.min_permission!r} permission reviews this head "
-                f"and comments `{self.settings.command_word} rerun sha={intent.head_sha[:12]}`"
-            )
-            publisher.reply(intent.pr, "refused", reason=intent.reason, fix=fix)
-            return f"needs approval: {intent.head_sha}"
-        if isinstance(intent, Cancel):
-            return self._cancel(intent, repo, services)
-        if isinstance(intent, Start):
-            if intent.approve_head:
-                self.store.approve_head(repo, intent.pr, intent.head_sha, intent.requested_by)
-            self._supersede(repo, intent.pr, intent.head_sha, f"superseded by head {intent.head_sha[:12]}")
-            return self._launch(
-                services,
-                repo,
-                intent.pr,
-                intent.head_sha,
-                intent.base_ref,
-                None,
-                intent.trigger,
-                intent.requested_by,
-                delivery_id,
-            )
-        return self._rerun(intent, repo, services, delivery_id)
-
-    def _cancel(self, intent: Cancel, repo: str, services: RepoServices) -> str:
-        pr, campaign = self._campaign_pr(intent.pr, intent.campaign_id)
-        targets: list[CampaignView] = []
-        if intent.campaign_id:
-            targets = [campaign] if campaign and campaign.state in LIVE_STATES else []
-        elif pr is not None:
-            targets = self.store.for_pr(repo, pr, live_only=True)
-        for target in targets:
-            self._end(target, S.CANCELLED, intent.reason)
-        if not targets and pr is not None and intent.trigger in ("comment", "check_run"):
-            services.publisher.reply(
-                pr,
-                "refused",
-                reason="there is no queued or running campaign to cancel",
-                fix=f"`{self.settings.command_word} status` lists this pull request's campaigns",
-            )
-        return f"cancelled {[target.id for target in targets]}: {intent.reason}"
-
-    def _rerun(self, intent: Rerun, repo: str, services: RepoServices, delivery_id: str) -> str:
-        pr, original = self._campaign_pr(intent.pr, intent.campaign_id)
-        if pr is None:
-            return f"ignored: check run of unknown campaign {intent.campaign_id}"
-        rows = (
-            intent.rows if intent.rows is not None else (tuple(original.rows) if original and original.rows else None)
-        )
-        pull = services.api.pull(pr)
-        reply = services.publisher.reply
-        if pull.state != "open":
-            reply(pr, "refused", reason=f"pull request #{pr} is {pull.state}", fix="reopen it first")
-            return f"invalid: pull request is {pull.state}"
-        if intent.sha and not pull.head_sha.startswith(intent.sha):
-            reason = f"the head moved from {intent.sha[:12]} to {pull.head_sha[:12]} since it was requested"
-            rerun = f"{self.settings.command_word} rerun sha={pull.head_sha[:12]}"
-            reply(pr, "refused", reason=reason, fix=f"review the new head, then comment `{rerun}`")
-            return f"invalid: {reason}"
-        if pull.is_fork:
-            self.store.approve_head(repo, pr, pull.head_sha, intent.requested_by)
-        self._supersede(repo, pr, pull.head_sha, f"superseded by head {pull.head_sha[:12]}")
-        return self._launch(
-            services,
-            repo,
-            pr,
-            pull.head_sha,
-            pull.base_ref,
-            rows,
-            intent.trigger,
-            intent.requested_by,
-            delivery_id,
-        )
-
-    def _supersede(self, repo: str, pr: int, head_sha: str, reason: str) -> None:
-        for campaign in self.store.for_pr(repo, pr, live_only=True):
-            if campaign.head_sha != head_sha:
-                self._end(campaign, S.SUPERSEDED, reason)
-
-    def _launch(
-        self,
-        services: RepoServices,
-        repo: str,
-        pr: int,
-        head_sha: str,
-        base_ref: str,
-        rows: tuple[str, ...] | None,
-        trigger: str,
-        requested_by: str,
-        delivery_id: str,
-    ) -> str:
-        """Pin base = merge base, read the config at the base (never the head), then record the campaign."""
-        resolution = resolve(services.api, head_sha, base_ref, self.settings.config_path)
-        base_sha, source = resolution.base_sha, resolution.config_source
-        rows_key = "!config-error"
-        if resolution.config is not None:
-            try:
-                selected = resolution.config.select_rows(list(rows) if rows else None)
-            except ConfigError as exc:
-                fix = f"name rows defined in {source}, or omit `rows=` to run every row"
-                services.publisher.reply(pr, "refused", reason=str(exc), fix=fix)
-                return f"invalid: {exc}"
-            rows_key = ",".join(sorted(row.id for row in selected))
-            existing = self.store.covering(repo, pr, head_sha, base_sha, rows_key)
-            if existing is not None:
-                services.publisher.reply(pr, "duplicate", campaign=existing)
-                return f"duplicate of {existing.id}"
-        try:
-            campaign = self.store.create_campaign(
-                NewCampaign(
-                    repo=repo,
-                    pr_number=pr,
-                    head_sha=head_sha,
-                    base_sha=base_sha,
-                    relationship=resolution.relationship,
-                    rows=list(rows) if rows else None,
-                    rows_key=rows_key,
-                    requested_by=requested_by,
-                    trigger=trigger,
-                    delivery_id=delivery_id,
-                    backend=self.backend.name,
-                    config_text=resolution.config_text,
-                    config_source=source,
-                )
-            )
-        except DuplicateCampaign as duplicate:
-            services.publisher.reply(pr, "duplicate", campaign=duplicate.existing)
-            return f"duplicate of {duplicate.existing.id}"
-        campaign = self._ensure_check_run(campaign, services.publisher)
-        if resolution.error is not None:
-            self._end(campaign, S.ERRORED, resolution.error, published_state=CONFIG_ERROR)
-            return f"config error: campaign {campaign.id}"
-        self._announce(campaign)
-        return f"campaign {campaign.id} requested"
+        """Act on one stored delivery (see `bot.intake`); returns the outcome recorded with it."""
+        return self.intake.handle(delivery)
 
     # ------------------------------------------------------------------ endings
 
-    def _end(
+    def end(
         self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
     ) -> CampaignView:
         """Persist the ending (and its publication), then stop the process if there was one."""
@@ -340,7 +139,7 @@ class Lifecycle:
     def _restart(self, campaign: CampaignView, reason: str) -> None:
         """Back to the queue to start from scratch, unless it already used every attempt."""
         if campaign.attempt >= self.settings.max_attempts:
-            self._end(campaign, S.ERRORED, f"{reason}; gave up after {campaign.attempt} attempts")
+            self.end(campaign, S.ERRORED, f"{reason}; gave up after {campaign.attempt} attempts")
             return
         self.store.transition(campaign.id, S.REQUESTED, f"{reason}; restarting from scratch", handle=None)
 
@@ -356,9 +155,11 @@ class Lifecycle:
                 f"report written: {summary}" + (f"; {note}" if note else ""),
                 publish="finished",
                 conclusion=verdicts.conclusion.value if verdicts else None,
+                semantic=verdicts.semantic.value if verdicts else None,
+                performance=verdicts.performance.value if verdicts else None,
             )
         else:
-            self._end(campaign, S.ERRORED, error or "runner ended without a report")
+            self.end(campaign, S.ERRORED, error or "runner ended without a report")
         self.store.clear_handle(campaign.id)
 
     # ------------------------------------------------------------------ the worker's tick
@@ -420,7 +221,7 @@ class Lifecycle:
             return
         if campaign.deadline is not None and self.clock() >= campaign.deadline.timestamp():
             hours = self.settings.deadline_seconds / 3600
-            self._end(campaign, S.TIMED_OUT, f"deadline passed ({hours:g} h after dispatch)")
+            self.end(campaign, S.TIMED_OUT, f"deadline passed ({hours:g} h after dispatch)")
             return
         result = self.backend.poll(campaign, RunHandle.model_validate_json(raw))
         if result.progress:
@@ -452,7 +253,7 @@ class Lifecycle:
         try:
             handle = self.backend.start(campaign, self.store.config_text(campaign.id))
         except StartError as exc:
-            self._end(campaign, S.ERRORED, f"could not start: {exc}")
+            self.end(campaign, S.ERRORED, f"could not start: {exc}")
             return
         self.store.transition(
             campaign.id,
@@ -461,7 +262,7 @@ class Lifecycle:
             handle=handle.model_dump_json(),
         )
 
-    def _ensure_check_run(self, campaign: CampaignView, publisher: Publisher) -> CampaignView:
+    def ensure_check_run(self, campaign: CampaignView, publisher: Publisher) -> CampaignView:
         """Every campaign gets its check run (opening is retried on later ticks if GitHub was down)."""
         if campaign.check_run_id is not None:
             return campaign
@@ -474,11 +275,11 @@ class Lifecycle:
     def _refresh_positions(self) -> None:
         """Tell the publisher about every live campaign whose queue position changed (0 = started)."""
         for campaign in self.store.in_states(LIVE_STATES, self.backend.name):
-            self._announce(campaign)
+            self.announce(campaign)
 
-    def _announce(self, campaign: CampaignView) -> None:
+    def announce(self, campaign: CampaignView) -> None:
         publisher = self.services(campaign.repo).publisher
-        campaign = self._ensure_check_run(campaign, publisher)
+        campaign = self.ensure_check_run(campaign, publisher)
         position = campaign.queue_position
         if position is None or campaign.check_run_id is None:
             return
@@ -513,7 +314,7 @@ class Lifecycle:
     def _publish(self, publication: Publication) -> None:
         campaign = self.store.require(publication.campaign_id)
         publisher = self.services(campaign.repo).publisher
-        campaign = self._ensure_check_run(campaign, publisher)
+        campaign = self.ensure_check_run(campaign, publisher)
         if publication.kind == "finished":
             if campaign.artifact_dir is None:
                 raise RuntimeError(f"completed campaign {campaign.id} has no artifact directory")
@@ -521,6 +322,8 @@ class Lifecycle:
                 report = CampaignReport.model_validate_json((campaign.artifact_dir / "report.json").read_text())
             except (OSError, ValidationError) as exc:
                 raise RuntimeError(f"report of completed campaign {campaign.id} unreadable: {exc}") from exc
-            publisher.finished(campaign, report, campaign.artifact_dir)
+            publisher.finished(
+                campaign, report, campaign.artifact_dir, prior_attempts=self.store.prior_attempts(campaign.id)
+            )
         else:
             publisher.ended(campaign, publication.state, publication.reason)

@@ -248,7 +248,7 @@ def _services_factory(settings: Settings, publisher_factory: PublisherFactory) -
             cache[key] = RepoServices(
                 api=gateway,
                 publisher=publisher_factory(gateway, settings),
-                bot_login=settings.bot_login or gateway.authenticated_login(),
+                bot=gateway.identity(),
             )
         return cache[key]
 

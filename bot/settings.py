@@ -52,8 +52,13 @@ class Settings(BaseModel):
     label: str = "kv-parity"
     command_word: str = "/parity"
     min_permission: Permission = "write"
+    refusal_window_seconds: float = Field(600.0, ge=0)
+    """A person refused on a pull request is answered publicly once per this window; within it their further
+    requests there are only recorded, and their recorded permission stands in for another API lookup (so a
+    flood of commands costs no API calls), which also means a permission granted meanwhile counts once the
+    window has passed."""
     config_path: str = DEFAULT_CONFIG_PATH
-    """Campaign config path, always read at the merge-base revision, never from the head."""
+    """Campaign config path, read at the base branch's tip (recorded), never from the head."""
     check_name: str = "kv-parity"
 
     backend: Literal["local", "actions"] = "local"

@@ -1,5 +1,5 @@
-"""SQLite (WAL) state of the bot: deliveries (dedupe + work queue), campaigns, their transitions, fork
-approvals, refusals already answered, and pending publications.
+"""SQLite (WAL) state of the bot: deliveries (dedupe + work queue), campaigns and their transitions here; fork
+approvals, seen heads and refusals in `bot.store_people`; pending publications in `bot.store_publications`.
 
 Every campaign transition is written, with its reason and time, before the side effect it stands for
 (start a process, kill it, publish), so after a crash the store says what was meant to happen and the
@@ -21,6 +21,12 @@ from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
+
+from bot.attempts import PriorAttempt
+from bot.store_people import SCHEMA as PEOPLE_SCHEMA
+from bot.store_people import PeopleRecords
+from bot.store_publications import SCHEMA as PUBLICATIONS_SCHEMA
+from bot.store_publications import PublicationQueue
 
 
 class CampaignState(StrEnum):
@@ -51,8 +57,10 @@ ALLOWED: dict[CampaignState | None, frozenset[CampaignState]] = {
     S.TIMED_OUT: frozenset(),
     S.ERRORED: frozenset(),
 }
+FINAL_STATES = frozenset({S.COMPLETED, *_ENDINGS})
 COVERING_STATES = (S.REQUESTED, S.DISPATCHED, S.RUNNING, S.COMPLETED)
-"""A campaign in one of these states covers its (PR, head, base, rows) key: a duplicate is refused."""
+"""A campaign in one of these states covers its (PR, head, base, rows) key for a label or a push (answered as a
+duplicate); an explicit rerun starts a new campaign anyway, replacing a live one (at most one is live per key)."""
 
 
 class IllegalTransition(RuntimeError):
@@ -93,7 +101,9 @@ class CampaignView(BaseModel):
     conclusion: str | None
     """Check conclusion of the report once completed."""
     config_source: str
-    """Where the campaign config was read, e.g. `.github/kv-parity.toml@<base sha>`."""
+    """Where the campaign config was read, e.g. `.github/kv-parity.toml @ <sha> (base branch tip)`."""
+    config_sha: str | None = None
+    """The base branch's tip the config and determinism patch were read at (None: recorded before it was kept)."""
 
 
 @dataclass(frozen=True)
@@ -111,16 +121,8 @@ class Delivery:
     event: str
     payload: bytes
     attempts: int
-
-
-@dataclass(frozen=True)
-class Publication:
-    campaign_id: str
-    kind: str
-    """finished | ended"""
-    state: str
-    reason: str
-    attempts: int
+    received_at: float
+    """When the service acknowledged it: the bot knew of what it says from then on."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,7 @@ class NewCampaign:
     backend: str
     config_text: str
     config_source: str
+    config_sha: str | None
 
 
 class DuplicateCampaign(Exception):
@@ -197,9 +200,10 @@ CREATE TABLE IF NOT EXISTS campaigns (
     config_text TEXT NOT NULL,
     config_source TEXT NOT NULL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS campaigns_one_per_key
+DROP INDEX IF EXISTS campaigns_one_per_key;
+CREATE UNIQUE INDEX IF NOT EXISTS campaigns_one_live_per_key
     ON campaigns (repo, pr_number, head_sha, base_sha, rows_key)
-    WHERE state IN ('requested', 'dispatched', 'running', 'completed');
+    WHERE state IN ('requested', 'dispatched', 'running');
 CREATE INDEX IF NOT EXISTS campaigns_by_pr ON campaigns (repo, pr_number);
 CREATE INDEX IF NOT EXISTS campaigns_by_delivery ON campaigns (delivery_id);
 CREATE INDEX IF NOT EXISTS campaigns_by_state ON campaigns (state);
@@ -212,39 +216,19 @@ CREATE TABLE IF NOT EXISTS transitions (
     reason TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS transitions_by_campaign ON transitions (campaign_id);
-CREATE TABLE IF NOT EXISTS approvals (
-    repo TEXT NOT NULL,
-    pr_number INTEGER NOT NULL,
-    head_sha TEXT NOT NULL,
-    approved_by TEXT NOT NULL,
-    approved_at REAL NOT NULL,
-    PRIMARY KEY (repo, pr_number, head_sha)
-);
-CREATE TABLE IF NOT EXISTS refusals (
-    repo TEXT NOT NULL,
-    pr_number INTEGER NOT NULL,
-    login TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    at REAL NOT NULL,
-    PRIMARY KEY (repo, pr_number, login)
-);
-CREATE TABLE IF NOT EXISTS publications (
-    campaign_id TEXT NOT NULL REFERENCES campaigns (id),
-    kind TEXT NOT NULL,
-    state TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'pending',
-    attempts INTEGER NOT NULL DEFAULT 0,
-    not_before REAL NOT NULL DEFAULT 0,
-    error TEXT,
-    PRIMARY KEY (campaign_id, kind)
-);
 """
+_ADDED_COLUMNS = {
+    "config_sha": "TEXT",
+    "semantic": "TEXT",
+    "performance": "TEXT",
+    "finished_at": "REAL",
+}
+"""Campaign columns added after the first schema: added in place to a database that lacks them."""
 
 _COLUMNS = (
     "seq, id, repo, pr_number, head_sha, base_sha, relationship, rows, state, check_run_id, "
     "status_comment_id, requested_by, trigger, created_at, deadline, artifact_dir, attempt, reason, "
-    "conclusion, config_source, backend"
+    "conclusion, config_source, backend, config_sha"
 )
 
 
@@ -264,7 +248,7 @@ def _utc(unix: float | None) -> datetime | None:
     return None if unix is None else datetime.fromtimestamp(unix, UTC)
 
 
-class Store:
+class Store(PeopleRecords, PublicationQueue):
     """One SQLite connection guarded by a lock; cheap enough to share between the HTTP side and a worker."""
 
     def __init__(self, path: Path, *, power_safe: bool = True, busy_timeout: float = 30.0) -> None:
@@ -282,7 +266,11 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if power_safe else 'NORMAL'}")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(_SCHEMA + PEOPLE_SCHEMA + PUBLICATIONS_SCHEMA)
+        present = {str(row[1]) for row in self._db.execute("PRAGMA table_info(campaigns)")}
+        for column, kind in _ADDED_COLUMNS.items():
+            if column not in present:
+                self._db.execute(f"ALTER TABLE campaigns ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         with self._lock:
@@ -336,11 +324,11 @@ class Store:
         """The oldest pending delivery that is due (deliveries are handled in arrival order)."""
         with self._lock:
             row = self._db.execute(
-                "SELECT id, event, payload, attempts FROM deliveries "
+                "SELECT id, event, payload, attempts, received_at FROM deliveries "
                 "WHERE status = 'pending' AND not_before <= ? ORDER BY rowid LIMIT 1",
                 (now,),
             ).fetchone()
-        return None if row is None else Delivery(row[0], row[1], bytes(row[2]), row[3])
+        return None if row is None else Delivery(row[0], row[1], bytes(row[2]), row[3], float(row[4]))
 
     def finish_delivery(self, delivery_id: str, outcome: str) -> None:
         with self._tx() as db:
@@ -390,6 +378,7 @@ class Store:
             conclusion,
             config_source,
             backend,
+            config_sha,
         ) = row
         state = CampaignState(str(state))
         return CampaignView(
@@ -413,6 +402,7 @@ class Store:
             reason=str(reason),
             conclusion=None if conclusion is None else str(conclusion),
             config_source=str(config_source),
+            config_sha=None if config_sha is None else str(config_sha),
         )
 
     def _position(self, seq: int, state: CampaignState, backend: str) -> int | None:
@@ -463,6 +453,41 @@ class Store:
         )
         return found[0] if found else None
 
+    def live_for_key(
+        self, repo: str, pr_number: int, head_sha: str, base_sha: str, rows_key: str
+    ) -> CampaignView | None:
+        """The queued or running campaign of this key, if any (there is at most one)."""
+        found = self._select(
+            "repo = ? AND pr_number = ? AND head_sha = ? AND base_sha = ? AND rows_key = ? "
+            "AND state IN ('requested', 'dispatched', 'running')",
+            (repo, pr_number, head_sha, base_sha, rows_key),
+        )
+        return found[0] if found else None
+
+    def prior_attempts(self, campaign_id: str) -> list[PriorAttempt]:
+        """The campaigns of the same pull request and head created before this one, oldest first, with their
+        verdicts: every rerun shows what came before it."""
+        with self._lock:
+            found = self._db.execute(
+                "SELECT c.id, c.head_sha, c.state, c.semantic, c.performance, c.requested_by, c.finished_at "
+                "FROM campaigns c JOIN campaigns this ON this.id = ? AND c.repo = this.repo "
+                "AND c.pr_number = this.pr_number AND c.head_sha = this.head_sha AND c.seq < this.seq "
+                "ORDER BY c.seq",
+                (campaign_id,),
+            ).fetchall()
+        return [
+            PriorAttempt(
+                campaign_id=str(r[0]),
+                head_sha=str(r[1]),
+                state=str(r[2]),
+                semantic=None if r[3] is None else str(r[3]),
+                performance=None if r[4] is None else str(r[4]),
+                requested_by=str(r[5]),
+                finished_unix=None if r[6] is None else float(r[6]),
+            )
+            for r in found
+        ]
+
     def create_campaign(self, new: NewCampaign) -> CampaignView:
         """Record a requested campaign (and its first transition); DuplicateCampaign if its key is covered."""
         campaign_id = f"kvp-{uuid.uuid4().hex[:12]}"
@@ -472,7 +497,8 @@ class Store:
                 db.execute(
                     "INSERT INTO campaigns (id, repo, pr_number, head_sha, base_sha, relationship, rows, "
                     "rows_key, state, requested_by, trigger, delivery_id, backend, created_at, reason, "
-                    "config_text, config_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "config_text, config_source, config_sha) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         campaign_id,
                         new.repo,
@@ -491,6 +517,7 @@ class Store:
                         f"requested by @{new.requested_by} ({new.trigger})",
                         new.config_text,
                         new.config_source,
+                        new.config_sha,
                     ),
                 )
                 db.execute(
@@ -503,10 +530,10 @@ class Store:
                     ),
                 )
         except sqlite3.IntegrityError:
-            existing = self.covering(new.repo, new.pr_number, new.head_sha, new.base_sha, new.rows_key)
-            if existing is None:
+            live = self.live_for_key(new.repo, new.pr_number, new.head_sha, new.base_sha, new.rows_key)
+            if live is None:
                 raise
-            raise DuplicateCampaign(existing) from None
+            raise DuplicateCampaign(live) from None
         return self.require(campaign_id)
 
     def transition(
@@ -522,13 +549,16 @@ class Store:
         """Move a campaign to `to_state`, recording why; `publish` queues a publication in the same commit
         (of kind `publish`, announcing `published_state`, by default the new state).
 
-        `updates` may set deadline (unix), artifact_dir, attempt, handle (JSON text or None), conclusion.
+        `updates` may set deadline (unix), artifact_dir, attempt, handle (JSON text or None), conclusion and
+        the report's semantic and performance verdicts. A final state also records when it was reached.
         """
-        allowed_updates = {"deadline", "artifact_dir", "attempt", "handle", "conclusion"}
+        allowed_updates = {"deadline", "artifact_dir", "attempt", "handle", "conclusion", "semantic", "performance"}
         unknown = set(updates) - allowed_updates
         if unknown:
             raise ValueError(f"cannot update {sorted(unknown)} in a transition")
         now = time.time()
+        if to_state in FINAL_STATES:
+            updates["finished_at"] = now
         with self._tx() as db:
             row = db.execute("SELECT state FROM campaigns WHERE id = ?", (campaign_id,)).fetchone()
             if row is None:
@@ -607,73 +637,3 @@ class Store:
         if row is None:
             raise KeyError(f"no campaign {campaign_id}")
         return str(row[0])
-
-    # ------------------------------------------------------------------ approvals and refusals
-
-    def approve_head(self, repo: str, pr_number: int, head_sha: str, login: str) -> None:
-        """An authorised human approved exactly this head of a fork pull request."""
-        with self._tx() as db:
-            db.execute(
-                "INSERT OR IGNORE INTO approvals (repo, pr_number, head_sha, approved_by, approved_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (repo, pr_number, head_sha, login, time.time()),
-            )
-
-    def is_approved(self, repo: str, pr_number: int, head_sha: str) -> bool:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT 1 FROM approvals WHERE repo = ? AND pr_number = ? AND head_sha = ?",
-                (repo, pr_number, head_sha),
-            ).fetchone()
-        return row is not None
-
-    def refused_before(self, repo: str, pr_number: int, login: str) -> bool:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT 1 FROM refusals WHERE repo = ? AND pr_number = ? AND login = ?",
-                (repo, pr_number, login.lower()),
-            ).fetchone()
-        return row is not None
-
-    def first_refusal(self, repo: str, pr_number: int, login: str, reason: str) -> bool:
-        """Record a refusal; True only the first time for this person on this pull request (answer once)."""
-        with self._tx() as db:
-            cursor = db.execute(
-                "INSERT OR IGNORE INTO refusals (repo, pr_number, login, reason, at) VALUES (?, ?, ?, ?, ?)",
-                (repo, pr_number, login.lower(), reason, time.time()),
-            )
-            return cursor.rowcount == 1
-
-    # ------------------------------------------------------------------ publications
-
-    def due_publications(self, now: float) -> list[Publication]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT campaign_id, kind, state, reason, attempts FROM publications "
-                "WHERE status = 'pending' AND not_before <= ? ORDER BY rowid",
-                (now,),
-            ).fetchall()
-        return [Publication(r[0], r[1], r[2], r[3], r[4]) for r in rows]
-
-    def publication_done(self, campaign_id: str, kind: str) -> None:
-        with self._tx() as db:
-            db.execute(
-                "UPDATE publications SET status = 'done', error = NULL WHERE campaign_id = ? AND kind = ?",
-                (campaign_id, kind),
-            )
-
-    def publication_failed(self, campaign_id: str, kind: str, error: str, not_before: float, *, give_up: bool) -> None:
-        with self._tx() as db:
-            db.execute(
-                "UPDATE publications SET status = ?, attempts = attempts + 1, not_before = ?, error = ? "
-                "WHERE campaign_id = ? AND kind = ?",
-                ("failed" if give_up else "pending", not_before, error, campaign_id, kind),
-            )
-
-    def publications(self, campaign_id: str) -> list[tuple[str, str]]:
-        """(kind, status) of a campaign's publications."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT kind, status FROM publications WHERE campaign_id = ? ORDER BY rowid", (campaign_id,)
-            ).fetchall()
-        return [(str(r[0]), str(r[1])) for r in rows]

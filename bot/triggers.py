@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from bot.authz import is_sufficient
 from bot.commands import ParsedCommand, UnknownCommand, parse_commands
-from bot.events import CheckRunEvent, IssueCommentEvent, PullRequestEvent, WebhookEvent
+from bot.events import CheckRunEvent, IssueCommentEvent, PullRequestEvent, User, WebhookEvent
 
 CHECK_ACTIONS = ("rerun", "cancel")
 """Identifiers of the check run's requested actions (the buttons the publisher offers)."""
@@ -33,7 +34,7 @@ class Start:
 
 @dataclass(frozen=True)
 class Rerun:
-    """Run a campaign for the current head; `sha` (a prefix) if given must still be the head."""
+    """Start a new campaign for the current head; `sha` if given must be the full SHA of that head."""
 
     pr: int | None
     requested_by: str
@@ -42,6 +43,8 @@ class Rerun:
     sha: str | None = None
     campaign_id: str | None = None
     """Set from a check run's external_id; its rows are reused when `rows` is None."""
+    written_at: datetime | None = None
+    """When the comment was written: without `sha=`, a fork's head is approved only if seen by then."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,8 @@ Intent = Start | Rerun | Cancel | Status | Help | Refuse | NeedsApproval | Ignor
 class TriggerContext:
     label: str
     command_word: str
-    bot_login: str
+    bot_id: int
+    """The bot's numeric user id: its own actions are ignored, a human sharing its login is not."""
     min_permission: str
     permission_of: Callable[[str], str]
     """Sender login -> repository permission (called only once the earlier guards passed)."""
@@ -108,11 +112,8 @@ class TriggerContext:
     """(pull request, head SHA) -> an authorised human approved exactly this head of a fork."""
 
 
-def _is_bot(login: str, ctx: TriggerContext) -> bool:
-    def bare(name: str) -> str:
-        return name.lower().removesuffix("[bot]")
-
-    return bare(login) == bare(ctx.bot_login)
+def _is_bot(user: User, ctx: TriggerContext) -> bool:
+    return user.id == ctx.bot_id
 
 
 def _refusal(login: str, ctx: TriggerContext, what: str) -> tuple[str, str] | None:
@@ -125,7 +126,7 @@ def _refusal(login: str, ctx: TriggerContext, what: str) -> tuple[str, str] | No
 
 def _pull_request(event: PullRequestEvent, ctx: TriggerContext) -> Intent:
     pull, sender = event.pull_request, event.sender.login
-    if _is_bot(sender, ctx):
+    if _is_bot(event.sender, ctx):
         return Ignore("the bot's own action")
     labelled = any(label.name == ctx.label for label in pull.labels)
     if event.action == "labeled":
@@ -140,6 +141,11 @@ def _pull_request(event: PullRequestEvent, ctx: TriggerContext) -> Intent:
     if event.action == "unlabeled":
         if event.label is None or event.label.name != ctx.label:
             return Ignore("another label")
+        if pull.state != "open":
+            return Ignore("pull request is not open")
+        refused = _refusal(sender, ctx, f"removing the {ctx.label!r} label")
+        if refused:
+            return Refuse(pull.number, sender, refused[0], refused[1])
         return Cancel(pull.number, sender, "label", f"the {ctx.label!r} label was removed by @{sender}")
     if event.action == "closed":
         return Cancel(pull.number, sender, "closed", "the pull request was closed")
@@ -154,7 +160,7 @@ def _pull_request(event: PullRequestEvent, ctx: TriggerContext) -> Intent:
                 pull.number,
                 pull.head.sha,
                 f"new head {pull.head.sha[:12]} of a fork pull request; a maintainer must approve it "
-                f"(`{ctx.command_word} rerun sha={pull.head.sha[:12]}` or re-add the label)",
+                f"(`{ctx.command_word} rerun sha={pull.head.sha}` or re-add the label)",
             )
         refused = _refusal(sender, ctx, "an automatic run after a push")
         if refused:
@@ -163,11 +169,11 @@ def _pull_request(event: PullRequestEvent, ctx: TriggerContext) -> Intent:
     return Ignore(f"pull_request action {event.action!r} is not a trigger")
 
 
-def _command_intent(command: ParsedCommand | UnknownCommand, pr: int, sender: str) -> Intent:
+def _command_intent(command: ParsedCommand | UnknownCommand, pr: int, sender: str, written_at: datetime) -> Intent:
     if isinstance(command, UnknownCommand):
         return Help(pr, sender, line=command.line, reason=command.reason)
     if command.name == "rerun":
-        return Rerun(pr, sender, "comment", rows=command.rows, sha=command.sha)
+        return Rerun(pr, sender, "comment", rows=command.rows, sha=command.sha, written_at=written_at)
     if command.name == "cancel":
         return Cancel(pr, sender, "comment", f"`cancel` by @{sender}")
     if command.name == "status":
@@ -178,7 +184,7 @@ def _command_intent(command: ParsedCommand | UnknownCommand, pr: int, sender: st
 def _issue_comment(event: IssueCommentEvent, ctx: TriggerContext) -> Intent:
     if event.issue.pull_request is None:
         return Ignore("comment on an issue, not a pull request")
-    if _is_bot(event.comment.user.login, ctx) or _is_bot(event.sender.login, ctx):
+    if _is_bot(event.comment.user, ctx) or _is_bot(event.sender, ctx):
         return Ignore("the bot's own comment")
     if event.action != "created":
         return Ignore(f"comment {event.action}; only new comments carry commands")
@@ -189,7 +195,7 @@ def _issue_comment(event: IssueCommentEvent, ctx: TriggerContext) -> Intent:
     refused = _refusal(sender, ctx, f"a `{ctx.command_word}` command")
     if refused:
         return Refuse(pr, sender, refused[0], refused[1])
-    return _command_intent(commands[0], pr, sender)
+    return _command_intent(commands[0], pr, sender, event.comment.created_at)
 
 
 def _check_run(event: CheckRunEvent, ctx: TriggerContext) -> Intent:
@@ -197,7 +203,7 @@ def _check_run(event: CheckRunEvent, ctx: TriggerContext) -> Intent:
     if not run.external_id:
         return Ignore("check run not created by this bot")
     pr = run.pull_requests[0].number if run.pull_requests else None
-    if _is_bot(sender, ctx):
+    if _is_bot(event.sender, ctx):
         return Ignore("the bot's own action")
     if event.action == "requested_action":
         identifier = event.requested_action.identifier if event.requested_action else ""

@@ -71,6 +71,8 @@ class CampaignRequest:
     campaign_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     trace_path: Path | None = None
     determinism_patch: Path | None = None
+    config_ref: str | None = None
+    """Trusted revision the config's determinism patch is read at (the bot: its base branch's tip); None = base."""
     keep_work: bool = False
     perf_hooks: SampleHooks | None = None
 
@@ -173,7 +175,7 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
         raise CampaignStop("build", str(exc), blocking=True) from exc
     binaries: dict[Arm, Path] = {}
     exceptions: list[ExceptionOutcome] = []
-    patch = request.determinism_patch or _base_patch(request, shas["baseline"], work)
+    patch = request.determinism_patch or _base_patch(request, request.config_ref or shas["baseline"], work)
     for arm in ARMS:
         emit(progress, "build", f"{arm} {shas[arm][:12]}")
         with worktree(request.repo, shas[arm], work / f"tree-{arm}") as tree:
@@ -203,13 +205,13 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
     return Prepared(binaries=binaries, shas=shas, trace=trace, exceptions=exceptions)
 
 
-def _base_patch(request: CampaignRequest, base_sha: str, work: Path) -> Path | None:
-    """The configured determinism patch, read from the trusted base revision like the config itself."""
+def _base_patch(request: CampaignRequest, trusted_ref: str, work: Path) -> Path | None:
+    """The configured determinism patch, read at the trusted revision the config itself came from."""
     relative = request.config.determinism.patch
     if relative is None:
         return None
     try:
-        data = show_file(request.repo, base_sha, relative)
+        data = show_file(request.repo, resolve_sha(request.repo, trusted_ref), relative)
     except RevisionError as exc:
         raise CampaignStop("build", f"determinism patch: {exc}", blocking=True) from exc
     path = work / "determinism.patch"

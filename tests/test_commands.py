@@ -100,3 +100,47 @@ def test_commands_describe_themselves() -> None:
         assert spec.usage.startswith(spec.name) and spec.description and spec.who
         [parsed] = parse_commands(f"/parity {spec.example}")
         assert isinstance(parsed, ParsedCommand) and parsed.name == spec.name
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # HTML comments render as nothing, on one line or across several, closed or not.
+        "<!-- /parity rerun -->",
+        "<!--\n/parity rerun\n-->",
+        "LGTM <!--\n/parity rerun\n-->",
+        "<!-- x -->/parity rerun",
+        "<!--\n/parity rerun",
+        # <details> is folded away by default, however it is nested or spelled.
+        "<details>\n/parity rerun\n</details>",
+        "<details><summary>logs</summary>\n\n/parity rerun\n\n</details>",
+        "<DETAILS open>\n\n/parity rerun\n</DETAILS>",
+        "<details>\n<details>\n</details>\n/parity rerun\n</details>",
+        "<details>x</details>/parity rerun",
+        "<details>\n/parity rerun",
+        # Any other HTML block: raw HTML until a blank line (or its closing tag for <pre>, <script>, …).
+        "<div>\n/parity rerun\n</div>",
+        '<p align="center">\n/parity rerun',
+        "<img src=x>\n/parity rerun",
+        "<pre>\n\n/parity rerun\n\n</pre>",
+        "<!DOCTYPE html>\n/parity rerun",
+        "<?php\n/parity rerun",
+    ],
+)
+def test_commands_hidden_in_html_are_ignored(body: str) -> None:
+    assert parse_commands(body) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "<!-- note -->\n/parity rerun",
+        "/parity rerun <!-- because the runner was lost -->",
+        "<details>\nlogs\n</details>\n/parity rerun",
+        "<div>html</div>\n\n/parity rerun",
+        "<pre>\nx\n</pre>\n\n/parity rerun",
+        "a < b and\n/parity rerun",
+    ],
+)
+def test_visible_commands_next_to_html_still_count(body: str) -> None:
+    assert parse_commands(body) == [RERUN]

@@ -25,6 +25,7 @@ from bot.dispatch.local import LocalBackend, campaign_argv, process_alive
 from bot.server import create_app, signature_valid
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store import CampaignState, CampaignView, Store
+from runners.report import CampaignReport
 from tests.fakes.github_api import FakeGitHub
 from tests.webhooks import (
     CONFIG_TOML,
@@ -251,13 +252,16 @@ def test_labeled_event_runs_a_campaign_to_completion(env: Env) -> None:
     assert done.head_sha == env.head and done.base_sha == env.base, "base is the merge base, not main's tip"
     assert done.relationship == "diverged" and done.requested_by == "maintainer" and done.trigger == "label"
     assert done.conclusion == "success" and done.attempt == 1 and done.check_run_id == 1
-    assert done.config_source == f".github/kv-parity.toml@{env.base}"
+    source = f".github/kv-parity.toml @ {env.main2} (base branch tip)"
+    assert done.config_source == source and done.config_sha == env.main2, "the config is read at main's tip"
     assert states(svc.store, done.id) == ["requested", "dispatched", "running", "completed"]
     assert done.artifact_dir is not None and (done.artifact_dir / "report.json").is_file()
+    report = CampaignReport.model_validate_json((done.artifact_dir / "report.json").read_text())
+    assert report.config_source == source, "the report names the config, never the service's temporary file"
     [run] = env.runs()
-    assert run["config"] == CONFIG_TOML, "the config comes from the base revision, never from the head"
+    assert run["config"] == CONFIG_TOML, "the config comes from the base branch, never from the head"
     work = done.artifact_dir.parent
-    assert run["argv"][-14:] == [
+    assert run["argv"][-18:] == [
         "--repo",
         str(work / "repo"),
         "--base",
@@ -266,6 +270,10 @@ def test_labeled_event_runs_a_campaign_to_completion(env: Env) -> None:
         env.head,
         "--config",
         str(work / "campaign.toml"),
+        "--config-ref",
+        env.main2,
+        "--config-source",
+        source,
         "--out",
         str(done.artifact_dir),
         "--campaign-id",
@@ -295,15 +303,23 @@ def test_the_same_delivery_twice_makes_one_campaign(env: Env) -> None:
     assert len(svc.store.for_pr(REPO, 1)) == 1 and len(env.runs()) == 1
 
 
-def test_a_second_request_for_the_same_key_is_answered_with_the_campaign_covering_it(env: Env) -> None:
+def test_a_rerun_replaces_the_live_campaign_of_its_key_a_label_does_not_and_other_rows_queue(env: Env) -> None:
     with service(env.settings(hold=True)) as svc:
         post(svc.url, "pull_request", env.label())
-        [running] = svc.wait_state(S.RUNNING)
+        [first] = svc.wait_state(S.RUNNING)
+        first_pid = wait_until(lambda: env.runs(), "runner started")[0]["pid"]
         post(svc.url, "issue_comment", comment_event("/parity rerun"), delivery="again")
-        assert svc.wait_delivery("again") == f"duplicate of {running.id}"
+        assert svc.wait_delivery("again").startswith("campaign ")
+        [replaced] = svc.wait_state(S.SUPERSEDED)
+        assert replaced.id == first.id and replaced.reason == "replaced by a rerun requested by @maintainer (comment)"
+        assert not process_alive(first_pid, None), "the replaced campaign's process is stopped"
+        [second] = svc.wait_state(S.RUNNING)
+        # The label added again is not a request to run again: answered with the campaign covering the key.
+        post(svc.url, "pull_request", env.label(), delivery="label-again")
+        assert svc.wait_delivery("label-again") == f"duplicate of {second.id}"
         [reply] = svc.publisher.of("reply", kind="duplicate")
-        assert running.id in reply["context"]["campaign"]
-        # Other rows are another campaign: queued behind the first (one at a time, FIFO).
+        assert second.id in reply["context"]["campaign"]
+        # Other rows are another campaign: queued behind the running one (one at a time, FIFO).
         post(svc.url, "issue_comment", comment_event("/parity rerun rows=vllm-agg"), delivery="rows")
         assert svc.wait_delivery("rows").startswith("campaign ")
         [queued] = svc.wait_state(S.REQUESTED)
@@ -313,8 +329,10 @@ def test_a_second_request_for_the_same_key_is_answered_with_the_campaign_coverin
         assert svc.wait_delivery("bad-rows").startswith("invalid: unknown rows ['nope']")
         env.hold.touch()
         svc.wait_state(S.COMPLETED, count=2)
-    assert [r["argv"].count("--rows") for r in env.runs()] == [0, 1]
-    assert env.runs()[1]["argv"][env.runs()[1]["argv"].index("--rows") + 1] == "vllm-agg"
+    assert [r["argv"].count("--rows") for r in env.runs()] == [0, 0, 1]
+    assert env.runs()[2]["argv"][env.runs()[2]["argv"].index("--rows") + 1] == "vllm-agg"
+    [finished_second] = svc.publisher.of("finished", campaign=second.id)
+    assert [a["campaign_id"] for a in finished_second["prior"]] == [first.id]
 
 
 # ----------------------------------------------------------------- who may ask
@@ -331,8 +349,9 @@ def test_unauthorised_commenter_is_refused_once_and_nothing_runs(env: Env) -> No
     [reply] = svc.publisher.of("reply")
     assert reply["kind"] == "refused" and "needs at least 'write'" in reply["context"]["reason"]
     assert svc.store.for_pr(REPO, 1) == [] and env.runs() == []
-    permission_calls = env.fake.calls_to("GET", r"/collaborators/reader/permission")
-    assert len(permission_calls) == 3, "the sender's permission is asked, never the author's"
+    permission_calls = env.fake.calls_to("GET", r"/collaborators/[^/]+/permission")
+    assert [c.path.split("/")[-2] for c in permission_calls] == ["reader"], "the sender's, once per window"
+    assert [r.answered for r in svc.store.refusals(REPO, 1, "reader")] == [True, False, False]
 
 
 def test_own_and_edited_comments_and_quoted_commands_are_ignored(env: Env) -> None:
@@ -387,19 +406,19 @@ def test_fork_push_after_approval_does_not_run_until_approved_again(env: Env) ->
         assert not svc.store.is_approved(REPO, 2, env.fork2)
         assert [c.head_sha for c in svc.campaigns(2)] == [env.fork1]
         [needs] = svc.publisher.of("reply", kind="refused")
-        assert f"/parity rerun sha={env.fork2[:12]}" in needs["context"]["fix"]
+        assert f"/parity rerun sha={env.fork2}`" in needs["context"]["fix"]
         # A stale approval (naming the old head) is refused; naming the new head approves and runs it.
         post(
             svc.url,
             "issue_comment",
-            comment_event(f"/parity rerun sha={env.fork1[:10]}", number=2),
+            comment_event(f"/parity rerun sha={env.fork1}", number=2),
             delivery="old",
         )
         assert svc.wait_delivery("old").startswith("invalid: the head moved")
         post(
             svc.url,
             "issue_comment",
-            comment_event(f"/parity rerun sha={env.fork2[:10]}", number=2),
+            comment_event(f"/parity rerun sha={env.fork2}", number=2),
             delivery="ok",
         )
         env.hold.touch()
@@ -466,7 +485,7 @@ def test_unlabel_and_check_run_buttons(env: Env) -> None:
 
 
 def test_deadline_times_the_campaign_out(env: Env) -> None:
-    with service(env.settings(hold=True, deadline_seconds=3)) as svc:
+    with service(env.settings(hold=True, deadline_seconds=8)) as svc:
         post(svc.url, "pull_request", env.label())
         pid = wait_until(lambda: env.runs(), "runner started")[0]["pid"]
         [timed_out] = svc.wait_state(S.TIMED_OUT)
@@ -478,7 +497,7 @@ def test_deadline_times_the_campaign_out(env: Env) -> None:
 @pytest.mark.parametrize(
     ("pr", "message"),
     [
-        (3, "no campaign config in the base revision"),
+        (3, "no campaign config at the tip of legacy"),
         (4, "build.command: List should have at least 1 item"),
     ],
 )
@@ -568,6 +587,7 @@ def test_service_killed_mid_campaign_completes_once_after_restart(env: Env, runn
             "campaign": done.id,
             "conclusion": "success",
             "artifact_dir": str(done.artifact_dir),
+            "prior": [],
         }
     ]
     history = store.transitions(done.id)
@@ -635,6 +655,8 @@ def test_argv_contract(env: Env) -> None:
         env.head,
         "--config",
         "/c.toml",
+        "--config-source",
+        "x",
         "--rows",
         "a,b",
         "--out",
@@ -644,6 +666,9 @@ def test_argv_contract(env: Env) -> None:
         "--progress-jsonl",
         "/p",
     ]
+    pinned = view.model_copy(update={"config_sha": "d" * 40, "config_source": "c @ d (base branch tip)"})
+    argv = campaign_argv(["kv-parity", "campaign"], Path("/r"), pinned, Path("/c.toml"), Path("/o"), Path("/p"))
+    assert argv[10:16] == ["/c.toml", "--config-ref", "d" * 40, "--config-source", "c @ d (base branch tip)", "--rows"]
 
 
 @pytest.mark.parametrize(

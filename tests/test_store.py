@@ -1,4 +1,5 @@
-"""The SQLite store: dedupe, the state machine's guard, duplicate keys, FIFO positions, restart survival."""
+"""The SQLite store: dedupe, the state machine's guard, duplicate keys, FIFO positions, restart survival, prior
+attempts, seen heads, refusals and the in-place migration of a database from before them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.attempts import PriorAttempt
 from bot.store import (
     ALLOWED,
     CampaignState,
@@ -19,6 +21,7 @@ from bot.store import (
 S = CampaignState
 HEAD = "a" * 40
 BASE = "b" * 40
+TIP = "d" * 40
 
 
 def new(pr: int = 1, head: str = HEAD, rows_key: str = "r1,r2", delivery: str = "d1") -> NewCampaign:
@@ -35,7 +38,8 @@ def new(pr: int = 1, head: str = HEAD, rows_key: str = "r1,r2", delivery: str = 
         delivery_id=delivery,
         backend="local",
         config_text="[build]\n",
-        config_source=f".github/kv-parity.toml@{BASE}",
+        config_source=f".github/kv-parity.toml @ {TIP} (base branch tip)",
+        config_sha=TIP,
     )
 
 
@@ -48,7 +52,7 @@ def test_wal_and_schema(store: Store) -> None:
     db = sqlite3.connect(store.path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"deliveries", "campaigns", "transitions", "approvals", "refusals", "publications"} <= tables
+    assert {"deliveries", "campaigns", "transitions", "approvals", "seen_heads", "refusal_log", "publications"} <= tables
 
 
 def test_deliveries_dedupe_and_order(store: Store) -> None:
@@ -137,9 +141,11 @@ def test_one_campaign_per_key(store: Store) -> None:
     store.transition(first.id, S.DISPATCHED, "go")
     store.transition(first.id, S.RUNNING, "go")
     store.transition(first.id, S.COMPLETED, "done")
-    with pytest.raises(DuplicateCampaign):
-        store.create_campaign(new(delivery="d5"))
-    assert store.covering("acme/widgets", 1, HEAD, BASE, "r1,r2") is not None
+    assert store.covering("acme/widgets", 1, HEAD, BASE, "r1,r2") is not None, "a label is answered with it"
+    assert store.live_for_key("acme/widgets", 1, HEAD, BASE, "r1,r2") is None
+    rerun = store.create_campaign(new(delivery="d5"))
+    assert rerun.id != first.id, "a completed campaign does not stop an explicit rerun"
+    assert store.live_for_key("acme/widgets", 1, HEAD, BASE, "r1,r2") == rerun
 
 
 def test_an_ended_campaign_no_longer_covers_its_key(store: Store) -> None:
@@ -178,10 +184,74 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
     assert pending is not None and pending.id == "d9"
 
 
-def test_refusal_answered_once_per_person_and_pull_request(store: Store) -> None:
-    assert store.first_refusal("acme/widgets", 1, "Reader", "no")
-    assert not store.first_refusal("acme/widgets", 1, "reader", "no")
-    assert store.first_refusal("acme/widgets", 2, "reader", "no")
+def test_refusals_are_logged_and_the_answered_one_found_within_its_window(store: Store) -> None:
+    assert store.answered_refusal("acme/widgets", 1, "reader", since=0) is None
+    store.record_refusal("acme/widgets", 1, "Reader", "read", "no", answered=True)
+    store.record_refusal("acme/widgets", 1, "reader", "read", "no", answered=False)
+    found = store.answered_refusal("acme/widgets", 1, "READER", since=0)
+    assert found is not None and (found.permission, found.answered) == ("read", True)
+    assert store.answered_refusal("acme/widgets", 1, "reader", since=found.at + 1) is None, "outside the window"
+    assert store.answered_refusal("acme/widgets", 2, "reader", since=0) is None, "per pull request"
+    assert [r.answered for r in store.refusals("acme/widgets", 1, "reader")] == [True, False]
+
+
+def test_a_head_keeps_the_time_it_was_first_seen(store: Store) -> None:
+    assert store.head_first_seen("acme/widgets", 1, HEAD) is None
+    store.see_head("acme/widgets", 1, HEAD, 200.0, "pull request fetched")
+    store.see_head("acme/widgets", 1, HEAD, 100.0, "pull_request synchronize")
+    store.see_head("acme/widgets", 1, HEAD, 300.0, "pull_request labeled")
+    assert store.head_first_seen("acme/widgets", 1, HEAD) == 100.0
+    assert store.head_first_seen("acme/widgets", 2, HEAD) is None
+
+
+def test_prior_attempts_of_the_same_head_with_their_verdicts(store: Store) -> None:
+    first = store.create_campaign(new())
+    store.transition(first.id, S.DISPATCHED, "go")
+    store.transition(first.id, S.RUNNING, "go")
+    store.transition(first.id, S.COMPLETED, "done", semantic="FAIL", performance="INCONCLUSIVE")
+    other_head = store.create_campaign(new(head="c" * 40, delivery="d2"))
+    second = store.create_campaign(new(delivery="d3"))
+    store.transition(second.id, S.SUPERSEDED, "replaced by a rerun")
+    third = store.create_campaign(new(delivery="d4"))
+    assert store.prior_attempts(first.id) == []
+    assert store.prior_attempts(other_head.id) == []
+    attempts = store.prior_attempts(third.id)
+    assert [(a.campaign_id, a.state, a.semantic, a.performance) for a in attempts] == [
+        (first.id, "completed", "FAIL", "INCONCLUSIVE"),
+        (second.id, "superseded", None, None),
+    ]
+    assert all(isinstance(a, PriorAttempt) and a.finished_unix is not None for a in attempts)
+    assert {a.requested_by for a in attempts} == {"maintainer"} and {a.head_sha for a in attempts} == {HEAD}
+    assert store.require(third.id).config_sha == TIP
+
+
+def test_a_database_from_before_reruns_is_migrated_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE campaigns (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, repo TEXT NOT NULL,"
+        " pr_number INTEGER NOT NULL, head_sha TEXT NOT NULL, base_sha TEXT NOT NULL, relationship TEXT NOT NULL,"
+        " rows TEXT, rows_key TEXT NOT NULL, state TEXT NOT NULL, check_run_id INTEGER, status_comment_id INTEGER,"
+        " published_position INTEGER, requested_by TEXT NOT NULL, trigger TEXT NOT NULL, delivery_id TEXT NOT NULL,"
+        " backend TEXT NOT NULL, created_at REAL NOT NULL, deadline REAL, artifact_dir TEXT,"
+        " attempt INTEGER NOT NULL DEFAULT 0, handle TEXT, reason TEXT NOT NULL DEFAULT '', conclusion TEXT,"
+        " config_text TEXT NOT NULL, config_source TEXT NOT NULL);"
+        "CREATE UNIQUE INDEX campaigns_one_per_key ON campaigns (repo, pr_number, head_sha, base_sha, rows_key)"
+        " WHERE state IN ('requested', 'dispatched', 'running', 'completed');"
+        "INSERT INTO campaigns (id, repo, pr_number, head_sha, base_sha, relationship, rows_key, state,"
+        " requested_by, trigger, delivery_id, backend, created_at, config_text, config_source) VALUES ('kvp-old',"
+        f" 'acme/widgets', 1, '{HEAD}', '{BASE}', 'ancestor', 'r1,r2', 'completed', 'm', 'label', 'd0', 'local',"
+        f" 1.0, '', '.github/kv-parity.toml@{BASE}');"
+        "CREATE TABLE refusals (repo TEXT, pr_number INTEGER, login TEXT, reason TEXT, at REAL);"
+    )
+    db.close()
+    store = Store(path)
+    old = store.require("kvp-old")
+    assert old.config_sha is None and old.state == S.COMPLETED
+    rerun = store.create_campaign(new(delivery="d1"))
+    assert [a.campaign_id for a in store.prior_attempts(rerun.id)] == ["kvp-old"]
+    tables = {row[0] for row in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
+    assert "refusals" not in tables and "campaigns_one_per_key" not in tables
 
 
 def test_publications_retry_then_done(store: Store) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,12 +22,20 @@ from bot.triggers import (
     TriggerContext,
     decide,
 )
+from tests.fakes.github_api import user_id
 from tests.webhooks import check_run_event, comment_event, pull_request_event
 
 HEAD = "1" * 40
 BASE = "2" * 40
 APPROVED_FORK_HEAD = "3" * 40
 PERMISSIONS = {"maintainer": "write", "admin": "admin", "triager": "triage", "reader": "read"}
+BOT = "kv-parity-bot[bot]"
+WRITTEN = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+
+
+def comment(body: str, **kwargs: Any) -> dict[str, Any]:
+    """A comment event written at WRITTEN."""
+    return comment_event(body, created_at=WRITTEN.strftime("%Y-%m-%dT%H:%M:%SZ"), **kwargs)
 
 
 def _decide(event_name: str, payload: dict[str, Any], min_permission: str = "write") -> tuple[Intent, list[str]]:
@@ -39,7 +48,7 @@ def _decide(event_name: str, payload: dict[str, Any], min_permission: str = "wri
     context = TriggerContext(
         label="kv-parity",
         command_word="/parity",
-        bot_login="kv-parity-bot[bot]",
+        bot_id=user_id(BOT),
         min_permission=min_permission,
         permission_of=permission_of,
         is_approved=lambda pr, sha: (pr, sha) == (1, APPROVED_FORK_HEAD),
@@ -78,7 +87,7 @@ PULL_REQUEST_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
     ),
     (
         "bot's own label",
-        pr("labeled", label="kv-parity", sender="kv-parity-bot[bot]"),
+        pr("labeled", label="kv-parity", sender=BOT),
         Ignore("the bot's own action"),
         [],
     ),
@@ -89,10 +98,21 @@ PULL_REQUEST_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
         ["maintainer"],
     ),
     (
-        "unlabeled cancels",
+        "unlabeled by a maintainer cancels",
+        pr("unlabeled", label="kv-parity"),
+        Cancel(1, "maintainer", "label", "the 'kv-parity' label was removed by @maintainer"),
+        ["maintainer"],
+    ),
+    (
+        "unlabeled by a reader is refused",
         pr("unlabeled", label="kv-parity", sender="reader"),
-        Cancel(1, "reader", "label", "the 'kv-parity' label was removed by @reader"),
-        [],
+        Refuse(
+            1,
+            "reader",
+            "read",
+            "@reader has 'read' permission on this repository; removing the 'kv-parity' label needs at least 'write'",
+        ),
+        ["reader"],
     ),
     ("unlabeled other", pr("unlabeled", label="bug"), Ignore("another label"), []),
     (
@@ -125,7 +145,7 @@ PULL_REQUEST_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
             1,
             HEAD,
             f"new head {HEAD[:12]} of a fork pull request; a maintainer must approve it "
-            f"(`/parity rerun sha={HEAD[:12]}` or re-add the label)",
+            f"(`/parity rerun sha={HEAD}` or re-add the label)",
         ),
         [],
     ),
@@ -148,87 +168,94 @@ def test_pull_request(name: str, payload: dict[str, Any], expected: Intent, aske
 
 COMMENT_REFUSAL = "@reader has 'read' permission on this repository; a `/parity` command needs at least 'write'"
 COMMENT_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
-    ("rerun", comment_event("/parity rerun"), Rerun(1, "maintainer", "comment"), ["maintainer"]),
+    ("rerun", comment("/parity rerun"), Rerun(1, "maintainer", "comment", written_at=WRITTEN), ["maintainer"]),
     (
         "rerun rows and sha",
-        comment_event("/parity rerun rows=vllm-agg sha=abcdef12"),
-        Rerun(1, "maintainer", "comment", rows=("vllm-agg",), sha="abcdef12"),
+        comment("/parity rerun rows=vllm-agg sha=abcdef12"),
+        Rerun(1, "maintainer", "comment", rows=("vllm-agg",), sha="abcdef12", written_at=WRITTEN),
         ["maintainer"],
     ),
     (
         "cancel",
-        comment_event("/parity cancel"),
+        comment("/parity cancel"),
         Cancel(1, "maintainer", "comment", "`cancel` by @maintainer"),
         ["maintainer"],
     ),
-    ("status", comment_event("/parity status"), Status(1, "maintainer"), ["maintainer"]),
-    ("help", comment_event("/parity help"), Help(1, "maintainer"), ["maintainer"]),
+    ("status", comment("/parity status"), Status(1, "maintainer"), ["maintainer"]),
+    ("help", comment("/parity help"), Help(1, "maintainer"), ["maintainer"]),
     (
         "unknown subcommand gets the help",
-        comment_event("/parity bench"),
+        comment("/parity bench"),
         Help(1, "maintainer", line="/parity bench", reason="unknown subcommand 'bench'"),
         ["maintainer"],
     ),
     (
         "first command wins",
-        comment_event("/parity status\n/parity cancel"),
+        comment("/parity status\n/parity cancel"),
         Status(1, "maintainer"),
         ["maintainer"],
     ),
     (
         "not a pull request",
-        comment_event("/parity rerun", on_pull=False),
+        comment("/parity rerun", on_pull=False),
         Ignore("comment on an issue, not a pull request"),
         [],
     ),
     (
         "own comment",
-        comment_event("/parity rerun", sender="kv-parity-bot[bot]"),
+        comment("/parity rerun", sender=BOT),
         Ignore("the bot's own comment"),
         [],
     ),
     (
-        "own comment without [bot]",
-        comment_event("/parity rerun", sender="KV-Parity-Bot"),
-        Ignore("the bot's own comment"),
+        "a human whose login is the bot's slug is a human",
+        comment("/parity rerun", sender="kv-parity-bot"),
+        Refuse(1, "kv-parity-bot", "none", COMMENT_REFUSAL.replace("reader", "kv-parity-bot").replace("'read'", "'none'")),
+        ["kv-parity-bot"],
+    ),
+    (
+        "hidden in an HTML comment",
+        comment("<!--\n/parity rerun\n-->"),
+        Ignore("no command"),
         [],
     ),
+    ("hidden in details", comment("<details>\n\n/parity rerun\n\n</details>"), Ignore("no command"), []),
     (
         "edited",
-        comment_event("/parity rerun", action="edited"),
+        comment("/parity rerun", action="edited"),
         Ignore("comment edited; only new comments carry commands"),
         [],
     ),
     (
         "deleted",
-        comment_event("/parity rerun", action="deleted"),
+        comment("/parity rerun", action="deleted"),
         Ignore("comment deleted; only new comments carry commands"),
         [],
     ),
-    ("no command", comment_event("looks good"), Ignore("no command"), []),
-    ("quoted command", comment_event("> /parity rerun\nwhy?"), Ignore("no command"), []),
-    ("fenced command", comment_event("```\n/parity rerun\n```"), Ignore("no command"), []),
+    ("no command", comment("looks good"), Ignore("no command"), []),
+    ("quoted command", comment("> /parity rerun\nwhy?"), Ignore("no command"), []),
+    ("fenced command", comment("```\n/parity rerun\n```"), Ignore("no command"), []),
     (
         "reader refused",
-        comment_event("/parity rerun", sender="reader"),
+        comment("/parity rerun", sender="reader"),
         Refuse(1, "reader", "read", COMMENT_REFUSAL),
         ["reader"],
     ),
     (
         "triager refused at write",
-        comment_event("/parity status", sender="triager"),
+        comment("/parity status", sender="triager"),
         Refuse(1, "triager", "triage", COMMENT_REFUSAL.replace("reader", "triager").replace("'read'", "'triage'")),
         ["triager"],
     ),
     (
         "stranger refused",
-        comment_event("/parity help", sender="stranger"),
+        comment("/parity help", sender="stranger"),
         Refuse(1, "stranger", "none", COMMENT_REFUSAL.replace("reader", "stranger").replace("'read'", "'none'")),
         ["stranger"],
     ),
     (
         "reader refused even for an unknown subcommand",
-        comment_event("/parity nope", sender="reader"),
+        comment("/parity nope", sender="reader"),
         Refuse(1, "reader", "read", COMMENT_REFUSAL),
         ["reader"],
     ),
@@ -241,9 +268,9 @@ def test_issue_comment(name: str, payload: dict[str, Any], expected: Intent, ask
 
 
 def test_min_permission_is_configurable() -> None:
-    intent, _ = _decide("issue_comment", comment_event("/parity status", sender="triager"), min_permission="triage")
+    intent, _ = _decide("issue_comment", comment("/parity status", sender="triager"), min_permission="triage")
     assert intent == Status(1, "triager")
-    intent, _ = _decide("issue_comment", comment_event("/parity status"), min_permission="admin")
+    intent, _ = _decide("issue_comment", comment("/parity status"), min_permission="admin")
     assert isinstance(intent, Refuse) and intent.permission == "write"
 
 

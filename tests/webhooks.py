@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from starlette.applications import Starlette
 
 from runners.progress import JsonlProgress, emit
 from runners.report import CampaignReport, Revision
+from tests.fakes.github_api import user_id
 
 SECRET = "s3cret-webhook"
 REPO = "acme/widgets"
@@ -68,7 +70,14 @@ def sign(body: bytes, secret: str = SECRET) -> str:
 
 
 def _user(login: str, kind: str = "User") -> dict[str, Any]:
-    return {"login": login, "id": abs(hash(login)) % 10**6, "type": kind}
+    """A webhook `user`, with the id the GitHub stand-in gives that login (so payloads and API agree)."""
+    return {"login": login, "id": user_id(login), "type": "Bot" if login.endswith("[bot]") else kind}
+
+
+def github_time(moment: float | None = None) -> str:
+    """A timestamp as GitHub writes it in payloads (UTC, whole seconds); now by default."""
+    when = datetime.now(UTC) if moment is None else datetime.fromtimestamp(moment, UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pull_request_event(
@@ -113,6 +122,7 @@ def comment_event(
     action: str = "created",
     on_pull: bool = True,
     repo: str = REPO,
+    created_at: str | None = None,
 ) -> dict[str, Any]:
     issue: dict[str, Any] = {"number": number, "title": "Change the replay loop"}
     if on_pull:
@@ -120,7 +130,7 @@ def comment_event(
     return {
         "action": action,
         "issue": issue,
-        "comment": {"id": 555, "body": body, "user": _user(sender)},
+        "comment": {"id": 555, "body": body, "user": _user(sender), "created_at": created_at or github_time()},
         "sender": _user(sender),
         "repository": {"full_name": repo},
     }
@@ -248,9 +258,14 @@ class RecordingPublisher:
     def progress(self, campaign: Any, event: Any) -> None:
         self._add("progress", campaign=campaign.id, stage=event.stage)
 
-    def finished(self, campaign: Any, report: CampaignReport, artifact_dir: Path) -> None:
+    def finished(
+        self, campaign: Any, report: CampaignReport, artifact_dir: Path, *, prior_attempts: list[Any]
+    ) -> None:
         conclusion = report.verdicts.conclusion.value if report.verdicts else None
-        self._add("finished", campaign=campaign.id, conclusion=conclusion, artifact_dir=str(artifact_dir))
+        prior = [attempt.model_dump(mode="json") for attempt in prior_attempts]
+        self._add(
+            "finished", campaign=campaign.id, conclusion=conclusion, artifact_dir=str(artifact_dir), prior=prior
+        )
 
     def ended(self, campaign: Any, state: str, reason: str) -> None:
         self._add("ended", campaign=campaign.id, state=state, reason=reason)
@@ -280,6 +295,8 @@ def _campaign(argv: list[str]) -> int:
     parser.add_argument("--base", required=True)
     parser.add_argument("--head", required=True)
     parser.add_argument("--config", required=True)
+    parser.add_argument("--config-ref")
+    parser.add_argument("--config-source", required=True)
     parser.add_argument("--rows")
     parser.add_argument("--out", required=True)
     parser.add_argument("--campaign-id", required=True)
@@ -315,6 +332,7 @@ def _campaign(argv: list[str]) -> int:
         report = make_report("pass").model_copy(
             update={
                 "campaign_id": args.campaign_id,
+                "config_source": args.config_source,
                 "revisions": [
                     Revision(arm="baseline", sha=args.base, requested=args.base),
                     Revision(arm="candidate", sha=args.head, requested=args.head),

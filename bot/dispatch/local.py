@@ -1,8 +1,10 @@
 """Local backend: the real campaign as a subprocess on this machine (demos, tests, single-node users).
 
 argv contract (a list, never a shell): `<prefix> --sandbox bwrap|none --repo <clone> --base <sha> --head <sha>
---config <file> [--rows a,b] --out <dir> --campaign-id <id> --progress-jsonl <file>`, where the prefix defaults
-to `kv-parity campaign` and `settings.local_campaign_argv` replaces it. Exit 2 means a usage/config error and
+--config <file> [--config-ref <sha>] --config-source <text> [--rows a,b] --out <dir> --campaign-id <id>
+--progress-jsonl <file>`. `--config-ref` is the base branch tip the config was read at (the determinism patch
+is read there too), `--config-source` what the report says about it (never the temporary file). The prefix
+defaults to `kv-parity campaign` and `settings.local_campaign_argv` replaces it. Exit 2 means a usage/config error and
 no report; any other exit must leave `<out>/report.json`, which is validated with `CampaignReport`.
 
 Containment (issue 9): the campaign builds and runs pull-request code, so it gets nothing of the service's.
@@ -114,6 +116,9 @@ def campaign_argv(
         "--config",
         str(config_file),
     ]
+    if campaign.config_sha:
+        argv += ["--config-ref", campaign.config_sha]
+    argv += ["--config-source", campaign.config_source]
     if campaign.rows:
         argv += ["--rows", ",".join(campaign.rows)]
     return argv + ["--out", str(out_dir), "--campaign-id", campaign.id, "--progress-jsonl", str(progress)]
@@ -217,10 +222,11 @@ class LocalBackend:
         """Write the config, spawn the runner in its own session, and leave a handle file for `adopt`."""
         if campaign.artifact_dir is None:
             raise StartError(f"campaign {campaign.id} has no artifact directory")
-        for sha in (campaign.base_sha, campaign.head_sha):
+        shas = [campaign.base_sha, campaign.head_sha, *([campaign.config_sha] if campaign.config_sha else [])]
+        for sha in shas:
             if not SHA.match(sha):
                 raise StartError(f"{sha!r} is not a full commit SHA")
-        self._ensure_commits([campaign.base_sha, campaign.head_sha])
+        self._ensure_commits(shas)
         out_dir = campaign.artifact_dir
         work = out_dir.parent
         work.mkdir(parents=True, exist_ok=True)
