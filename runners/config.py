@@ -225,6 +225,11 @@ class PerfConfig(_Strict):
     diagnostics: DiagnosticsThresholds = DiagnosticsThresholds()
     invalidation: InvalidationRules = InvalidationRules()
     bootstrap_resamples: int = Field(2000, ge=100)
+    dependence_method: Literal["batch_iut", "none"] = "batch_iut"
+    """Applied only when a dependence diagnostic breaches: `batch_iut` gates contiguous batches of pairs each
+    by exact order statistics and combines them as an intersection-union test; `none` reports INCONCLUSIVE."""
+    dependence_batches: int = Field(3, ge=2)
+    """Number of contiguous batches of equal size the batch IUT splits the pairs into, in run order."""
 
     @field_validator("pairs")
     @classmethod
@@ -232,6 +237,24 @@ class PerfConfig(_Strict):
         if value % 2:
             raise ValueError("pairs must be even so the schedule is balanced between arm orders")
         return value
+
+    @model_validator(mode="after")
+    def _batches_can_decide(self) -> PerfConfig:
+        """Each batch must be equal-sized and large enough for an exact one-sided bound at `confidence`."""
+        if self.dependence_method == "none":
+            return self
+        size, left = divmod(self.pairs, self.dependence_batches)
+        if left:
+            raise ValueError(
+                f"dependence_batches={self.dependence_batches} does not divide pairs={self.pairs} into equal batches"
+            )
+        if 0.5**size > 1 - self.confidence:
+            raise ValueError(
+                f"batches of {size} pairs cannot give a one-sided {self.confidence:.0%} order-statistic bound "
+                f"(even the smallest ratio covers the median with probability only {1 - 0.5**size:.4f}); "
+                "use fewer dependence_batches"
+            )
+        return self
 
 
 class SizeConfig(_Strict):

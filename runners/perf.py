@@ -30,6 +30,7 @@ from runners.report import (
     Arm,
     Bootstrap,
     Bounds,
+    DependenceResult,
     DiagnosticCheck,
     Invalidation,
     PairPlan,
@@ -78,6 +79,7 @@ class Evaluation:
     bounds: Bounds | None
     diagnostics: list[DiagnosticCheck]
     bootstrap: Bootstrap | None
+    dependence: DependenceResult | None = None
 
 
 # --- schedule -----------------------------------------------------------------------------------------------
@@ -293,8 +295,16 @@ def evaluate(evidence: PerfResult, perf: PerfConfig) -> Evaluation:
             [],
             None,
         )
-    verdict, reason, result, checks, effect = decide(pairs, perf, evidence.schedule_seed)
-    return Evaluation(verdict, reason, ratios, result, checks, effect)
+    decision = decide(pairs, perf, evidence.schedule_seed)
+    return Evaluation(
+        decision.verdict,
+        decision.reason,
+        ratios,
+        decision.bounds,
+        decision.diagnostics,
+        decision.bootstrap,
+        decision.dependence,
+    )
 
 
 def finalize(evidence: PerfResult, perf: PerfConfig) -> PerfResult:
@@ -308,6 +318,7 @@ def finalize(evidence: PerfResult, perf: PerfConfig) -> PerfResult:
             "bounds": outcome.bounds,
             "diagnostics": outcome.diagnostics,
             "bootstrap": outcome.bootstrap,
+            "dependence": outcome.dependence,
         }
     )
 

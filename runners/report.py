@@ -377,6 +377,29 @@ class Bootstrap(_Model):
     note: str = "secondary effect size of paired log ratios; never decides the gate"
 
 
+class BatchBounds(_Model):
+    """One contiguous batch of pairs (in run order) and its own exact order-statistic bounds."""
+
+    batch: int
+    first_pair: int
+    last_pair: int
+    bounds: Bounds
+    verdict: PerfVerdict
+    """This batch's gate alone: PASS upper <= threshold, FAIL lower > threshold, else INCONCLUSIVE."""
+
+
+class DependenceResult(_Model):
+    """The predeclared dependence-aware method, applied because a dependence diagnostic breached (Stage 7.5)."""
+
+    method: Literal["batch_iut"]
+    assumption: str
+    """What the method's level rests on, as stated to reviewers."""
+    batches: list[BatchBounds]
+    verdict: PerfVerdict
+    line: str
+    """One line saying which method decided and why, for the comment and the check run."""
+
+
 class HostFacts(_Model):
     hostname: str
     kernel: str
@@ -423,6 +446,8 @@ class PerfResult(_Model):
     """Resolution of the competing-load measurement on the node (two /proc/stat clock ticks)."""
     sampling_assumption: str = ""
     """The assumption the conditional order-statistic bounds rest on, as stated to reviewers."""
+    dependence: DependenceResult | None = None
+    """The dependence-aware method's result when the diagnostics breached and the config declared one."""
 
 
 # --- Sizes, rows, campaign ----------------------------------------------------------------------------------

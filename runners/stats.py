@@ -2,11 +2,13 @@
 
 Pure functions of the recorded pairs, so the campaign and `kv-parity verify` compute the same numbers. The
 gate is distribution-free but conditional on exchangeable ratios; the diagnostics are how that assumption is
-checked, and a breach makes the row INCONCLUSIVE instead of applying the gate (Stage 7.4-7.5).
+checked, and a breach replaces the whole-series gate by the predeclared dependence-aware method (contiguous
+batches combined as an intersection-union test), or by INCONCLUSIVE when none is declared (Stage 7.4-7.5).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -15,11 +17,30 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from runners.config import DiagnosticsThresholds, PerfConfig
-from runners.report import Bootstrap, Bounds, DiagnosticCheck, PairPlan, PerfVerdict, Sample
+from runners.report import (
+    BatchBounds,
+    Bootstrap,
+    Bounds,
+    DependenceResult,
+    DiagnosticCheck,
+    PairPlan,
+    PerfVerdict,
+    Sample,
+)
 
 SAMPLING_ASSUMPTION = (
     "paired ratios are exchangeable across pairs: one pinned fresh process at a time, adjacent pair members, "
     "balanced arm order in a seeded random sequence; checked by the predeclared dependence diagnostics"
+)
+
+BATCH_IUT_ASSUMPTION = (
+    "pairs are independent of one another given the node's drift; ratios need not be identically "
+    "distributed, so drift, steps and periodic load are allowed. Within each contiguous batch the exact bound "
+    "X(k) covers the median of that batch's average ratio distribution with at least the stated coverage "
+    "(Hoeffding 1956, Theorem 4: a sum of independent non-identical Bernoulli trials is no more spread out "
+    "than the binomial with the same mean). FAIL claims every batch's median exceeds the threshold and PASS "
+    "that every batch's median is at most it; each claim is an intersection-union test, so its error rate is "
+    "at most one batch's, 1 - coverage, without multiplicity correction"
 )
 
 
@@ -41,6 +62,7 @@ def _binomial_half_cdf(n: int, k: int) -> Fraction:
     return Fraction(sum(math.comb(n, i) for i in range(0, k + 1)), 2**n)
 
 
+@functools.lru_cache(maxsize=64)
 def order_statistic_bounds(n: int, confidence: float) -> tuple[int, int, float, float]:
     """1-based (lower, upper) order-statistic indices of one-sided bounds for the median, with exact coverage.
 
@@ -285,10 +307,71 @@ def observations(schedule: list[PairPlan], samples: list[Sample]) -> list[PairOb
     return result
 
 
-def decide(
-    pairs: list[PairObservation], perf: PerfConfig, bootstrap_seed: int
-) -> tuple[PerfVerdict, str, Bounds, list[DiagnosticCheck], Bootstrap]:
-    """Verdict for a complete series: diagnostics first; the order-statistic gate only when none breached."""
+def _values(label: str, values: list[float]) -> str:
+    return f"{label} " + ", ".join(f"{v:.4f}" for v in values)
+
+
+def batch_iut(ratios: list[float], perf: PerfConfig, breached: list[str]) -> DependenceResult:
+    """The predeclared dependence-aware method: contiguous batches, each gated exactly, combined by IUT.
+
+    FAIL only when every batch's lower bound exceeds the threshold, PASS only when every batch's upper bound
+    is at most it, otherwise INCONCLUSIVE (BATCH_IUT_ASSUMPTION says why this keeps the level).
+    """
+    size = len(ratios) // perf.dependence_batches
+    if size < 1 or len(ratios) % perf.dependence_batches:
+        raise ValueError(
+            f"{len(ratios)} ratios do not split into {perf.dependence_batches} equal contiguous batches"
+        )
+    batches = []
+    for index in range(perf.dependence_batches):
+        chunk = ratios[index * size : (index + 1) * size]
+        result = bounds(chunk, perf.confidence)
+        batches.append(
+            BatchBounds(
+                batch=index,
+                first_pair=index * size,
+                last_pair=(index + 1) * size - 1,
+                bounds=result,
+                verdict=gate(result, perf.threshold),
+            )
+        )
+    verdicts = {b.verdict for b in batches}
+    verdict = verdicts.pop() if len(verdicts) == 1 else PerfVerdict.INCONCLUSIVE
+    lower_index, upper_index = batches[0].bounds.lower_index, batches[0].bounds.upper_index
+    lowers = _values(f"batch lower bounds X({lower_index})", [b.bounds.lower for b in batches])
+    uppers = _values(f"upper bounds X({upper_index})", [b.bounds.upper for b in batches])
+    head = f"diagnostics breached ({', '.join(breached)}) → batch IUT over {len(batches)}×{size} pairs applied"
+    threshold = f"{perf.threshold:g}"
+    if verdict == PerfVerdict.FAIL:
+        line = f"{head}: FAIL with every batch lower bound > {threshold} ({lowers})"
+    elif verdict == PerfVerdict.PASS:
+        line = f"{head}: PASS with every batch upper bound ≤ {threshold} ({uppers})"
+    else:
+        line = f"{head}: INCONCLUSIVE, the batches do not all clear {threshold} ({lowers}; {uppers})"
+    return DependenceResult(
+        method="batch_iut", assumption=BATCH_IUT_ASSUMPTION, batches=batches, verdict=verdict, line=line
+    )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A complete series' verdict and everything it was computed from."""
+
+    verdict: PerfVerdict
+    reason: str
+    bounds: Bounds
+    diagnostics: list[DiagnosticCheck]
+    bootstrap: Bootstrap
+    dependence: DependenceResult | None
+    """The dependence-aware method's result, present only when it was applied."""
+
+
+def decide(pairs: list[PairObservation], perf: PerfConfig, bootstrap_seed: int) -> Decision:
+    """Verdict for a complete series: diagnostics first; the order-statistic gate only when none breached.
+
+    A breach makes the whole-series gate inapplicable; the predeclared dependence-aware method then decides,
+    or the row is INCONCLUSIVE when the config declared none.
+    """
     ratios = [p.ratio for p in pairs]
     result = bounds(ratios, perf.confidence)
     checks = diagnostics(pairs, perf.diagnostics)
@@ -296,14 +379,22 @@ def decide(
     breached = [c for c in checks if c.breached]
     if breached:
         names = "; ".join(f"{c.name} ({c.detail}, threshold {c.threshold})" for c in breached)
-        return (
-            PerfVerdict.INCONCLUSIVE,
-            f"dependence diagnostic breached: {names}; exchangeability not justified, so the order-statistic "
-            "gate was not applied",
-            result,
-            checks,
-            effect,
+        whole = (
+            f"dependence diagnostic breached: {names}; exchangeability not justified, so the whole-series "
+            f"order-statistic gate was not applied (its bounds, for reference: lower X({result.lower_index})="
+            f"{result.lower:.4f}, upper X({result.upper_index})={result.upper:.4f})"
         )
+        if perf.dependence_method == "none":
+            return Decision(
+                PerfVerdict.INCONCLUSIVE,
+                f"{whole}; no dependence-aware method was declared (perf.dependence_method = \"none\")",
+                result,
+                checks,
+                effect,
+                None,
+            )
+        dependence = batch_iut(ratios, perf, [c.name for c in breached])
+        return Decision(dependence.verdict, f"{dependence.line}; {whole}", result, checks, effect, dependence)
     verdict = gate(result, perf.threshold)
     span = (
         f"{result.confidence:.0%} one-sided bounds on the median ratio over {result.n} pairs: "
@@ -315,4 +406,4 @@ def decide(
         reason = f"{span}; lower > {perf.threshold:g}: candidate is slower than the accepted window"
     else:
         reason = f"{span}; the interval straddles {perf.threshold:g} (no adaptive resampling)"
-    return verdict, reason, result, checks, effect
+    return Decision(verdict, reason, result, checks, effect, None)

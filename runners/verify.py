@@ -117,7 +117,7 @@ def verify_performance(perf: PerfResult, config: PerfConfig, row_id: str) -> lis
     outcome = evaluate(perf, config)
     if outcome.verdict != perf.verdict:
         problems.append(f"performance verdict {perf.verdict.value}, recomputed {outcome.verdict.value}")
-    for name in ("ratios", "bounds", "diagnostics", "bootstrap"):
+    for name in ("ratios", "bounds", "diagnostics", "bootstrap", "dependence"):
         if not _same(getattr(perf, name), getattr(outcome, name)):
             problems.append(f"performance {name} differ from their recomputation")
     return problems

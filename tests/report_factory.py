@@ -78,6 +78,7 @@ OUTCOMES: tuple[str, ...] = (
     "parity_fail",
     "perf_fail",
     "inconclusive_diagnostics",
+    "perf_fail_after_breach",
     "inconclusive_straddle",
     "blocked_timing_field",
     "blocked_missing_flag",
@@ -731,14 +732,29 @@ def _perf_fail() -> CampaignReport:
 
 
 def _inconclusive_diagnostics() -> CampaignReport:
-    """A periodic swing in run order (period 12 pairs) breaches the declared lag-1 autocorrelation limit."""
+    """A periodic swing in run order (period 12 pairs) breaches the declared lag-1 autocorrelation limit, and
+    the predeclared batch IUT cannot decide either: every batch's bounds straddle the threshold."""
     config = make_config()
-    perf = _perf(0, config.rows[0], PerfVerdict.INCONCLUSIVE, centre=0.996, spread=0.01, drift=0.02)
-    if not any(check.breached for check in perf.diagnostics):
-        raise AssertionError(f"the drifting series breached no diagnostic: {perf.reason}")
+    perf = _perf(0, config.rows[0], PerfVerdict.INCONCLUSIVE, centre=1.04, spread=0.01, drift=0.02)
+    if not any(check.breached for check in perf.diagnostics) or perf.dependence is None:
+        raise AssertionError(f"the drifting series did not reach the dependence-aware method: {perf.reason}")
     rows = [
         _row(0, config.rows[0], perf=perf),
         _row(1, config.rows[1], perf=_pass_perf(1, config.rows[1])),
+    ]
+    return _base_report(config, rows)
+
+
+def _perf_fail_after_breach() -> CampaignReport:
+    """A 10% slowdown with the same periodic swing: the diagnostics breach, so the whole-series gate is not
+    applied, and the batch IUT decides FAIL because every batch's lower bound clears the threshold."""
+    config = make_config()
+    perf = _perf(1, config.rows[1], PerfVerdict.FAIL, centre=1.10, spread=0.01, drift=0.02)
+    if not any(check.breached for check in perf.diagnostics) or perf.dependence is None:
+        raise AssertionError(f"the drifting slowdown did not reach the dependence-aware method: {perf.reason}")
+    rows = [
+        _row(0, config.rows[0], perf=_pass_perf(0, config.rows[0])),
+        _row(1, config.rows[1], perf=perf),
     ]
     return _base_report(config, rows)
 
@@ -807,6 +823,7 @@ BUILDERS: dict[str, Callable[[], CampaignReport]] = {
     "parity_fail": _parity_fail,
     "perf_fail": _perf_fail,
     "inconclusive_diagnostics": _inconclusive_diagnostics,
+    "perf_fail_after_breach": _perf_fail_after_breach,
     "inconclusive_straddle": _inconclusive_straddle,
     "blocked_timing_field": _blocked_timing_field,
     "blocked_missing_flag": _blocked_missing_flag,

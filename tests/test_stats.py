@@ -162,13 +162,15 @@ def test_bootstrap_is_reproducible_from_its_seed() -> None:
     assert bootstrap(ratios, 500, seed=12) != first
 
 
-def test_decide_never_applies_the_gate_after_a_breach() -> None:
+def test_decide_never_applies_the_whole_series_gate_after_a_breach() -> None:
     logs = [0.2 + 0.002 * i for i in range(60)]
-    verdict, reason, result, checks, _ = decide(_pairs(logs), PerfConfig(), bootstrap_seed=1)
-    assert result.lower > 1.05, "the gate alone would say FAIL"
-    assert verdict == PerfVerdict.INCONCLUSIVE
-    assert "trend vs pair index" in reason and "not applied" in reason
-    assert any(c.breached for c in checks)
+    decision = decide(_pairs(logs), PerfConfig(dependence_method="none"), bootstrap_seed=1)
+    assert decision.bounds.lower > 1.05, "the gate alone would say FAIL"
+    assert decision.verdict == PerfVerdict.INCONCLUSIVE
+    assert "trend vs pair index" in decision.reason and "not applied" in decision.reason
+    assert 'perf.dependence_method = "none"' in decision.reason
+    assert decision.dependence is None
+    assert any(c.breached for c in decision.diagnostics)
 
 
 @pytest.mark.parametrize(
@@ -177,7 +179,9 @@ def test_decide_never_applies_the_gate_after_a_breach() -> None:
 )
 def test_decide_applies_the_gate_to_a_clean_series(centre: float, verdict: PerfVerdict) -> None:
     logs = [math.log(centre) + v for v in _iid_logs()]
-    assert decide(_pairs(logs), PerfConfig(), bootstrap_seed=1)[0] == verdict
+    decision = decide(_pairs(logs), PerfConfig(), bootstrap_seed=1)
+    assert decision.verdict == verdict
+    assert decision.dependence is None, "the dependence-aware method runs only after a breach"
 
 
 def _sample(arm: str, pair: int, attempt: int, position: int, metric: float, status: str = "ok") -> Sample:
