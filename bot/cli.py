@@ -14,6 +14,8 @@ from runners.demo import SCENARIOS, demo_config, prepare_demo
 from runners.progress import JsonlProgress, ProgressSink, TerminalProgress
 from runners.report import CampaignReport, CheckConclusion
 from runners.revisions import RevisionError
+from runners.sandbox import SandboxUnavailable, add_sandbox_argument
+from runners.sandbox import check as sandbox_check
 
 EXIT_FOR_CONCLUSION = {
     CheckConclusion.SUCCESS: 0,
@@ -54,6 +56,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     request = CampaignRequest(
         repo=Path(args.repo), base=args.base, head=args.head, config=config, config_source=source, out_dir=out,
         rows=_rows(args.rows), trace_path=Path(args.trace) if args.trace else None, keep_work=args.keep_work,
+        sandbox=sandbox_check(args.sandbox),
         config_ref=args.config_ref,
         **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
     )
@@ -65,7 +68,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"demo scenario {args.scenario!r} in {out}", file=sys.stderr)
     repo, base, head, trace = prepare_demo(out, args.scenario)
     request = CampaignRequest(repo=repo, base=base, head=head, config=demo_config(), config_source="profile:demo",
-                              out_dir=out / "campaign", trace_path=trace, rows=_rows(args.rows))
+                              out_dir=out / "campaign", trace_path=trace, rows=_rows(args.rows),
+                              sandbox=sandbox_check(args.sandbox))
     return _finish(run_campaign(request, TerminalProgress()), out / "campaign")
 
 
@@ -98,12 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
     campaign.add_argument("--campaign-id", help="id recorded in the report (default: random)")
     campaign.add_argument("--progress-jsonl", help="also append progress events to this file")
     campaign.add_argument("--keep-work", action="store_true", help="keep worktrees' binaries and traces")
+    add_sandbox_argument(campaign)
     campaign.set_defaults(func=cmd_campaign)
 
     demo = sub.add_parser("demo", help="a full local campaign on the bundled demo harness")
     demo.add_argument("--out", help="output directory (default: a new temporary directory)")
     demo.add_argument("--scenario", default="identical", choices=sorted(SCENARIOS))
     demo.add_argument("--rows", help="comma-separated row ids (default: every row)")
+    add_sandbox_argument(demo)
     demo.set_defaults(func=cmd_demo)
 
     verify = sub.add_parser("verify", help="recompute every verdict from a report.json alone")
@@ -114,7 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("publish", help="(re)publish a finished report to a pull request", add_help=False)
     sub.add_parser("event", help="Actions-only mode: act on one GitHub event file", add_help=False)
     sub.add_parser("history", help="what the service recorded for a campaign, PR or delivery", add_help=False)
-    sub.add_parser("build", help="build both revisions once: binaries + manifest (Actions build job)", add_help=False)
+    sub.add_parser("plan", help="pin revisions and config, write plan.json and the row matrix (no PR code)",
+                   add_help=False)
+    sub.add_parser("build", help="build both revisions once (or one arm with --plan/--arm) in the sandbox",
+                   add_help=False)
+    sub.add_parser("manifest", help="re-hash both arm builds and write the build manifest (no PR code)",
+                   add_help=False)
     sub.add_parser("row", help="run one row on this node from a build manifest", add_help=False)
     sub.add_parser("merge", help="merge row results into the campaign report", add_help=False)
     return parser
@@ -131,6 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         entry = {"build": distributed.build_main, "row": distributed.row_main, "merge": distributed.merge_main}
         return entry[argv[0]](argv[1:])
+    if argv[:1] in (["plan"], ["manifest"]):
+        from runners import split_build
+
+        split = {"plan": split_build.plan_main, "manifest": split_build.manifest_main}
+        return split[argv[0]](argv[1:])
     if argv[:1] == ["history"]:
         from bot.history import history_main
 
@@ -146,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (ConfigError, RevisionError) as exc:
+    except (ConfigError, RevisionError, SandboxUnavailable) as exc:
         print(f"kv-parity: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return code

@@ -1,100 +1,203 @@
-"""Stage 1.4-1.6: build one release artifact per revision and record what it is.
+"""Stage 1.4-1.6: build one release artifact per revision, contained, and record what it is and how it was built.
 
-The executable is located from cargo's JSON messages (never by globbing `target/`), copied into the campaign
-directory, and described by its exact features, SHA-256, size and `.text` size.
+Pull-request code runs during a build (`build.rs`, proc macros), so everything cargo does for a revision runs in
+that revision's own sandbox (runners/sandbox.py): only its worktree and its own cargo home are writable, there is
+no network, and nothing it starts survives the build. Dependencies come first from `cargo fetch --locked`, the one
+sandbox with network, which runs no build script. The executable is located from cargo's JSON messages (never
+by globbing `target/`), must lie inside the worktree, and is copied by the trusted process into the campaign store
+(root-owned, mode 0555, never bound writable into a sandbox) before it is hashed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 
 from runners.config import BuildConfig
-from runners.report import Arm, Artifact, Toolchain
-from runners.revisions import git
+from runners.report import Arm, Artifact, BuildSettings, Toolchain
+from runners.sandbox import Run, Sandbox, SandboxUnavailable, sha256_of, toml_rustflags
 from runners.sizes import text_size
-from runners.trace import sha256_file
+
+OUTPUT_TAIL_CHARS = 3000
+CARGO_CONFIG_NAMES = (".cargo/config", ".cargo/config.toml")
+TOOLCHAIN_FILE_NAMES = ("rust-toolchain", "rust-toolchain.toml")
 
 
 class BuildError(RuntimeError):
-    """A build that failed or produced no usable artifact."""
+    """A build that failed or produced no usable artifact: a one-line reason, the raw output kept apart."""
+
+    def __init__(self, reason: str, output_tail: str = "") -> None:
+        super().__init__(reason)
+        self.output_tail = output_tail
 
 
 class ProtocolMismatch(BuildError):
     """The revision no longer has what the protocol names: stop and update the protocol, never guess."""
 
 
-def _version(argv: list[str]) -> str:
-    completed = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if completed.returncode != 0:
-        raise BuildError(f"{' '.join(argv)} failed: {completed.stderr.strip()}")
-    return completed.stdout.strip()
-
-
 def toolchain() -> Toolchain:
-    """The host toolchain both revisions are built with (same host, same toolchain: Stage 1.2)."""
-    verbose = _version(["rustc", "-vV"])
+    """The host toolchain the bot itself sees (trusted, outside any worktree); per-arm settings are separate."""
+
+    def version(argv: list[str]) -> str:
+        completed = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if completed.returncode != 0:
+            raise BuildError(f"{' '.join(argv)} failed (exit {completed.returncode})", completed.stderr[-500:])
+        return completed.stdout.strip()
+
+    verbose = version(["rustc", "-vV"])
     host = next((line.split(":", 1)[1].strip() for line in verbose.splitlines() if line.startswith("host:")), "")
-    return Toolchain(
-        rustc=verbose.splitlines()[0],
-        cargo=_version(["cargo", "--version"]),
-        rustflags=os.environ.get("RUSTFLAGS", ""),
-        host=host,
-    )
+    return Toolchain(rustc=verbose.splitlines()[0], cargo=version(["cargo", "--version"]),
+                     rustflags=os.environ.get("RUSTFLAGS", ""), host=host)
 
 
-def feature_closure(workspace: Path, config: BuildConfig) -> list[str]:
-    """Check every configured feature exists in the package manifest and expand what it enables."""
-    completed = subprocess.run(
-        ["cargo", "metadata", "--format-version", "1", "--no-deps", "--offline"],
-        cwd=workspace, capture_output=True, text=True, check=False,
-    )
-    if completed.returncode != 0:
-        raise BuildError(f"cargo metadata failed in {workspace}: {completed.stderr.strip()[-2000:]}")
-    packages = [p for p in json.loads(completed.stdout)["packages"] if p["name"] == config.package]
-    if not packages:
-        raise ProtocolMismatch(f"package {config.package!r} not found; the protocol needs updating")
-    declared: dict[str, list[str]] = packages[0]["features"]
-    missing = [f for f in config.features if f not in declared]
-    if missing:
-        raise ProtocolMismatch(
-            f"feature(s) {missing} not in {config.package}'s manifest (has {sorted(declared)}); "
-            "the protocol needs updating rather than a guessed replacement"
-        )
-    closure: set[str] = set()
-    pending = list(config.features)
-    while pending:
-        feature = pending.pop()
-        if feature in closure:
-            continue
-        closure.add(feature)
-        pending.extend(dep for dep in declared.get(feature, []) if dep in declared)
-    return sorted(closure)
+class ArmBuild:
+    """Every cargo invocation for one arm's worktree, each in a fresh sandbox of the same shape."""
+
+    def __init__(self, tree: Path, arm: Arm, config: BuildConfig, sandbox: Sandbox, cargo_home: Path) -> None:
+        self.tree = tree.resolve()
+        self.arm = arm
+        self.config = config
+        self.sandbox = sandbox
+        self.workspace = self.tree / config.workspace_dir
+        self.cargo_home = cargo_home.resolve()
+        self.rustflags = os.environ.get("RUSTFLAGS", "")
+
+    def _run(self, argv: list[str], *, network: bool = False) -> tuple[int, str, str]:
+        env = {"CARGO_HOME": str(self.cargo_home), "CARGO_TERM_COLOR": "never"}
+        if self.rustflags:
+            env["RUSTFLAGS"] = self.rustflags
+        git_file = self.tree / ".git"
+        # The worktree is writable, its `.git` pointer is not (read-only binds are laid over writable ones).
+        run = Run(argv=argv, cwd=self.workspace, network=network, toolchain=True, proc=True, env=env,
+                  writable=(self.cargo_home,) if network else (self.tree, self.cargo_home),
+                  read_only=(self.tree,) if network else ((git_file,) if git_file.exists() else ()))
+        try:
+            completed = self.sandbox.run(run, timeout=3600)
+        except FileNotFoundError as exc:
+            raise SandboxUnavailable(f"cannot start {argv[0]}: {exc}") from exc
+        return completed.returncode, completed.stdout, completed.stderr
+
+    def prepare(self) -> None:
+        """Hand the worktree and a fresh cargo home to the sandbox user, then fetch dependencies.
+
+        Without a Cargo.lock there is nothing pinned to fetch: the build runs offline and a crate with
+        dependencies then fails with cargo's own error, never with a silently resolved dependency set.
+        """
+        self.cargo_home.mkdir(parents=True, exist_ok=True)
+        self.sandbox.hand_over(self.tree, self.cargo_home)
+        if (self.workspace / "Cargo.lock").is_file():
+            code, _, err = self._run(["cargo", "fetch", "--locked"], network=True)
+            if code != 0:
+                raise BuildError(f"cargo fetch --locked failed for {self.arm} (exit {code})",
+                                 err.strip()[-OUTPUT_TAIL_CHARS:])
+
+    def feature_closure(self) -> list[str]:
+        """Check every configured feature exists in the package manifest and expand what it enables."""
+        config = self.config
+        code, out, err = self._run(["cargo", "metadata", "--format-version", "1", "--no-deps", "--offline"])
+        if code != 0:
+            raise BuildError(f"cargo metadata failed for {self.arm} (exit {code})", err.strip()[-OUTPUT_TAIL_CHARS:])
+        try:
+            packages = [p for p in json.loads(out)["packages"] if p["name"] == config.package]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise BuildError(f"cargo metadata for {self.arm} printed no usable metadata: {exc}") from exc
+        if not packages:
+            raise ProtocolMismatch(f"package {config.package!r} not found; the protocol needs updating")
+        declared: dict[str, list[str]] = packages[0]["features"]
+        missing = [f for f in config.features if f not in declared]
+        if missing:
+            raise ProtocolMismatch(
+                f"feature(s) {missing} not in {config.package}'s manifest (has {sorted(declared)}); "
+                "the protocol needs updating rather than a guessed replacement"
+            )
+        closure: set[str] = set()
+        pending = list(config.features)
+        while pending:
+            feature = pending.pop()
+            if feature in closure:
+                continue
+            closure.add(feature)
+            pending.extend(dep for dep in declared.get(feature, []) if dep in declared)
+        return sorted(closure)
+
+    def settings(self) -> BuildSettings:
+        """What applies to this arm, asked of the toolchain inside its own worktree (rust-toolchain.toml counts)."""
+        versions = []
+        for argv in (["rustc", "-vV"], ["cargo", "-vV"]):
+            code, out, err = self._run(argv)
+            if code != 0:
+                raise BuildError(f"{' '.join(argv)} failed in the {self.arm} worktree (exit {code})",
+                                 err.strip()[-OUTPUT_TAIL_CHARS:])
+            versions.append(out.strip())
+        configs: dict[str, str] = {}
+        flags: dict[str, str] = {}
+        toolchains: dict[str, str] = {}
+        for directory in [self.workspace, *self.workspace.parents]:
+            if not directory.is_relative_to(self.tree):
+                break
+            for name in CARGO_CONFIG_NAMES:
+                path = directory / name
+                if path.is_file() and not path.is_symlink():
+                    relative = str(path.relative_to(self.tree))
+                    configs[relative] = sha256_of(path)
+                    if (found := toml_rustflags(path)) is not None:
+                        flags[relative] = found
+            for name in TOOLCHAIN_FILE_NAMES:
+                path = directory / name
+                if path.is_file() and not path.is_symlink():
+                    toolchains[str(path.relative_to(self.tree))] = sha256_of(path)
+        return BuildSettings(rustc=versions[0], cargo=versions[1], rustflags_env=self.rustflags,
+                             config_rustflags=flags, cargo_config_sha256=configs,
+                             toolchain_file_sha256=toolchains, profile_sha256=self._profile_digest())
+
+    def _profile_digest(self) -> str | None:
+        try:
+            manifest = tomllib.loads((self.workspace / "Cargo.toml").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise BuildError(f"{self.arm} workspace Cargo.toml cannot be read: {exc}") from exc
+        profile = manifest.get("profile")
+        if profile is None:
+            return None
+        return hashlib.sha256(json.dumps(profile, sort_keys=True).encode()).hexdigest()
+
+    def compile(self, command: list[str]) -> tuple[Path, float]:
+        """The configured build command; returns the executable (inside the worktree) and the seconds it took."""
+        started = time.monotonic()
+        code, out, err = self._run(command)
+        seconds = time.monotonic() - started
+        if code != 0:
+            raise BuildError(f"build of {self.arm} failed (exit {code}); the build output is in the artifact",
+                             err.strip()[-OUTPUT_TAIL_CHARS:])
+        executable = _executable_from_messages(out, self.config.bench_target).resolve()
+        if not executable.is_relative_to(self.tree) or not executable.is_file():
+            raise BuildError(f"cargo named {self.arm} executable {executable}, which is not a file inside the "
+                             "arm's worktree; refusing it")
+        return executable, seconds
 
 
-def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Path) -> Artifact:
-    """Build `tree` once with the configured command and copy the bench executable to `out_dir`."""
-    workspace = tree / config.workspace_dir
-    closure = feature_closure(workspace, config)
-    command = list(config.command)
-    if not any(word.startswith("--message-format") for word in command):
-        command.append("--message-format=json-render-diagnostics")
-    started = time.monotonic()
-    completed = subprocess.run(command, cwd=workspace, capture_output=True, text=True, check=False)
-    seconds = time.monotonic() - started
-    if completed.returncode != 0:
-        raise BuildError(f"build of {arm} {sha[:12]} failed (exit {completed.returncode}):\n"
-                         f"{completed.stderr.strip()[-3000:]}")
-    executable = _executable_from_messages(completed.stdout, config.bench_target)
-    if git(tree, "rev-parse", "HEAD") != sha:
-        raise BuildError(f"{arm} checkout moved off {sha} during its build; refusing its binary")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"{arm}-{sha[:12]}-{config.bench_target}"
-    shutil.copy2(executable, target)
+def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Path, *,
+                   sandbox: Sandbox | None = None) -> Artifact:
+    """Build `tree` once with the configured command in its own sandbox; store and describe the executable."""
+    sandbox = sandbox or Sandbox.default()
+    cargo_home = tree.resolve().parent / f".cargo-home-{tree.name}"
+    build = ArmBuild(tree, arm, config, sandbox, cargo_home)
+    try:
+        build.prepare()
+        closure = build.feature_closure()
+        settings = build.settings()
+        command = list(config.command)
+        if not any(word.startswith("--message-format") for word in command):
+            command.append("--message-format=json-render-diagnostics")
+        executable, seconds = build.compile(command)
+        target = store_binary(executable, out_dir / f"{arm}-{sha[:12]}-{config.bench_target}")
+    finally:
+        shutil.rmtree(cargo_home, ignore_errors=True)
     return Artifact(
         arm=arm,
         sha=sha,
@@ -103,11 +206,25 @@ def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir:
         no_default_features=config.no_default_features,
         build_command=command,
         binary_name=target.name,
-        binary_sha256=sha256_file(target),
+        binary_sha256=sha256_of(target),
         binary_size=target.stat().st_size,
         text_size=text_size(target),
         build_seconds=round(seconds, 3),
+        settings=settings,
     )
+
+
+def store_binary(executable: Path, target: Path) -> Path:
+    """Copy into the campaign store: a root-owned 0555 file in a 0755 directory no sandbox can write."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.chmod(0o755)
+    if target.exists():
+        target.chmod(0o755)
+        target.unlink()
+    with executable.open("rb") as source, target.open("xb") as sink:
+        shutil.copyfileobj(source, sink)
+    target.chmod(0o555)
+    return target
 
 
 def _executable_from_messages(stdout: str, bench_target: str) -> Path:
@@ -116,12 +233,15 @@ def _executable_from_messages(stdout: str, bench_target: str) -> Path:
     for line in stdout.splitlines():
         if not line.startswith("{"):
             continue
-        message = json.loads(line)
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            continue
         if message.get("reason") != "compiler-artifact" or not message.get("executable"):
             continue
         if message["target"]["name"] == bench_target and "bench" in message["target"]["kind"]:
             found.append(message["executable"])
     if len(found) != 1:
         raise BuildError(f"expected one executable for bench target {bench_target!r} in cargo's messages, "
-                         f"found {len(found)}: {found}")
+                         f"found {len(found)}")
     return Path(found[0])

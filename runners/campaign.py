@@ -31,15 +31,27 @@ from runners.report import (
     CoverageCheck,
     CoverageResult,
     ExceptionOutcome,
+    PerfVerdict,
     Revision,
     RowReport,
     SemanticVerdict,
     StopRecord,
+    build_difference_reason,
     campaign_verdicts,
     declared_exclusion_verdict,
+    gated_build_differences,
     row_semantic_verdict,
 )
-from runners.revisions import RevisionError, apply_patch, relationship, resolve_sha, show_file, worktree
+from runners.revisions import (
+    RevisionError,
+    apply_patch,
+    relationship,
+    resolve_sha,
+    show_file,
+    worktree,
+    worktree_head,
+)
+from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable
 from runners.sizes import size_gate
 from runners.trace import TraceError, prepare_trace
 
@@ -54,9 +66,9 @@ STANDING_SKIPS = (
 class CampaignStop(Exception):
     """Stops the campaign before every verdict exists; recorded in the report, never swallowed."""
 
-    def __init__(self, stage: str, reason: str, blocking: bool) -> None:
+    def __init__(self, stage: str, reason: str, blocking: bool, output_tail: str = "") -> None:
         super().__init__(reason)
-        self.record = StopRecord(stage=stage, reason=reason, blocking=blocking)
+        self.record = StopRecord(stage=stage, reason=reason, blocking=blocking, output_tail=output_tail)
 
 
 @dataclass
@@ -75,6 +87,8 @@ class CampaignRequest:
     """Trusted revision the config's determinism patch is read at (the bot: its base branch's tip); None = base."""
     keep_work: bool = False
     perf_hooks: SampleHooks | None = None
+    sandbox: Sandbox = field(default_factory=Sandbox.default)
+    """Where pull-request code runs; also holds the binaries' pinned SHA-256 once they are built."""
 
     def __post_init__(self) -> None:
         """Absolute paths: git runs in other directories (worktrees), where a relative path means another place."""
@@ -92,6 +106,8 @@ class Prepared:
     shas: dict[Arm, str]
     trace: Path
     exceptions: list[ExceptionOutcome]
+    build_differences: list[str] = field(default_factory=list)
+    """Build settings that differ between the arms and are not allowed by the config: the perf gate fails."""
 
 
 def new_report(request: CampaignRequest) -> CampaignReport:
@@ -109,6 +125,7 @@ def new_report(request: CampaignRequest) -> CampaignReport:
         determinism_patch_sha256=None,
         exclusions=list(config.harness.exclusions),
         skipped=list(STANDING_SKIPS),
+        sandbox=request.sandbox.record(),
     )
 
 
@@ -130,7 +147,10 @@ def run_campaign(request: CampaignRequest, progress: ProgressSink | None = None)
         rows = selected_rows(request, report)
         prepared = prepare(request, report, work, progress)
         for row in rows:
-            report.rows.append(run_row(request, prepared, row, work, progress))
+            try:
+                report.rows.append(run_row(request, prepared, row, work, progress))
+            except BinaryMismatch as exc:
+                raise CampaignStop(f"row {row.id}", str(exc), blocking=False) from exc
     except CampaignStop as stop:
         report.stopped = stop.record
         emit(progress, "stopped", f"{stop.record.stage}: {stop.record.reason}")
@@ -164,6 +184,7 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
     trace = work / "trace-slice.jsonl"
     try:
         report.trace = prepare_trace(trace_source, config.trace, trace)
+        trace.chmod(0o444)  # read by the sandboxed harness as an unprivileged user, written by nobody
     except TraceError as exc:
         raise CampaignStop("trace", str(exc), blocking=True) from exc
     emit(progress, "trace", f"{report.trace.count} rows from offset {report.trace.offset}, "
@@ -185,24 +206,36 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
                 except RevisionError as exc:
                     raise CampaignStop("build", str(exc), blocking=True) from exc
             try:
-                artifact = build_artifact(tree, arm, shas[arm], config.build, work / "bin")
+                artifact = build_artifact(tree, arm, shas[arm], config.build, work / "bin", sandbox=request.sandbox)
+                moved = worktree_head(request.repo, tree)
             except ProtocolMismatch as exc:
-                raise CampaignStop("build", str(exc), blocking=True) from exc
+                raise CampaignStop("build", str(exc), blocking=True, output_tail=exc.output_tail) from exc
             except BuildError as exc:
-                raise CampaignStop("build", str(exc), blocking=False) from exc
+                raise CampaignStop("build", str(exc), blocking=False, output_tail=exc.output_tail) from exc
+            except (SandboxUnavailable, RevisionError) as exc:
+                raise CampaignStop("build", str(exc), blocking=True) from exc
+            if moved != shas[arm]:
+                raise CampaignStop("build", f"{arm} checkout moved off {shas[arm]} to {moved} during its build; "
+                                   "refusing its binary", blocking=False)
             report.artifacts.append(artifact)
             binaries[arm] = work / "bin" / artifact.binary_name
+            request.sandbox.pin(binaries[arm], arm, artifact.binary_sha256)
             if arm == "candidate":
-                exceptions = _exceptions(report, tree, binaries, trace, progress)
+                exceptions = _exceptions(report, tree, binaries, trace, progress, request.sandbox)
     emit(progress, "preflight", "checking every configured flag against both binaries")
     flags = sorted({flag for row in config.rows for flag in config.flags_used(row)})
     try:
-        preflight_flags(binaries, shas, flags)
+        preflight_flags(binaries, shas, flags, request.sandbox)
     except PreflightError as exc:
         raise CampaignStop("preflight", str(exc), blocking=True) from exc
-    report.sizes = size_gate(report.artifact("baseline"), report.artifact("candidate"), config.sizes.max_growth)
+    except BinaryMismatch as exc:
+        raise CampaignStop("preflight", str(exc), blocking=False) from exc
+    differences = gated_build_differences(report)
+    report.sizes = size_gate(report.artifact("baseline"), report.artifact("candidate"), config.sizes.max_growth,
+                             differences)
     emit(progress, "sizes", report.sizes.reason)
-    return Prepared(binaries=binaries, shas=shas, trace=trace, exceptions=exceptions)
+    return Prepared(binaries=binaries, shas=shas, trace=trace, exceptions=exceptions,
+                    build_differences=differences)
 
 
 def _base_patch(request: CampaignRequest, trusted_ref: str, work: Path) -> Path | None:
@@ -220,7 +253,7 @@ def _base_patch(request: CampaignRequest, trusted_ref: str, work: Path) -> Path 
 
 
 def _exceptions(report: CampaignReport, tree: Path, binaries: dict[Arm, Path], trace: Path,
-                progress: ProgressSink | None) -> list[ExceptionOutcome]:
+                progress: ProgressSink | None, sandbox: Sandbox) -> list[ExceptionOutcome]:
     """Stage 5 records come from the candidate checkout and are verified while it still exists."""
     try:
         records = load_records(tree)
@@ -230,7 +263,10 @@ def _exceptions(report: CampaignReport, tree: Path, binaries: dict[Arm, Path], t
     if not records:
         return []
     emit(progress, "exceptions", f"running {len(records)} regression test(s) against both binaries")
-    return verify_records(records, tree, binaries, trace)
+    try:
+        return verify_records(records, tree, binaries, trace, sandbox=sandbox)
+    except BinaryMismatch as exc:
+        raise CampaignStop("exceptions", str(exc), blocking=False) from exc
 
 
 def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: Path,
@@ -242,7 +278,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
     emit(progress, "determinism", f"2 + 2 fresh processes on CPU sets {cpu_sets}", row=row.id)
     outcome = run_determinism(row_id=row.id, binaries=prepared.binaries, harness_args=args,
                               exclusions=config.harness.exclusions, cpu_sets=cpu_sets,
-                              workdir=work / f"det-{row.id}", progress=progress)
+                              workdir=work / f"det-{row.id}", progress=progress, sandbox=request.sandbox)
     node = host_facts()
     report = RowReport(row=row, harness_args=args[1:], placement_cpus=sorted({c for s in cpu_sets for c in s}),
                        host=node.hostname, node=node, determinism=outcome.result,
@@ -280,10 +316,15 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         report.perf_reason = f"correctness not established ({verdict.value})"
         return report
 
+    if prepared.build_differences:
+        report.perf_verdict = PerfVerdict.FAIL
+        report.perf_reason = build_difference_reason(prepared.build_differences)
+        return report
     placement = perf_placement()
     perf = run_performance(row_id=row.id, harness_args=args, binaries=prepared.binaries, perf=config.perf,
                            timing_field=config.harness.timing_field, placement=placement,
-                           workdir=work / f"perf-{row.id}", progress=progress, hooks=request.perf_hooks)
+                           workdir=work / f"perf-{row.id}", progress=progress, hooks=request.perf_hooks,
+                           sandbox=request.sandbox)
     schedule = Path(perf.schedule_path)
     if schedule.is_file():
         kept = request.out_dir / schedule.name

@@ -45,6 +45,9 @@ class BuildConfig(_Strict):
     no_default_features: bool = True
     workspace_dir: str = "."
     """Directory of the Cargo workspace, relative to the repository root."""
+    allow_toolchain_difference: bool = False
+    """Accept arms built with different toolchains, RUSTFLAGS, cargo configs or profiles (e.g. a PR that bumps
+    rust-toolchain.toml); otherwise such a difference fails the size and performance gates."""
 
     @model_validator(mode="after")
     def _command_matches_features(self) -> BuildConfig:

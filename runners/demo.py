@@ -30,7 +30,7 @@ SCENARIOS: dict[str, tuple[str, dict[str, Knob]]] = {
 
 
 def _git(repo: Path, *args: str) -> str:
-    completed = subprocess.run(["git", *GIT_IDENTITY, "-C", str(repo), *args],
+    completed = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *GIT_IDENTITY, "-C", str(repo), *args],
                                capture_output=True, text=True, check=True)
     return completed.stdout.strip()
 

@@ -14,6 +14,7 @@ from runners.canonical import Canonical, CanonicalError, ReplayBenchNotActive, c
 from runners.harness import run_pinned
 from runners.progress import ProgressSink, emit
 from runners.report import ARMS, Arm, DeterminismResult, ProcessRecord
+from runners.sandbox import Sandbox
 
 REPETITIONS = 2
 
@@ -38,16 +39,19 @@ def run_determinism(
     cpu_sets: list[list[int]],
     workdir: Path,
     progress: ProgressSink | None = None,
+    sandbox: Sandbox | None = None,
 ) -> DeterminismOutcome:
     jobs: list[tuple[Arm, int]] = [(arm, rep) for rep in range(REPETITIONS) for arm in ARMS]
     workdir.mkdir(parents=True, exist_ok=True)
 
     def one(index: int) -> tuple[ProcessRecord, Canonical | None, str | None, bool]:
         arm, rep = jobs[index]
-        out = workdir / f"{row_id}-{arm}-{rep}.canonical.jsonl"
+        own = workdir / f"{row_id}-{arm}-{rep}"
+        own.mkdir()
+        out = own / "canonical.jsonl"
         args = [*harness_args, "--iterations", "1", "--canonical-reports-jsonl", str(out)]
         record, _ = run_pinned(binaries[arm], args, cpu_sets[index % len(cpu_sets)], arm=arm,
-                               purpose=f"determinism repetition {rep + 1}")
+                               purpose=f"determinism repetition {rep + 1}", sandbox=sandbox)
         canonical, problem, blocked = _read_canonical(record, out, exclusions)
         if canonical is not None:
             record.canonical_digest = canonical.digest

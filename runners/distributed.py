@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from runners import __version__
+from runners.build import store_binary
 from runners.campaign import (
     CampaignRequest,
     CampaignStop,
@@ -49,8 +50,11 @@ from runners.report import (
     RowReport,
     StopRecord,
     campaign_verdicts,
+    gated_build_differences,
 )
 from runners.revisions import RevisionError
+from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument
+from runners.sandbox import check as check_sandbox
 from runners.trace import TraceError, prepare_trace, sha256_file
 
 SCHEMA_VERSION = "kv-parity.distributed.v1"
@@ -313,7 +317,7 @@ def build_manifest(request: CampaignRequest, work: Path, out: Path,
         exceptions = prepared.exceptions
         (out / BINARY_DIR).mkdir(parents=True, exist_ok=True)
         for arm in ARMS:
-            shutil.copy2(prepared.binaries[arm], out / BINARY_DIR / prepared.binaries[arm].name)
+            store_binary(prepared.binaries[arm], out / BINARY_DIR / prepared.binaries[arm].name)
     return BuildManifest(campaign_id=request.campaign_id, rows=[row.id for row in rows], report=report,
                          exceptions=exceptions)
 
@@ -323,7 +327,13 @@ def build_main(argv: Sequence[str]) -> int:
 
     Exits 0 whenever a manifest was written, a recorded stop included (merge turns it into the verdict).
     """
-    parser = argparse.ArgumentParser(prog="kv-parity build", description=build_main.__doc__)
+    if any(word == "--plan" or word.startswith("--plan=") for word in argv):
+        from runners.split_build import arm_build_main
+
+        return arm_build_main(argv)
+    parser = argparse.ArgumentParser(prog="kv-parity build", description=build_main.__doc__,
+                                     epilog="With --plan: `kv-parity build --plan DIR --arm ARM ...` builds one arm "
+                                            "(see `kv-parity build --plan x --help`).")
     parser.add_argument("--repo", default=".", help="git repository holding both revisions (default: .)")
     parser.add_argument("--base", required=True, help="baseline revision (pinned to a SHA)")
     parser.add_argument("--head", required=True, help="candidate revision (pinned to a SHA)")
@@ -340,9 +350,15 @@ def build_main(argv: Sequence[str]) -> int:
     parser.add_argument("--work", help="parent of the scratch directory for worktrees and builds")
     parser.add_argument("--keep-work", action="store_true", help="keep the scratch directory")
     parser.add_argument("--github-output", help="append `matrix=` and `row_count=` lines to this file")
+    add_sandbox_argument(parser)
     args = parser.parse_args(list(argv))
 
     out = Path(args.out)
+    try:
+        sandbox = check_sandbox(args.sandbox)
+    except SandboxUnavailable as exc:
+        print(f"kv-parity build: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     work = _scratch(args.work, "kv-parity-build-")
     try:
         repo = Path(args.repo)
@@ -351,7 +367,7 @@ def build_main(argv: Sequence[str]) -> int:
             repo=repo, base=args.base, head=args.head, config=config, config_source=config_source,
             out_dir=out, rows=_rows_arg(args.rows), trace_path=Path(args.trace) if args.trace else None,
             determinism_patch=Path(args.determinism_patch) if args.determinism_patch else None,
-            **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
+            sandbox=sandbox, **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
         )
         manifest = build_manifest(request, work, out, TerminalProgress())
     except (ConfigError, RevisionError) as exc:
@@ -408,7 +424,7 @@ def stage_inputs(manifest: BuildManifest, manifest_dir: Path, trace_source: Path
         except OSError as exc:
             problems.append(f"{artifact.arm} binary {source} cannot be staged: {exc.strerror}")
             continue
-        target.chmod(0o755)
+        target.chmod(0o555)
         staged[artifact.arm] = target
         seen[artifact.arm] = sha256_file(target)
     problems.extend(checksum_mismatches(manifest.binary_sha256(), seen))
@@ -422,25 +438,34 @@ def stage_inputs(manifest: BuildManifest, manifest_dir: Path, trace_source: Path
         evidence = prepare_trace(trace_source, manifest.config.trace, trace)
     except TraceError as exc:
         raise Refusal(str(exc)) from exc
+    trace.chmod(0o444)
     if evidence.slice_sha256 != recorded.slice_sha256:
         raise Refusal(f"{trace_source}: trace slice SHA-256 mismatch: build {recorded.slice_sha256}, "
                       f"this node {evidence.slice_sha256}")
     shas: dict[Arm, str] = {revision.arm: revision.sha for revision in manifest.report.revisions}
-    prepared = Prepared(binaries=staged, shas=shas, trace=trace, exceptions=manifest.exceptions)
+    prepared = Prepared(binaries=staged, shas=shas, trace=trace, exceptions=manifest.exceptions,
+                        build_differences=gated_build_differences(manifest.report))
     return prepared, seen, evidence.slice_sha256
 
 
 def run_manifest_row(manifest: BuildManifest, manifest_dir: Path, row_id: str, trace_source: Path,
-                     work: Path, out: Path, progress: ProgressSink | None = None) -> RowResult:
-    """Stage and verify, then run the single-machine campaign's own row: correctness, then performance."""
+                     work: Path, out: Path, progress: ProgressSink | None = None,
+                     sandbox: Sandbox | None = None) -> RowResult:
+    """Stage and verify, then run the single-machine campaign's own row: correctness, then performance.
+
+    Every harness process re-hashes its binary against the manifest first (BinaryMismatch propagates)."""
+    sandbox = sandbox or Sandbox.default()
     row = runnable_row(manifest, row_id)
     prepared, seen, slice_sha = stage_inputs(manifest, manifest_dir, trace_source, work)
+    expected = manifest.binary_sha256()
+    for arm, path in prepared.binaries.items():
+        sandbox.pin(path, arm, expected[arm])
     node = host_facts()
     started = round(time.time(), 3)
     request = CampaignRequest(repo=manifest_dir, base=prepared.shas["baseline"],
                               head=prepared.shas["candidate"], config=manifest.config,
                               config_source=manifest.report.config_source, out_dir=out,
-                              campaign_id=manifest.campaign_id)
+                              campaign_id=manifest.campaign_id, sandbox=sandbox)
     out.mkdir(parents=True, exist_ok=True)
     row_report = run_row(request, prepared, row, work, progress)
     return RowResult(campaign_id=manifest.campaign_id, binary_sha256=seen, trace_slice_sha256=slice_sha,
@@ -460,13 +485,15 @@ def row_main(argv: Sequence[str]) -> int:
     parser.add_argument("--trace", help="node-local trace overriding the config's (checksum still verified)")
     parser.add_argument("--work", help="node-local parent of the staging directory")
     parser.add_argument("--keep-work", action="store_true", help="keep staged binaries, trace and outputs")
+    add_sandbox_argument(parser)
     args = parser.parse_args(list(argv))
 
     manifest_path = Path(args.manifest)
     try:
+        sandbox = check_sandbox(args.sandbox)
         manifest = load_manifest(manifest_path)
         runnable_row(manifest, args.row)
-    except DistributedError as exc:
+    except (DistributedError, SandboxUnavailable) as exc:
         print(f"kv-parity row: {exc}", file=sys.stderr)
         return EXIT_USAGE
     out = Path(args.out)
@@ -474,10 +501,13 @@ def row_main(argv: Sequence[str]) -> int:
     work = _scratch(args.work, "kv-parity-row-")
     try:
         result = run_manifest_row(manifest, manifest_path.parent, args.row, trace_source, work, out,
-                                  TerminalProgress())
+                                  TerminalProgress(), sandbox)
     except Refusal as exc:
         print(f"kv-parity row: refusing to run row {args.row}: {exc}; no harness process was started",
               file=sys.stderr)
+        return EXIT_REFUSED
+    except BinaryMismatch as exc:
+        print(f"kv-parity row: stopped row {args.row}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     finally:
         if not args.keep_work:

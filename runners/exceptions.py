@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from runners.report import ARMS, Arm, ExceptionOutcome, ExceptionRecord, RegressionRun
+from runners.sandbox import Run, Sandbox
 
 EXCEPTIONS_PATH = ".kv-parity/exceptions.toml"
 TAIL_CHARS = 1500
@@ -49,12 +50,17 @@ def load_records(tree: Path) -> list[ExceptionRecord]:
 
 def verify_records(
     records: list[ExceptionRecord], candidate_tree: Path, binaries: dict[Arm, Path], trace: Path,
-    timeout_s: float = 900,
+    timeout_s: float = 900, sandbox: Sandbox | None = None,
 ) -> list[ExceptionOutcome]:
-    """Run each record's regression test against both binaries; verified = fails on baseline, passes on candidate."""
+    """Run each record's regression test against both binaries; verified = fails on baseline, passes on candidate.
+
+    Each run is a fresh sandbox: the candidate checkout, the binary and the trace read-only, only a private /tmp
+    writable, no network; the binary is re-hashed first when pinned.
+    """
+    sandbox = sandbox or Sandbox.default()
     outcomes = []
     for record in records:
-        runs = [_run(record, arm, candidate_tree, binaries[arm], trace, timeout_s) for arm in ARMS]
+        runs = [_run(record, arm, candidate_tree, binaries[arm], trace, timeout_s, sandbox) for arm in ARMS]
         base, cand = runs
         if base.exit_code == 0:
             verified, reason = False, "regression test also passes on the baseline: it does not pin the old behaviour"
@@ -66,10 +72,12 @@ def verify_records(
     return outcomes
 
 
-def _run(record: ExceptionRecord, arm: Arm, tree: Path, binary: Path, trace: Path, timeout_s: float) -> RegressionRun:
+def _run(record: ExceptionRecord, arm: Arm, tree: Path, binary: Path, trace: Path, timeout_s: float,
+         sandbox: Sandbox) -> RegressionRun:
     argv = [word.replace("{binary}", str(binary)).replace("{trace}", str(trace)) for word in record.regression_test]
+    run = Run(argv=argv, cwd=tree, read_only=(tree, binary, trace), proc=True)
     try:
-        completed = subprocess.run(argv, cwd=tree, capture_output=True, text=True, check=False, timeout=timeout_s)
+        completed = sandbox.run(run, timeout=timeout_s)
     except FileNotFoundError as exc:
         return RegressionRun(arm=arm, argv=argv, exit_code=None, stdout_tail="", stderr_tail=str(exc))
     except subprocess.TimeoutExpired:

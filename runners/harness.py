@@ -14,6 +14,7 @@ from pathlib import Path
 from runners.config import CampaignConfig, RowConfig
 from runners.placement import pinned_argv
 from runners.report import Arm, ProcessRecord
+from runners.sandbox import Sandbox
 
 STDERR_TAIL_CHARS = 2000
 
@@ -27,8 +28,8 @@ def row_args(config: CampaignConfig, row: RowConfig, trace: Path) -> list[str]:
     return [str(trace), *config.harness.common_args, *row.args]
 
 
-def help_text(binary: Path) -> str:
-    completed = subprocess.run([str(binary), "--help"], capture_output=True, text=True, check=False, timeout=60)
+def help_text(binary: Path, sandbox: Sandbox) -> str:
+    completed = sandbox.run(sandbox.harness_run([str(binary), "--help"]), timeout=60)
     if completed.returncode != 0:
         raise PreflightError(f"{binary.name} --help exited {completed.returncode}: {completed.stderr.strip()[-500:]}")
     return completed.stdout + completed.stderr
@@ -39,11 +40,11 @@ def missing_flags(help_output: str, flags: list[str]) -> list[str]:
     return [flag for flag in flags if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_output)]
 
 
-def preflight_flags(binaries: dict[Arm, Path], shas: dict[Arm, str], flags: list[str]) -> None:
+def preflight_flags(binaries: dict[Arm, Path], shas: dict[Arm, str], flags: list[str], sandbox: Sandbox) -> None:
     """Every flag a row uses must be accepted by both revisions before anything runs."""
     problems = []
     for arm, binary in binaries.items():
-        for flag in missing_flags(help_text(binary), flags):
+        for flag in missing_flags(help_text(binary, sandbox), flags):
             problems.append(f"flag {flag} is not accepted by the {arm} revision {shas[arm][:12]}")
     if problems:
         raise PreflightError(
@@ -52,14 +53,22 @@ def preflight_flags(binaries: dict[Arm, Path], shas: dict[Arm, str], flags: list
 
 
 def run_pinned(
-    binary: Path, args: list[str], cpu_set: list[int], *, arm: Arm, purpose: str, timeout_s: float = 3600
+    binary: Path, args: list[str], cpu_set: list[int], *, arm: Arm, purpose: str, timeout_s: float = 3600,
+    sandbox: Sandbox | None = None,
 ) -> tuple[ProcessRecord, subprocess.CompletedProcess[str]]:
-    """One fresh harness process pinned to `cpu_set`; returns the record and the raw result."""
+    """One fresh sandboxed harness process pinned to `cpu_set`; returns the record and the raw result.
+
+    Sandbox rules (Sandbox.harness_run): existing absolute paths in `args` are read-only, the directory of an
+    output path that does not exist yet is writable, so give every process its own output directory.
+    A pinned binary is re-hashed first (BinaryMismatch propagates: the row stops).
+    """
+    sandbox = sandbox or Sandbox.default()
     argv = [str(binary), *args]
+    command, env = sandbox.command(sandbox.harness_run(argv))
     started = time.monotonic()
     try:
         completed = subprocess.run(
-            pinned_argv(cpu_set, argv), capture_output=True, text=True, check=False, timeout=timeout_s
+            pinned_argv(cpu_set, command), env=env, capture_output=True, text=True, check=False, timeout=timeout_s
         )
     except subprocess.TimeoutExpired as exc:
         record = ProcessRecord(

@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -239,6 +240,13 @@ def _unmeasurable_rule(perf: PerfConfig, resolution_ms: float | None) -> str | N
         f"on this node ({resolution_ms:g} ms: two clock ticks), so quantization alone would invalidate "
         "pairs; declare a threshold at or above it before sampling"
     )
+
+
+def _pair_ratio(pair_samples: list[Sample]) -> float | None:
+    """Candidate / baseline metric of the pair's valid attempt, for live progress only (never decides)."""
+    valid = {sample.arm: sample.metric_ms for sample in pair_samples if sample.status == "ok"}
+    baseline, candidate = valid.get("baseline"), valid.get("candidate")
+    return candidate / baseline if baseline and candidate is not None else None
 
 
 def evaluate(evidence: PerfResult, perf: PerfConfig) -> Evaluation:
@@ -527,6 +535,7 @@ def run_performance(
     workdir: Path,
     progress: ProgressSink | None = None,
     hooks: SampleHooks | None = None,
+    sandbox: Sandbox | None = None,
 ) -> PerfResult:
     """Stage 7 for one row on this node: warmups, the persisted schedule, pinned pairs, then the verdict."""
     _check_harness_args(harness_args)
@@ -569,6 +578,7 @@ def run_performance(
         placement=placement,
         workdir=workdir,
         hooks=hooks,
+        sandbox=sandbox or Sandbox.default(),
     )
     warmups: list[Sample] = []
     samples: list[Sample] = []
@@ -604,6 +614,7 @@ def run_performance(
                     row=row_id,
                     done=done,
                     total=perf.pairs,
+                    ratio=_pair_ratio(pair_samples),
                 )
     return finalize(
         evidence.model_copy(update={"warmups": warmups, "samples": samples, "invalidations": invalidations}),

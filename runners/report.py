@@ -70,6 +70,46 @@ class Toolchain(_Model):
     host: str
 
 
+class BuildSettings(_Model):
+    """What applied to one arm's build, read inside that arm's worktree and sandbox (so its own
+    rust-toolchain.toml and .cargo/config count). Arms whose settings differ fail the size and perf gates."""
+
+    rustc: str
+    """`rustc -vV`, run in the arm's workspace."""
+    cargo: str
+    """`cargo -vV`, run in the arm's workspace."""
+    rustflags_env: str
+    """RUSTFLAGS the bot passed (empty when unset); it overrides any config rustflags."""
+    config_rustflags: dict[str, str] = Field(default_factory=dict)
+    """`build.rustflags` per cargo config file that sets it, by path relative to the worktree."""
+    cargo_config_sha256: dict[str, str] = Field(default_factory=dict)
+    """SHA-256 of every `.cargo/config` / `.cargo/config.toml` cargo reads inside the worktree."""
+    toolchain_file_sha256: dict[str, str] = Field(default_factory=dict)
+    """SHA-256 of `rust-toolchain` / `rust-toolchain.toml` files cargo reads inside the worktree."""
+    profile_sha256: str | None = None
+    """SHA-256 of the workspace Cargo.toml's `[profile.*]` tables (canonical JSON); None without any."""
+
+
+def build_setting_differences(baseline: BuildSettings | None, candidate: BuildSettings | None) -> list[str]:
+    """One line per build setting that differs between the arms; empty when both built the same way."""
+    if baseline is None or candidate is None:
+        return []
+    lines = []
+    for name in ("rustc", "cargo", "rustflags_env", "config_rustflags", "cargo_config_sha256",
+                 "toolchain_file_sha256", "profile_sha256"):
+        base, cand = getattr(baseline, name), getattr(candidate, name)
+        if base != cand:
+            shown = (base.splitlines()[0], cand.splitlines()[0]) if name in ("rustc", "cargo") else (base, cand)
+            lines.append(f"{name}: baseline {shown[0]!r}, candidate {shown[1]!r}")
+    return lines
+
+
+def build_difference_reason(differences: list[str]) -> str:
+    """The one-line gate reason when the arms were built differently (the size and performance gates fail)."""
+    return ("the arms were built with different toolchains or flags, so their sizes and speed are not "
+            "comparable (set build.allow_toolchain_difference = true to accept): " + "; ".join(differences))
+
+
 class Artifact(_Model):
     """One release artifact per revision, reused for every row and stage."""
 
@@ -86,6 +126,8 @@ class Artifact(_Model):
     binary_size: int
     text_size: int
     build_seconds: float
+    settings: BuildSettings | None = None
+    """The toolchain and flags that applied to this arm (None in reports from before they were recorded)."""
 
 
 class TraceEvidence(_Model):
@@ -520,6 +562,7 @@ class CampaignReport(_Model):
     skipped: list[str] = Field(default_factory=list)
     stopped: StopRecord | None = None
     verdicts: Verdicts | None = None
+    sandbox: SandboxRecord | None = None
 
     def artifact(self, arm: Arm) -> Artifact:
         return next(a for a in self.artifacts if a.arm == arm)
@@ -595,7 +638,8 @@ _PERF_PRECEDENCE = (
 def campaign_verdicts(report: CampaignReport) -> Verdicts:
     """Combine row verdicts, the size gate and any stop into the campaign's verdicts and check conclusion."""
     stopped = report.stopped
-    row_semantics = [row.semantic for row in report.rows]
+    row_semantics = [row.semantic for row in report.rows] + [
+    ]
     if stopped is not None and stopped.blocking:
         semantic = SemanticVerdict.BLOCKED
     elif stopped is not None or SemanticVerdict.FAIL in row_semantics or not row_semantics:

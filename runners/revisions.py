@@ -7,6 +7,7 @@ pinned SHA and removed afterwards, so "return each checkout to its original bran
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,10 +18,14 @@ class RevisionError(RuntimeError):
     """A revision that cannot be pinned, checked out or patched; the message says which and why."""
 
 
+GIT = ("git", "-c", "core.hooksPath=/dev/null")
+"""Every git command of the bot: no hook a revision (or a build that reached a `.git`) planted ever runs."""
+
+
 def git(repo: Path, *args: str) -> str:
     """Run git with an argv list (never a shell) and return stdout; failures carry git's own message."""
     completed = subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False
+        [*GIT, "-C", str(repo), *args], capture_output=True, text=True, check=False
     )
     if completed.returncode != 0:
         raise RevisionError(f"git {' '.join(args)} failed: {completed.stderr.strip() or completed.stdout.strip()}")
@@ -29,7 +34,7 @@ def git(repo: Path, *args: str) -> str:
 
 def show_file(repo: Path, sha: str, path: str) -> bytes:
     """A file's exact bytes at a revision (trusted inputs such as config and patches come from the base)."""
-    completed = subprocess.run(["git", "-C", str(repo), "show", f"{sha}:{path}"], capture_output=True, check=False)
+    completed = subprocess.run([*GIT, "-C", str(repo), "show", f"{sha}:{path}"], capture_output=True, check=False)
     if completed.returncode != 0:
         raise RevisionError(f"{path} not found at {sha[:12]}: {completed.stderr.decode(errors='replace').strip()}")
     return completed.stdout
@@ -74,13 +79,25 @@ def worktree(repo: Path, sha: str, path: Path) -> Iterator[Path]:
         raise RevisionError(f"worktree path {path} already exists; refusing to reuse a checkout")
     git(repo, "worktree", "add", "--detach", str(path), sha)
     try:
-        actual = git(path, "rev-parse", "HEAD")
+        actual = worktree_head(repo, path)
         if actual != sha:
             raise RevisionError(f"worktree {path} is at {actual}, expected {sha}")
         yield path
     finally:
-        git(repo, "worktree", "remove", "--force", str(path))
+        # Deleted by hand, then pruned: git never interprets a `.git` pointer a build could have rewritten.
+        shutil.rmtree(path, ignore_errors=True)
         git(repo, "worktree", "prune")
+
+
+def worktree_head(repo: Path, path: Path) -> str:
+    """The SHA a worktree's HEAD names, read from the repository's own records, never from inside the tree."""
+    current: str | None = None
+    for line in git(repo, "worktree", "list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            current = line.split(" ", 1)[1]
+        elif line.startswith("HEAD ") and current is not None and Path(current).resolve() == path.resolve():
+            return line.split(" ", 1)[1]
+    raise RevisionError(f"{path} is not a worktree of {repo}")
 
 
 def apply_patch(tree: Path, patch: Path) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from runners.report import Artifact, GateVerdict, SizeGate
+from runners.report import Artifact, GateVerdict, SizeGate, build_difference_reason
 
 
 def text_size(binary: Path) -> int:
@@ -28,8 +28,10 @@ def _growth(baseline: int, candidate: int) -> float:
     return (candidate - baseline) / baseline
 
 
-def size_gate(baseline: Artifact, candidate: Artifact, max_growth: float) -> SizeGate:
-    """FAIL when the candidate's binary or .text is more than `max_growth` larger than the baseline's."""
+def size_gate(baseline: Artifact, candidate: Artifact, max_growth: float,
+              build_differences: list[str] | None = None) -> SizeGate:
+    """FAIL when the candidate's binary or .text is more than `max_growth` larger than the baseline's, or when
+    the arms were built with different settings (`build_differences`), which makes sizes incomparable."""
     binary_growth = _growth(baseline.binary_size, candidate.binary_size)
     text_growth = _growth(baseline.text_size, candidate.text_size)
     lines = [
@@ -39,7 +41,10 @@ def size_gate(baseline: Artifact, candidate: Artifact, max_growth: float) -> Siz
     over = [
         name for name, growth in (("binary", binary_growth), (".text", text_growth)) if growth > max_growth
     ]
-    if over:
+    if build_differences:
+        verdict = GateVerdict.FAIL
+        reason = build_difference_reason(build_differences) + "; " + "; ".join(lines)
+    elif over:
         verdict = GateVerdict.FAIL
         reason = (
             f"{' and '.join(over)} grew more than {max_growth:.2%}: "

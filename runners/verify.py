@@ -25,6 +25,7 @@ from runners.report import (
     SemanticVerdict,
     campaign_verdicts,
     declared_exclusion_verdict,
+    gated_build_differences,
     row_semantic_verdict,
 )
 from runners.sizes import size_gate
@@ -158,7 +159,8 @@ def _verify_sizes(report: CampaignReport) -> list[str]:
     if arms != {"baseline", "candidate"}:
         return [f"size gate stored but artifacts recorded for {sorted(arms)}"]
     expected = size_gate(
-        report.artifact("baseline"), report.artifact("candidate"), report.config.sizes.max_growth
+        report.artifact("baseline"), report.artifact("candidate"), report.config.sizes.max_growth,
+        gated_build_differences(report),
     )
     if not _same(report.sizes.model_dump(exclude={"reason"}), expected.model_dump(exclude={"reason"})):
         return [
