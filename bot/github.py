@@ -21,7 +21,6 @@ import httpx
 from github import Auth, Github, GithubException, GithubIntegration
 from github.Artifact import Artifact
 from github.AuthenticatedUser import AuthenticatedUser
-from github.CheckRunAnnotation import CheckRunAnnotation
 from github.IssueComment import IssueComment
 from github.NamedUser import NamedUser
 from github.PaginatedList import PaginatedList
@@ -173,16 +172,26 @@ class WorkflowRunInfo(_Frozen):
     created_at: datetime
 
 
+class WorkflowStepInfo(_Frozen):
+    """One step of a job as GitHub recorded it (the runner reports each step's end)."""
+
+    number: int
+    name: str
+    status: str
+    conclusion: str | None
+
+
 class WorkflowJobInfo(_Frozen):
     """One job of a run; for a matrix job `name` is the rendered job name (e.g. `row vllm-disagg`)."""
 
     id: int
-    """Also the id of the job's check run, which carries the job's annotations."""
     name: str
     status: str
     conclusion: str | None
+    runner_id: int | None
     runner_name: str | None
     html_url: str | None
+    steps: list[WorkflowStepInfo]
 
 
 def _run_info(run: WorkflowRun) -> WorkflowRunInfo:
@@ -202,8 +211,13 @@ def _job_info(job: WorkflowJob) -> WorkflowJobInfo:
         name=job.name,
         status=job.status,
         conclusion=job.conclusion,
+        runner_id=job.runner_id,
         runner_name=job.runner_name,
         html_url=job.html_url,
+        steps=[
+            WorkflowStepInfo(number=step.number, name=step.name, status=step.status, conclusion=step.conclusion)
+            for step in job.steps
+        ],
     )
 
 
@@ -708,17 +722,6 @@ class GitHubGateway:
             return [_job_info(job) for job in jobs]
 
         return self._call(f"list jobs of run {run_id}", fetch)
-
-    def job_annotations(self, job_id: int) -> list[str]:
-        """Messages GitHub attached to a job (e.g. why its runner stopped answering)."""
-
-        def fetch() -> list[str]:
-            annotations: PaginatedList[CheckRunAnnotation] = PaginatedList(
-                CheckRunAnnotation, self._requester, f"{self._repo.url}/check-runs/{job_id}/annotations", None
-            )
-            return [annotation.message for annotation in annotations]
-
-        return self._call(f"list annotations of job {job_id}", fetch)
 
     def cancel_workflow_run(self, run_id: int) -> bool:
         """Ask GitHub to cancel the run; False when it had already completed (GitHub answers 409)."""

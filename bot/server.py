@@ -15,7 +15,10 @@ import hashlib
 import hmac
 import logging
 import queue
+import re
+import sqlite3
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -26,14 +29,15 @@ from pathlib import Path
 import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from bot.dispatch.base import Backend
 from bot.dispatch.local import LocalBackend
 from bot.events import HANDLED_EVENTS, PayloadError, parse_event
-from bot.github import AppAuth, GitHubGateway, TokenAuth
+from bot.github import AppAuth, GitHubGateway, GitHubRetryLaterError, Interrupted, TokenAuth
 from bot.lifecycle import Lifecycle, Publisher, RepoServices
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store import Delivery, Store
@@ -43,6 +47,13 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 25 * 1024 * 1024
 """GitHub caps webhook payloads at 25 MB; anything larger is not from GitHub."""
 MAX_DELIVERY_ID = 200
+MAX_JSON_DEPTH = 64
+"""GitHub's payloads nest about 10 deep; far deeper input only exercises the parser's recursion limit."""
+SPOOL_BYTES = 256 * 1024
+"""An unverified body beyond this is spooled to a temporary file instead of memory."""
+SIGNATURE = re.compile(r"^sha256=([0-9a-f]{64})$")
+_JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+"""Strings (skipped whole, so brackets inside them do not count) and the brackets that open or close."""
 
 PublisherFactory = Callable[[GitHubGateway, Settings], Publisher]
 
@@ -55,8 +66,55 @@ def signature_valid(secret: bytes, body: bytes, header: str | None) -> bool:
     return hmac.compare_digest(expected.encode(), header.encode("utf-8", "replace"))
 
 
-def make_gateway(settings: Settings, repo: str) -> GitHubGateway:
-    """The gateway for one repository, authenticated the way the settings choose."""
+def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON text opens more than `limit` nested arrays/objects (brackets inside strings do not
+    count). Checked before parsing: a deep enough document makes json.loads raise RecursionError."""
+    depth = 0
+    for match in _JSON_TOKENS.finditer(body):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return False
+
+
+class DatabaseError(RuntimeError):
+    """The service's SQLite database cannot be opened or written; the message names its path."""
+
+
+def open_store(settings: Settings, *, power_safe: bool) -> Store:
+    """The store, or DatabaseError naming the path (a corrupt file, a directory that cannot be made)."""
+    try:
+        return Store(settings.db_path, power_safe=power_safe, busy_timeout=settings.db_busy_timeout_seconds)
+    except (sqlite3.Error, OSError) as exc:
+        raise DatabaseError(f"cannot open the database {settings.db_path}: {exc}") from exc
+
+
+def database_writable(path: Path, timeout: float) -> bool:
+    """Whether a write transaction can start within `timeout` (another process may hold the write lock)."""
+    try:
+        db = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+    except sqlite3.Error:
+        return False
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("ROLLBACK")
+        return True
+    except sqlite3.Error:
+        return False
+    finally:
+        db.close()
+
+
+def make_gateway(settings: Settings, repo: str, stop: threading.Event | None = None) -> GitHubGateway:
+    """The gateway for one repository, authenticated the way the settings choose.
+
+    With `stop`, a retry wait ends as soon as it is set (raising Interrupted), so a shutdown never waits
+    out a backoff.
+    """
     auth: TokenAuth | AppAuth
     if settings.token is not None:
         auth = TokenAuth(token=settings.token)
@@ -72,9 +130,16 @@ def make_gateway(settings: Settings, repo: str) -> GitHubGateway:
         auth,
         settings.api_base_url,
         bot_login=settings.bot_login,
+        max_wait=settings.api_max_retry_wait_seconds,
+        sleep=time.sleep if stop is None else functools.partial(_interruptible_sleep, stop),
         seconds_between_requests=settings.api_seconds_between_requests,
         seconds_between_writes=settings.api_seconds_between_writes,
     )
+
+
+def _interruptible_sleep(stop: threading.Event, seconds: float) -> None:
+    if stop.wait(seconds):
+        raise Interrupted(f"a {seconds:g} s retry wait was cut short: the service is stopping")
 
 
 def default_publisher(gateway: GitHubGateway, settings: Settings) -> Publisher:
@@ -83,11 +148,11 @@ def default_publisher(gateway: GitHubGateway, settings: Settings) -> Publisher:
     return GitHubPublisher(gateway, settings)
 
 
-def make_backend(settings: Settings) -> Backend:
+def make_backend(settings: Settings, stop: threading.Event | None = None) -> Backend:
     if settings.backend == "actions":
         from bot.dispatch.actions import ActionsBackend
 
-        gateways = functools.cache(lambda repo: make_gateway(settings, repo))
+        gateways = functools.cache(lambda repo: make_gateway(settings, repo, stop))
         return ActionsBackend(
             gateways,
             workflow=settings.actions_workflow,
@@ -120,9 +185,9 @@ class Ingest:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
         self._queue.put(self._STOP)
-        self._thread.join(30)
+        self._thread.join(timeout)
 
     async def add(self, delivery_id: str, event: str, body: bytes) -> bool:
         """True once the delivery is committed; False if this delivery id was stored before."""
@@ -147,7 +212,7 @@ class Ingest:
             try:
                 results = self.store.add_deliveries([(p.delivery_id, p.event, p.body) for p in pending])
             except Exception as exc:
-                log.exception("storing %d deliveries failed", len(pending))
+                log.error("storing %d deliveries in %s failed: %s", len(pending), self.store.path, exc)
                 for item in pending:
                     item.loop.call_soon_threadsafe(_settle, item.future, exc)
             else:
@@ -176,14 +241,18 @@ def _settle(future: asyncio.Future[bool], outcome: bool | Exception) -> None:
 
 
 class Worker:
-    """One thread: recover, then alternate between the oldest due delivery and a lifecycle tick."""
+    """One thread: recover, then alternate between the oldest due delivery and a lifecycle tick.
 
-    def __init__(self, store: Store, lifecycle: Lifecycle, settings: Settings) -> None:
+    `stop` is shared with the gateways: setting it also cuts their retry waits short, so stopping takes
+    at most one in-flight HTTP request, never a backoff.
+    """
+
+    def __init__(self, store: Store, lifecycle: Lifecycle, settings: Settings, stop: threading.Event) -> None:
         self.store = store
         self.lifecycle = lifecycle
         self.settings = settings
         self._wake = threading.Event()
-        self._stop = threading.Event()
+        self._stop = stop
         self._thread = threading.Thread(target=self._run, name="kv-parity-worker", daemon=True)
 
     def start(self) -> None:
@@ -192,10 +261,12 @@ class Worker:
     def wake(self) -> None:
         self._wake.set()
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 3.0) -> None:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("worker still in a GitHub request after %g s; exiting without it", timeout)
 
     @property
     def alive(self) -> bool:
@@ -208,20 +279,44 @@ class Worker:
             log.exception("recovery after restart failed; continuing with the queue")
         while not self._stop.is_set():
             self._wake.clear()
-            delivery = self.store.next_delivery(time.time())
-            if delivery is not None:
-                self._handle(delivery)
             try:
-                self.lifecycle.tick()
-            except Exception:
-                log.exception("lifecycle tick failed")
-            if delivery is None:
+                handled = self._step()
+            except sqlite3.Error as exc:
+                # Another process holding the write lock, or a disk problem: keep the thread, try again.
+                log.error("database %s unusable (%s); retrying", self.settings.db_path, exc)
+                handled = False
+            if not handled:
                 self._wake.wait(self.settings.poll_interval_seconds)
 
+    def _step(self) -> bool:
+        delivery = self.store.next_delivery(time.time())
+        if delivery is not None:
+            self._handle(delivery)
+        try:
+            self.lifecycle.tick()
+        except sqlite3.Error:
+            raise
+        except Exception:
+            log.exception("lifecycle tick failed")
+        return delivery is not None
+
     def _handle(self, delivery: Delivery) -> None:
-        """Never let one delivery kill the worker; retry it with backoff, then keep it as failed."""
+        """Never let one delivery kill the worker; retry it with backoff, then keep it as failed.
+
+        A delivery cut short by shutdown stays pending (redone after the restart); one GitHub asked us to
+        hold off for longer than the gateway waits is re-queued for then, without counting as a failure.
+        """
         try:
             outcome = self.lifecycle.handle(delivery)
+        except Interrupted:
+            log.info("delivery %s (%s) interrupted by shutdown; redone after restart", delivery.id, delivery.event)
+            return
+        except GitHubRetryLaterError as exc:
+            log.warning("delivery %s (%s) re-queued: %s", delivery.id, delivery.event, exc)
+            self.store.retry_delivery(delivery.id, f"{type(exc).__name__}: {exc}", exc.not_before, give_up=False)
+            return
+        except sqlite3.Error:
+            raise
         except Exception as exc:
             attempts = delivery.attempts + 1
             give_up = attempts >= self.settings.delivery_max_attempts
@@ -237,14 +332,16 @@ class Worker:
         self.store.finish_delivery(delivery.id, outcome)
 
 
-def _services_factory(settings: Settings, publisher_factory: PublisherFactory) -> Callable[[str], RepoServices]:
+def _services_factory(
+    settings: Settings, publisher_factory: PublisherFactory, stop: threading.Event
+) -> Callable[[str], RepoServices]:
     """Gateway + publisher per repository, built on first use and kept (installation tokens are cached)."""
     cache: dict[str, RepoServices] = {}
 
     def services(repo: str) -> RepoServices:
         key = repo.lower()
         if key not in cache:
-            gateway = make_gateway(settings, repo)
+            gateway = make_gateway(settings, repo, stop)
             cache[key] = RepoServices(
                 api=gateway,
                 publisher=publisher_factory(gateway, settings),
@@ -255,19 +352,50 @@ def _services_factory(settings: Settings, publisher_factory: PublisherFactory) -
     return services
 
 
-async def _read_body(request: Request) -> bytes | None:
-    """The body, or None once it exceeds MAX_BODY_BYTES (read no further than that)."""
+class Refused(Exception):
+    """A delivery answered with an error before it is stored; `status` and the message are the answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def read_signed_body(request: Request, secret: bytes, timeout: float) -> bytes:
+    """The body, once its X-Hub-Signature-256 matched; the HMAC is computed while the body streams in.
+
+    Refused before reading when the signature header is malformed or Content-Length is over the cap;
+    while reading when it passes MAX_BODY_BYTES or `timeout`. Until the signature is checked the body is
+    spooled to a temporary file past SPOOL_BYTES, so unauthenticated bulk does not sit in memory.
+    """
+    match = SIGNATURE.match(request.headers.get("x-hub-signature-256", ""))
+    if match is None:
+        raise Refused(401, "X-Hub-Signature-256 missing or wrong")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        return None
-    chunks: list[bytes] = []
+        raise Refused(413, f"payload over {MAX_BODY_BYTES} bytes")
+    mac = hmac.new(secret, digestmod=hashlib.sha256)
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+        try:
+            async with asyncio.timeout(timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > MAX_BODY_BYTES:
+                        raise Refused(413, f"payload over {MAX_BODY_BYTES} bytes")
+                    mac.update(chunk)
+                    spool.write(chunk)
+        except TimeoutError:
+            raise Refused(408, f"payload not received within {timeout:g} s") from None
+        except ClientDisconnect:
+            raise Refused(400, "client disconnected before the payload was complete") from None
+        if not hmac.compare_digest(mac.hexdigest(), match.group(1)):
+            raise Refused(401, "X-Hub-Signature-256 missing or wrong")
+        spool.seek(0)
+        return spool.read()
+
+
+def _error(status: int, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers or None)
 
 
 def create_app(
@@ -276,43 +404,80 @@ def create_app(
     publisher_factory: PublisherFactory = default_publisher,
     backend: Backend | None = None,
 ) -> Starlette:
-    """The webhook app; its lifespan opens the store and runs the worker (app.state.store/.worker)."""
+    """The webhook app; its lifespan opens the store and runs the worker (app.state.store/.worker).
+
+    Raises DatabaseError (naming the path) when the database cannot be opened.
+    """
     secret = settings.webhook_secret.get_secret_value().encode()
-    store = Store(settings.db_path, power_safe=False)
-    ingest = Ingest(Store(settings.db_path, power_safe=True))
+    store = open_store(settings, power_safe=False)
+    ingest = Ingest(open_store(settings, power_safe=True))
+    stop = threading.Event()
     lifecycle = Lifecycle(
-        store, settings, backend or make_backend(settings), _services_factory(settings, publisher_factory)
+        store,
+        settings,
+        backend or make_backend(settings, stop),
+        _services_factory(settings, publisher_factory, stop),
     )
-    worker = Worker(store, lifecycle, settings)
+    worker = Worker(store, lifecycle, settings, stop)
+    unverified = 0
+    locked = (
+        f"database {settings.db_path} is locked by another process or not writable; "
+        "nothing was stored, deliver again later"
+    )
 
     async def webhook(request: Request) -> JSONResponse:
-        body = await _read_body(request)
-        if body is None:
-            return JSONResponse({"error": f"payload over {MAX_BODY_BYTES} bytes"}, status_code=413)
-        if not signature_valid(secret, body, request.headers.get("x-hub-signature-256")):
-            return JSONResponse({"error": "X-Hub-Signature-256 missing or wrong"}, status_code=401)
+        nonlocal unverified
+        if unverified >= settings.max_unverified_bodies:
+            return _error(
+                503,
+                "too many deliveries being received at once; deliver again later",
+                Connection="close",
+                **{"Retry-After": "1"},
+            )
+        unverified += 1
+        try:
+            body = await read_signed_body(request, secret, settings.body_timeout_seconds)
+        except Refused as refusal:
+            # The rest of the body may still be on its way: close rather than read it for keep-alive.
+            return _error(refusal.status, str(refusal), Connection="close")
+        finally:
+            unverified -= 1
         delivery_id = request.headers.get("x-github-delivery", "")
         event = request.headers.get("x-github-event", "")
         if not delivery_id or len(delivery_id) > MAX_DELIVERY_ID:
-            return JSONResponse({"error": "X-GitHub-Delivery missing or too long"}, status_code=400)
+            return _error(400, "X-GitHub-Delivery missing or too long")
         if event == "ping":
             return JSONResponse({"ok": "pong"})
         if event not in HANDLED_EVENTS:
             return JSONResponse({"ignored": f"event {event!r} is not handled"})
         try:
+            if json_too_deep(body):
+                raise PayloadError(f"payload nests deeper than {MAX_JSON_DEPTH} levels")
             parse_event(event, body)
         except PayloadError as exc:
-            await run_in_threadpool(ingest.store.reject_delivery, delivery_id, event, str(exc), body)
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        if not await ingest.add(delivery_id, event, body):
+            try:
+                await run_in_threadpool(ingest.store.reject_delivery, delivery_id, event, str(exc), body)
+            except sqlite3.Error:
+                log.error("keeping rejected delivery %s failed: %s", delivery_id, locked)
+            return _error(400, str(exc))
+        try:
+            fresh = await ingest.add(delivery_id, event, body)
+        except sqlite3.Error:
+            return _error(503, locked, **{"Retry-After": "5"})
+        if not fresh:
             return JSONResponse({"duplicate": delivery_id})
         worker.wake()
         return JSONResponse({"queued": delivery_id}, status_code=202)
 
     async def health(request: Request) -> JSONResponse:
+        writable = await run_in_threadpool(database_writable, settings.db_path, settings.db_busy_timeout_seconds)
+        try:
+            counts: dict[str, int] | None = await run_in_threadpool(store.delivery_counts)
+        except sqlite3.Error:
+            counts = None
         return JSONResponse(
-            {"worker_alive": worker.alive, "deliveries": store.delivery_counts()},
-            status_code=200 if worker.alive else 503,
+            {"worker_alive": worker.alive, "database_writable": writable, "deliveries": counts},
+            status_code=200 if worker.alive and writable else 503,
         )
 
     @asynccontextmanager
@@ -322,7 +487,8 @@ def create_app(
         try:
             yield
         finally:
-            ingest.stop()
+            stop.set()
+            ingest.stop(timeout=settings.db_busy_timeout_seconds + 1)
             worker.stop()
             ingest.store.close()
             store.close()
@@ -336,6 +502,75 @@ def create_app(
     return app
 
 
+def guarded_protocol(header_timeout: float, max_waiting: int) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a deadline for request headers and a bound on connections awaiting them.
+
+    uvicorn has neither: a client trickling a header line every few seconds holds its connection (and a
+    file descriptor) forever. Here a connection whose headers are not complete `header_timeout` after it
+    opened (or after its previous response) is closed, and when `max_waiting` connections are waiting for
+    headers the oldest is closed to admit a new one, so trickling clients cannot crowd out deliveries.
+    """
+    waiting: dict[GuardedProtocol, None] = {}
+    """Connections awaiting request headers, oldest first."""
+
+    class GuardedProtocol(H11Protocol):
+        _header_deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._await_headers()
+
+        def data_received(self, data: bytes) -> None:
+            cycle = self.cycle
+            super().data_received(data)
+            if self.cycle is not cycle:
+                self._headers_done()
+
+        def on_response_complete(self) -> None:
+            cycle = self.cycle
+            super().on_response_complete()
+            if self.cycle is cycle and not self.transport.is_closing():
+                self._await_headers()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._headers_done()
+            super().connection_lost(exc)
+
+        def _await_headers(self) -> None:
+            while len(waiting) >= max_waiting:
+                next(iter(waiting))._drop()
+            waiting[self] = None
+            self._header_deadline = self.loop.call_later(header_timeout, self._drop)
+
+        def _headers_done(self) -> None:
+            waiting.pop(self, None)
+            if self._header_deadline is not None:
+                self._header_deadline.cancel()
+                self._header_deadline = None
+
+        def _drop(self) -> None:
+            self._headers_done()
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return GuardedProtocol
+
+
+def uvicorn_config(
+    app: Starlette, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, log_level: str = "info"
+) -> uvicorn.Config:
+    """How the service is served: the guarded protocol, and a bounded graceful shutdown."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        http=guarded_protocol(settings.header_timeout_seconds, settings.max_waiting_connections),
+        timeout_graceful_shutdown=2,
+    )
+
+
 def run_server(
     settings: Settings,
     host: str,
@@ -346,7 +581,8 @@ def run_server(
 ) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings, publisher_factory=publisher_factory)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    config = uvicorn_config(app, settings, host=host, port=port, log_level=log_level)
+    uvicorn.Server(config).run()
 
 
 def serve_main(argv: Sequence[str]) -> int:
@@ -362,7 +598,11 @@ def serve_main(argv: Sequence[str]) -> int:
     except SettingsError as exc:
         print(f"kv-parity serve: {exc}", file=sys.stderr)
         return 2
-    run_server(settings, args.host, args.port, log_level=args.log_level)
+    try:
+        run_server(settings, args.host, args.port, log_level=args.log_level)
+    except (DatabaseError, SettingsError) as exc:  # SettingsError: e.g. a local backend without a sandbox
+        print(f"kv-parity serve: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

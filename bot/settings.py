@@ -73,6 +73,21 @@ class Settings(BaseModel):
     """A delivery whose handling keeps failing (e.g. GitHub down past the gateway's retries) is retried
     this many times by the worker, then recorded as failed."""
 
+    api_max_retry_wait_seconds: float = Field(10.0, ge=0)
+    """Longest wait the gateway sleeps through for GitHub's `Retry-After` / rate-limit reset; a longer one
+    puts the delivery back in the queue for that time instead of holding up the single worker."""
+    db_busy_timeout_seconds: float = Field(2.0, gt=0)
+    """Longest wait for another process's SQLite write lock; past it the webhook answers 503 (GitHub gives a
+    delivery 10 s) and /healthz reports the database as not writable."""
+    header_timeout_seconds: float = Field(10.0, gt=0)
+    """A connection that has not sent complete request headers within this time is closed."""
+    body_timeout_seconds: float = Field(10.0, gt=0)
+    """Deadline for reading a webhook body (GitHub itself gives up on a delivery after 10 s)."""
+    max_unverified_bodies: int = Field(16, ge=1)
+    """Webhook bodies read at once before their signature is known; one more is answered 503 at once."""
+    max_waiting_connections: int = Field(64, ge=1)
+    """Connections still sending their request headers; a new one beyond it evicts the oldest (a slow
+    sender), so trickling clients cannot use up the file descriptors legitimate deliveries need."""
     db_path: Path = Path("kv-parity-bot.sqlite3")
     work_dir: Path = Path("kv-parity-work")
     """Per-campaign directories: config written from the base revision, progress file, report, logs."""

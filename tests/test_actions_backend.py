@@ -27,10 +27,10 @@ from bot.dispatch.actions import (
     ArtifactError,
     combine_retry,
     extract_artifact,
-    lost_runner_message,
+    lost_runner,
     read_report,
 )
-from bot.github import WorkflowJobInfo, WorkflowRunInfo
+from bot.github import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInfo
 from bot.server import create_app
 from bot.settings import Settings
 from bot.store import CampaignState, CampaignView, Store
@@ -47,7 +47,15 @@ LOST = (
 )
 BUILD, PUBLISH = "build both revisions", "merge and publish"
 Job = tuple[str, str, list[str]]
-"""(job name, conclusion, annotations GitHub attached to it)."""
+"""(job name, conclusion, annotations attached to it); conclusion "lost" is a failure GitHub recorded for a
+runner that stopped answering: a started step that never completed."""
+STEPS: dict[str, list[tuple[str, str, str | None]]] = {
+    "success": [("Set up job", "completed", "success"), ("kv-parity", "completed", "success")],
+    "failure": [("Set up job", "completed", "success"), ("kv-parity", "completed", "failure")],
+    "cancelled": [("Set up job", "completed", "success"), ("kv-parity", "completed", "cancelled")],
+    "skipped": [],
+    "lost": [("Set up job", "completed", "success"), ("kv-parity", "in_progress", None)],
+}
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +154,10 @@ class Service:
     ) -> None:
         """Play the campaign workflow's end: its jobs, its report artifact, then the run's completion."""
         for name, job_conclusion, messages in jobs:
-            self.fake.add_job(run_id, name, conclusion=job_conclusion, annotations=messages)
+            conclusion_seen = "failure" if job_conclusion == "lost" else job_conclusion
+            self.fake.add_job(
+                run_id, name, conclusion=conclusion_seen, annotations=messages, steps=STEPS[job_conclusion]
+            )
         if report is not None:
             self.fake.add_artifact(run_id, REPORT_ARTIFACT, artifact(report))
         self.fake.set_run_status(run_id, "completed", conclusion)
@@ -296,7 +307,7 @@ def test_a_lost_runner_row_is_retried_once_and_the_retry_recorded(service: Servi
     jobs: list[Job] = [
         (BUILD, "success", []),
         ("row vllm-disagg", "success", []),
-        ("row sglang-disagg", "failure", [LOST]),
+        ("row sglang-disagg", "lost", [LOST]),
         (PUBLISH, "success", []),
     ]
     service.finish_run(first["run_id"], "failure", jobs, only_rows(full, ["vllm-disagg"], missing_stop=True))
@@ -323,7 +334,7 @@ def test_a_row_lost_again_after_its_retry_is_reported(service: Service) -> None:
     [first] = service.wait_dispatches(1)
     campaign = service.wait_state(S.RUNNING)
     full = report_for(campaign.id, service.history.base, service.history.head)
-    lost: list[Job] = [(BUILD, "success", []), ("row sglang-disagg", "failure", [LOST]), (PUBLISH, "success", [])]
+    lost: list[Job] = [(BUILD, "success", []), ("row sglang-disagg", "lost", [LOST]), (PUBLISH, "success", [])]
     service.finish_run(first["run_id"], "failure", lost, only_rows(full, [], missing_stop=True))
     _, retry = service.wait_dispatches(2)
     service.finish_run(retry["run_id"], "failure", lost, only_rows(full, [], missing_stop=True))
@@ -331,6 +342,25 @@ def test_a_row_lost_again_after_its_retry_is_reported(service: Service) -> None:
     assert "after retrying rows sglang-disagg once" in ended.reason
     assert "job 'row sglang-disagg' failed: its runner was lost" in ended.reason
     assert len(service.fake.dispatches(REPO)) == 2, "retried once, not twice"
+
+
+def test_a_row_printing_the_lost_runner_message_is_not_retried(service: Service) -> None:
+    """A row job runs pull-request code, which can print GitHub's lost-runner text as an annotation
+    (`::error::The self-hosted runner ...`); its steps completed, one with a failure: no re-roll."""
+    service.label()
+    [first] = service.wait_dispatches(1)
+    campaign = service.wait_state(S.RUNNING)
+    full = report_for(campaign.id, service.history.base, service.history.head)
+    imitated: list[Job] = [
+        (BUILD, "success", []),
+        ("row vllm-disagg", "success", []),
+        ("row sglang-disagg", "failure", [LOST]),
+        (PUBLISH, "success", []),
+    ]
+    service.finish_run(first["run_id"], "failure", imitated, only_rows(full, ["vllm-disagg"], missing_stop=True))
+    ended = service.wait_state(S.ERRORED)
+    assert "job 'row sglang-disagg' concluded failure" in ended.reason and "runner was lost" not in ended.reason
+    assert len(service.fake.dispatches(REPO)) == 1
 
 
 def test_cancel_command_cancels_the_workflow_run(service: Service) -> None:
@@ -350,12 +380,32 @@ def test_cancel_command_cancels_the_workflow_run(service: Service) -> None:
 # ----------------------------------------------------------------- the pieces
 
 
-def test_lost_runner_signature() -> None:
-    assert lost_runner_message(["Process completed with exit code 1."]) is None
-    assert lost_runner_message([]) is None
-    assert lost_runner_message(["x", LOST]) == LOST
-    shutdown = "The runner has received a shutdown signal. This can happen when the runner service is stopped."
-    assert lost_runner_message([shutdown]) == shutdown
+def _job(conclusion: str | None, steps: list[tuple[str, str, str | None]], runner: str | None = "bm-kv-02") -> Any:
+    return WorkflowJobInfo(
+        id=1,
+        name="row a",
+        status="completed",
+        conclusion=conclusion,
+        runner_id=None if runner is None else 7,
+        runner_name=runner,
+        html_url=None,
+        steps=[
+            WorkflowStepInfo(number=n, name=name, status=status, conclusion=done)
+            for n, (name, status, done) in enumerate(steps, start=1)
+        ],
+    )
+
+
+def test_lost_runner_is_read_from_githubs_job_record() -> None:
+    assert lost_runner(_job("failure", STEPS["lost"])) == (
+        "bm-kv-02 stopped reporting during step 'kv-parity', which never completed"
+    )
+    assert lost_runner(_job("failure", [])) == "bm-kv-02 stopped reporting before any step was recorded"
+    assert lost_runner(_job("failure", STEPS["failure"])) is None, "a step failed: the job's own verdict"
+    assert lost_runner(_job("failure", [*STEPS["failure"], ("post", "in_progress", None)])) is None
+    assert lost_runner(_job("failure", [], runner=None)) is None, "never had a runner"
+    assert lost_runner(_job("cancelled", STEPS["lost"])) is None
+    assert lost_runner(_job("success", STEPS["success"])) is None
 
 
 def _duplicate_zip() -> bytes:
@@ -419,7 +469,7 @@ def test_artifact_size_is_bounded_while_reading(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr("bot.dispatch.actions.MAX_ARTIFACT_BYTES", 1000)
     bomb = zipped({"report.json": b"0" * 5000})
     assert len(bomb) < 1000, "the compressed zip is small; only its content is large"
-    with pytest.raises(ArtifactError, match="unpacks to more than 1000 bytes"):
+    with pytest.raises(ArtifactError, match="declares more than 1000 bytes of content"):
         extract_artifact(bomb, tmp_path / "out")
     extract_artifact(zipped({"a/b.txt": b"ok"}), tmp_path / "out")
     assert (tmp_path / "out" / "a" / "b.txt").read_bytes() == b"ok"
@@ -503,13 +553,10 @@ class _StubApi:
         self.calls.append("jobs")
         return []
 
-    def job_annotations(self, job_id: int) -> list[str]:
-        raise AssertionError("no job to read")
-
     def cancel_workflow_run(self, run_id: int) -> bool:
         raise AssertionError("no run to cancel")
 
-    def download_artifact(self, run_id: int, name: str) -> bytes | None:
+    def download_artifact(self, run_id: int, name: str, max_bytes: int | None = None) -> bytes | None:
         raise AssertionError("no run to download from")
 
 

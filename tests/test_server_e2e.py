@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ from bot.server import create_app, signature_valid
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store import CampaignState, CampaignView, Store
 from runners.report import CampaignReport
-from tests.fakes.github_api import FakeGitHub
+from tests.fakes.github_api import FakeGitHub, secondary_rate_limit
 from tests.webhooks import (
     CONFIG_TOML,
     REPO,
@@ -811,4 +813,72 @@ def test_a_delivery_that_keeps_failing_is_recorded_and_the_worker_goes_on(env: E
         assert svc.store.delivery_status("fails")[0] == "failed"  # type: ignore[index]
         post(svc.url, "pull_request", env.label(), delivery="works")
         svc.wait_state(S.COMPLETED)
-        assert httpx.get(f"{svc.url}/healthz").json() == {"worker_alive": True, "deliveries": {"failed": 1, "done": 1}}
+        assert httpx.get(f"{svc.url}/healthz").json() == {
+            "worker_alive": True,
+            "database_writable": True,
+            "deliveries": {"failed": 1, "done": 1},
+        }
+
+
+# ----------------------------------------------------------------- GitHub faults (issue 10.6)
+
+
+def test_a_rate_limit_longer_than_the_bound_requeues_the_delivery_instead_of_sleeping(env: Env) -> None:
+    env.fake.inject_failures("GET", r"/compare/", [secondary_rate_limit(retry_after=90)])
+    with service(env.settings(bot_login=BOT)) as svc:
+        post(svc.url, "pull_request", env.label(), delivery="limited")
+        status, outcome = wait_until(
+            lambda: (s := svc.store.delivery_status("limited")) and s[1] and s, "the delivery re-queued"
+        )
+        assert status == "pending" and outcome.startswith("GitHubRetryLaterError: compare")
+        with sqlite3.connect(env.settings().db_path) as db:
+            [(not_before, attempts)] = db.execute(
+                "SELECT not_before, attempts FROM deliveries WHERE id = 'limited'"
+            ).fetchall()
+        assert not_before > time.time() + 60, "due when GitHub said, not after a short backoff"
+        assert len(env.fake.calls_to("GET", r"/compare/")) == 1, "never retried within the worker"
+        post(svc.url, "issue_comment", comment_event("hi", repo="someone/else"), delivery="next")
+        assert svc.wait_delivery("next").startswith("ignored: repository someone/else")
+        assert httpx.get(f"{svc.url}/healthz").json()["worker_alive"] is True
+        assert svc.campaigns() == []
+
+
+def test_sigterm_during_a_retry_wait_exits_before_the_retry_and_the_delivery_is_redone(env: Env) -> None:
+    settings = env.settings(api_max_retry_wait_seconds=120)
+    _settings_file(env, settings)
+    env.fake.inject_failures("GET", r"/compare/", [secondary_rate_limit(retry_after=60)])
+    record, port = env.tmp / "published.jsonl", free_port()
+    with service_process(env, record, port) as first:
+        post(f"http://127.0.0.1:{port}", "pull_request", env.label(), delivery="label-term")
+        wait_until(lambda: env.fake.calls_to("GET", r"/compare/"), "compare answered 403 Retry-After: 60")
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=50)
+        # The gateway was to retry 60 s after the first call: exactly one call means it exited before then.
+        assert len(env.fake.calls_to("GET", r"/compare/")) == 1
+    store = Store(settings.db_path)
+    assert store.delivery_status("label-term") == ("pending", None), "left queued, not counted as a failure"
+    with service_process(env, record, port):
+        wait_until(lambda: [c for c in store.for_pr(REPO, 1) if c.state == S.COMPLETED], "completed after restart")
+    assert len(env.fake.calls_to("GET", r"/compare/")) == 2
+    assert store.delivery_status("label-term")[0] == "done"  # type: ignore[index]
+    store.close()
+
+
+def test_a_502_after_the_comment_was_created_leaves_one_comment(env: Env) -> None:
+    from bot.server import default_publisher
+
+    env.fake.inject_failures(
+        "POST", r"/issues/1/comments$", [(502, {}, {"message": "Bad Gateway"})] * 2, after_acting=True
+    )
+    settings = env.settings(**register_test_app(env.fake, env.tmp))
+    app = create_app(settings, publisher_factory=default_publisher)
+    with serve_app(app) as url:
+        post(url, "pull_request", env.label())
+        store: Store = app.state.store
+        [done] = wait_until(lambda: [c for c in store.for_pr(REPO, 1) if c.state == S.COMPLETED], "completed")
+        wait_until(lambda: store.publications(done.id) == [("finished", "done")], "finished published")
+    posts = env.fake.calls_to("POST", r"/issues/1/comments$")
+    comments = env.fake.comments(REPO, 1)
+    assert len(posts) == len(comments) >= 2, "each comment posted once, the 502s notwithstanding"
+    openings = [c["body"].split("\n", 1)[0] for c in comments]
+    assert len(set(openings)) == len(openings)

@@ -20,10 +20,11 @@ When the run completes:
   bounded size and file count), and report.json must parse, belong to this campaign's revisions, and
   agree with `runners.verify.verify_report`, or the campaign errors naming the disagreement.
 
-A lost runner is recognised by the annotation GitHub attaches to the job (every job is a check run):
-"The self-hosted runner: X lost communication with the server" or "The runner has received a shutdown
-signal". The jobs API alone cannot tell a dead node from a failing step; the annotation is GitHub's own
-diagnosis, so an ordinary failure is never retried.
+A lost runner is recognised from GitHub's own job record, never from annotation text (a row job runs
+pull-request code, which can print `::error::The self-hosted runner ... lost communication` and pick its
+own re-roll): the job failed while no step failed and a step it had started never completed (the runner
+stopped reporting), or it failed on an assigned runner before any step was recorded. A step that ended in
+failure is the job's own verdict, so an ordinary failure is never retried.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import logging
 import re
 import shutil
 import stat
+import struct
 import time
 import zipfile
 from collections.abc import Callable, Collection, Mapping
@@ -65,7 +67,6 @@ RUN_TITLE = re.compile(
 )
 LIVE_STATUSES = ("requested", "pending", "waiting", "queued", "in_progress")
 """Run statuses before `completed`."""
-LOST_RUNNER_SIGNATURES = ("lost communication with the server", "received a shutdown signal")
 OK_CONCLUSIONS = frozenset({"success", "skipped", "neutral"})
 STATE_FILE = "actions.json"
 FIND_RUN_SECONDS = 600.0
@@ -94,8 +95,6 @@ class ActionsApi(Protocol):
     def workflow_run(self, run_id: int) -> WorkflowRunInfo: ...
 
     def workflow_jobs(self, run_id: int) -> list[WorkflowJobInfo]: ...
-
-    def job_annotations(self, job_id: int) -> list[str]: ...
 
     def cancel_workflow_run(self, run_id: int) -> bool: ...
 
@@ -136,11 +135,23 @@ def parse_run_title(title: str) -> RunTitle | None:
     return RunTitle(match["campaign"], int(match["pr"]), match["head"], rows or None)
 
 
-def lost_runner_message(annotations: list[str]) -> str | None:
-    """GitHub's annotation saying the job's runner went away, if it says so."""
-    return next(
-        (text for text in annotations if any(sign in text.lower() for sign in LOST_RUNNER_SIGNATURES)), None
-    )
+def lost_runner(job: WorkflowJobInfo) -> str | None:
+    """Why GitHub's record of a failed job says its runner went away, or None when the job failed by itself.
+
+    Only fields the runner service and GitHub write are read (conclusion, runner, step status): a step's
+    own output, which pull-request code controls, never counts.
+    """
+    if job.status != "completed" or job.conclusion != "failure":
+        return None
+    if any(step.conclusion == "failure" for step in job.steps):
+        return None
+    runner = job.runner_name or (f"runner {job.runner_id}" if job.runner_id is not None else None)
+    unfinished = [step for step in job.steps if step.status != "completed"]
+    if unfinished:
+        return f"{runner or 'its runner'} stopped reporting during step {unfinished[0].name!r}, which never completed"
+    if not job.steps and runner is not None:
+        return f"{runner} stopped reporting before any step was recorded"
+    return None
 
 
 def _member_target(root: Path, info: zipfile.ZipInfo) -> Path:
@@ -156,7 +167,59 @@ def _member_target(root: Path, info: zipfile.ZipInfo) -> Path:
     return target
 
 
+_EOCD = struct.Struct("<4s4H2LH")
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")
+_ZIP64_EOCD = struct.Struct("<4sQ2H2L4Q")
+_CENTRAL_HEADER = struct.Struct("<4s4B4HL2L5H2L")
+
+
+def _central_directory(data: bytes) -> tuple[int, int]:
+    """Where the central directory starts and how long it is, from the End Of Central Directory record
+    (zip64 too), read the way zipfile finds it: at the very end, else within a trailing comment."""
+    at = len(data) - _EOCD.size
+    if at < 0 or data[at : at + 4] != b"PK\x05\x06":
+        at = data.rfind(b"PK\x05\x06", max(0, len(data) - _EOCD.size - 65535))
+    if at < 0 or len(data) - at < _EOCD.size:
+        raise ArtifactError("artifact is not a readable zip: no end of central directory record")
+    _, _, _, _, entries, size, offset, _ = _EOCD.unpack_from(data, at)
+    end = at
+    if entries == 0xFFFF or size == 0xFFFFFFFF or offset == 0xFFFFFFFF:
+        locator = at - _ZIP64_LOCATOR.size
+        if locator < 0 or data[locator : locator + 4] != b"PK\x06\x07":
+            raise ArtifactError("artifact is a zip64 archive without its zip64 end of central directory locator")
+        record = _ZIP64_LOCATOR.unpack_from(data, locator)[2]
+        if not 0 <= record <= len(data) - _ZIP64_EOCD.size or data[record : record + 4] != b"PK\x06\x06":
+            raise ArtifactError("artifact is a zip64 archive whose zip64 end of central directory is missing")
+        *_, entries, size, offset = _ZIP64_EOCD.unpack_from(data, record)
+        end = record
+    if entries > MAX_ARTIFACT_FILES:
+        raise ArtifactError(f"artifact declares {entries} entries; the limit is {MAX_ARTIFACT_FILES}")
+    if size > end:
+        raise ArtifactError("artifact is not a readable zip: its central directory is larger than the archive")
+    return end - size, size
+
+
+def _check_central_directory(data: bytes) -> None:
+    """Count the members and their declared uncompressed sizes by walking the central directory's headers,
+    before zipfile parses it into objects (which costs about 0.5 KB of memory per member, and zipfile reads
+    members until the directory's byte length is used up, whatever count the end record claims)."""
+    start, size = _central_directory(data)
+    position, members, declared = start, 0, 0
+    while position < start + size:
+        if data[position : position + 4] != b"PK\x01\x02" or position + _CENTRAL_HEADER.size > len(data):
+            raise ArtifactError("artifact is not a readable zip: a central directory header is malformed")
+        header = _CENTRAL_HEADER.unpack_from(data, position)
+        members += 1
+        declared += header[11]
+        if members > MAX_ARTIFACT_FILES:
+            raise ArtifactError(f"artifact has more than {MAX_ARTIFACT_FILES} entries")
+        if declared > MAX_ARTIFACT_BYTES:
+            raise ArtifactError(f"artifact declares more than {MAX_ARTIFACT_BYTES} bytes of content")
+        position += _CENTRAL_HEADER.size + header[12] + header[13] + header[14]
+
+
 def _unpack(data: bytes, root: Path) -> None:
+    _check_central_directory(data)
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         members = archive.infolist()
         if len(members) > MAX_ARTIFACT_FILES:
@@ -450,10 +513,9 @@ class ActionsBackend:
         failed = [job for job in jobs if job.status == "completed" and job.conclusion not in OK_CONCLUSIONS]
         lost: dict[str, str] = {}
         for job in failed:
-            if job.name.startswith(ROW_JOB_PREFIX) and job.conclusion == "failure":
-                message = lost_runner_message(api.job_annotations(job.id))
-                if message is not None:
-                    lost[job.name] = message
+            message = lost_runner(job) if job.name.startswith(ROW_JOB_PREFIX) else None
+            if message is not None:
+                lost[job.name] = message
         retried = len(state.dispatches) > 1
         if run.conclusion == "cancelled":
             named = "; ".join(_job_line(job, job.conclusion or "cancelled") for job in failed) or "no job had started"

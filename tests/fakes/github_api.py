@@ -533,8 +533,10 @@ class FakeGitHub:
         conclusion: str | None = "success",
         runner_name: str | None = "runner-1",
         annotations: Iterable[str] = (),
+        steps: Iterable[tuple[str, str, str | None]] = (),
     ) -> int:
-        """Seed a job of a run's current attempt, with the annotations GitHub attached to it."""
+        """Seed a job of a run's current attempt, with the annotations GitHub attached to it and its steps as
+        (name, status, conclusion) in order."""
         with self._lock:
             run = self._find_run(run_id)
             repo = self._repo_state(run["repository"]["full_name"])
@@ -558,7 +560,17 @@ class FakeGitHub:
                 "completed_at": _timestamp(_now()) if status == "completed" else None,
                 "name": name,
                 "workflow_name": run["name"],
-                "steps": [],
+                "steps": [
+                    {
+                        "name": step_name,
+                        "status": step_status,
+                        "conclusion": step_conclusion,
+                        "number": number,
+                        "started_at": run["created_at"],
+                        "completed_at": _timestamp(_now()) if step_status == "completed" else None,
+                    }
+                    for number, (step_name, step_status, step_conclusion) in enumerate(steps, start=1)
+                ],
                 "labels": [],
                 "runner_id": None if runner_name is None else 1,
                 "runner_name": runner_name,
