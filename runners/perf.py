@@ -40,6 +40,7 @@ from runners.report import (
     Placement,
     Sample,
 )
+from runners.sandbox import Sandbox
 from runners.stats import SAMPLING_ASSUMPTION, decide, observations
 
 STDERR_TAIL_CHARS = 2000
@@ -242,13 +243,6 @@ def _unmeasurable_rule(perf: PerfConfig, resolution_ms: float | None) -> str | N
     )
 
 
-def _pair_ratio(pair_samples: list[Sample]) -> float | None:
-    """Candidate / baseline metric of the pair's valid attempt, for live progress only (never decides)."""
-    valid = {sample.arm: sample.metric_ms for sample in pair_samples if sample.status == "ok"}
-    baseline, candidate = valid.get("baseline"), valid.get("candidate")
-    return candidate / baseline if baseline and candidate is not None else None
-
-
 def evaluate(evidence: PerfResult, perf: PerfConfig) -> Evaluation:
     """The row's verdict recomputed from the recorded samples and schedule under the declared `perf` rules."""
     pairs = observations(evidence.schedule, evidence.samples)
@@ -359,6 +353,32 @@ def _affinity(pid: int) -> list[int] | None:
         return None
 
 
+def _sandboxed_child(info: int, binary: str) -> int | None:
+    """The outer pid of the sandboxed harness, once it is the harness (pinned and running); None if it is gone.
+
+    bwrap reports the pid of its child (which becomes the harness via setpriv) on the info pipe. Affinity is
+    inherited from taskset through bwrap and setpriv, and read from this process: the one that actually runs.
+    """
+    data = b""
+    try:
+        while chunk := os.read(info, 4096):
+            data += chunk
+    finally:
+        os.close(info)
+    try:
+        child = int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    target = os.path.realpath(binary)
+    while True:
+        try:
+            if os.readlink(f"/proc/{child}/exe") == target:
+                return child
+        except OSError:
+            return None
+        os.sched_yield()
+
+
 def _await_exec(pid: int, launcher: str) -> None:
     """Return once the child has left the taskset launcher (it is then pinned and running) or has exited.
 
@@ -387,7 +407,9 @@ class _Sampler:
         placement: Placement,
         workdir: Path,
         hooks: SampleHooks | None,
+        sandbox: Sandbox,
     ) -> None:
+        self.sandbox = sandbox
         self.row_id = row_id
         self.harness_args = harness_args
         self.binaries = binaries
@@ -403,21 +425,21 @@ class _Sampler:
         self, kind: Literal["warmup", "measured"], arm: Arm, pair: int | None, attempt: int, position: int
     ) -> Sample:
         tag = f"{self.row_id}-{kind}-{arm}-p{pair}-a{attempt}-{position}"
-        timing_path = self.timings / f"{tag}.jsonl"
-        timing_path.unlink(missing_ok=True)
+        own = self.timings / tag
+        shutil.rmtree(own, ignore_errors=True)
+        own.mkdir()
+        timing_path = own / "timing.jsonl"
         stdout_path, stderr_path = self.logs / f"{tag}.out", self.logs / f"{tag}.err"
-        argv = pinned_argv(
-            self.cpu_set,
-            [
-                str(self.binaries[arm]),
-                *self.harness_args,
-                "--iterations",
-                "1",
-                "--timings-jsonl",
-                str(timing_path),
-            ],
-        )
-        launcher = os.path.realpath(argv[0])
+        harness = [str(self.binaries[arm]), *self.harness_args, "--iterations", "1", "--timings-jsonl",
+                   str(timing_path)]
+        argv = pinned_argv(self.cpu_set, harness)
+        sandboxed = self.sandbox.kind != "none"
+        info_read, info_write = os.pipe() if sandboxed else (-1, -1)
+        run = self.sandbox.harness_run(harness, as_pid_1=True, info_fd=3 if sandboxed else None)
+        command, env = self.sandbox.command(run)
+        spawn_argv = pinned_argv(self.cpu_set, command)
+        launcher = os.path.realpath(spawn_argv[0])
+        spawn_actions = [(os.POSIX_SPAWN_DUP2, info_write, 3)] if sandboxed else []
         around = (
             self.hooks.around_sample(pair, attempt, position) if self.hooks.around_sample else nullcontext()
         )
@@ -425,23 +447,30 @@ class _Sampler:
             busy_before = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
             started_unix, started = time.time(), time.monotonic()
             pid = os.posix_spawn(
-                argv[0],
-                argv,
-                dict(os.environ),
+                spawn_argv[0],
+                spawn_argv,
+                env,
                 file_actions=[
                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                     (os.POSIX_SPAWN_OPEN, 1, str(stdout_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
                     (os.POSIX_SPAWN_OPEN, 2, str(stderr_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+                    *spawn_actions,
                 ],
             )
             reaped = False
             try:
-                _await_exec(pid, launcher)
+                harness_pid: int | None = pid
+                if sandboxed:
+                    os.close(info_write)
+                    harness_pid = _sandboxed_child(info_read, str(self.binaries[arm]))
+                else:
+                    _await_exec(pid, launcher)
                 if self.hooks.after_start is not None:
-                    self.hooks.after_start(pair, attempt, position, pid)
-                at_start = _affinity(pid)
+                    self.hooks.after_start(pair, attempt, position, harness_pid or pid)
+                at_start = _affinity(harness_pid) if harness_pid is not None else None
                 os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-                at_exit = _affinity(pid)
+                # Under bwrap the harness is reaped by bwrap before this point: its exit affinity is unknowable.
+                at_exit = None if sandboxed else _affinity(pid)
                 _, status, usage = os.wait4(pid, 0)
                 reaped = True
             finally:
@@ -614,7 +643,6 @@ def run_performance(
                     row=row_id,
                     done=done,
                     total=perf.pairs,
-                    ratio=_pair_ratio(pair_samples),
                 )
     return finalize(
         evidence.model_copy(update={"warmups": warmups, "samples": samples, "invalidations": invalidations}),

@@ -531,6 +531,24 @@ class StopRecord(_Model):
     reason: str
     blocking: bool
     """True when maintainers must fix config or protocol (action required), False for a product failure."""
+    output_tail: str = ""
+    """Raw output of pull-request code behind the stop (build stderr, panic text): artifact only, never
+    published; `reason` is the one line a comment may show."""
+
+
+class SandboxRecord(_Model):
+    """How pull-request code ran on the node that wrote this record."""
+
+    kind: Literal["bwrap", "none"]
+    uid: int
+    """The uid pull-request code ran as (65534 under a privileged bwrap)."""
+    user_switch: bool
+    network: bool
+    read_only: list[str]
+    writable: list[str]
+    environment: list[str]
+    """The only environment variable names that reach pull-request code."""
+    note: str
 
 
 class Verdicts(_Model):
@@ -569,6 +587,14 @@ class CampaignReport(_Model):
 
 
 # --- Verdict rules (pure; shared by the campaign and `kv-parity verify`) ------------------------------------
+
+
+def gated_build_differences(report: CampaignReport) -> list[str]:
+    """Build-setting differences between the arms that the config does not allow; they fail size and perf."""
+    if report.config.build.allow_toolchain_difference:
+        return []
+    settings = {artifact.arm: artifact.settings for artifact in report.artifacts}
+    return build_setting_differences(settings.get("baseline"), settings.get("candidate"))
 
 
 def pointer_matches(pattern: str, pointer: str) -> bool:

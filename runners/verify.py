@@ -133,8 +133,14 @@ def _verify_row(report: CampaignReport, row: RowReport) -> list[str]:
     if semantic != row.semantic and not blocked_before_parity:
         problems.append(f"{where}: semantic verdict {row.semantic.value}, recomputed {semantic.value}")
     perf = row.performance
+    differences = gated_build_differences(report)
+    correct = row.semantic in (SemanticVerdict.PASS, SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS)
+    if differences and correct and (perf is not None or row.perf_verdict != PerfVerdict.FAIL):
+        problems.append(f"{where}: the arms were built differently ({'; '.join(differences)}), so performance "
+                        f"must FAIL without samples; the row says {row.perf_verdict.value}")
     if perf is None:
-        if row.perf_verdict not in (PerfVerdict.NOT_RUN, PerfVerdict.BLOCKED):
+        allowed = (PerfVerdict.NOT_RUN, PerfVerdict.BLOCKED, *((PerfVerdict.FAIL,) if differences else ()))
+        if row.perf_verdict not in allowed:
             problems.append(f"{where}: performance {row.perf_verdict.value} without any performance evidence")
         return problems
     if row.semantic not in (SemanticVerdict.PASS, SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS):
