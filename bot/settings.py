@@ -83,8 +83,9 @@ class Settings(BaseModel):
     """A connection that has not sent complete request headers within this time is closed."""
     body_timeout_seconds: float = Field(10.0, gt=0)
     """Deadline for reading a webhook body (GitHub itself gives up on a delivery after 10 s)."""
-    max_unverified_bodies: int = Field(16, ge=1)
-    """Webhook bodies read at once before their signature is known; one more is answered 503 at once."""
+    max_unverified_bodies: int = Field(64, ge=1)
+    """Webhook bodies read at once before their signature is known; one more is answered 503 at once. Each
+    holds at most 256 KiB of memory (the rest is spooled to a temporary file)."""
     max_waiting_connections: int = Field(64, ge=1)
     """Connections still sending their request headers; a new one beyond it evicts the oldest (a slow
     sender), so trickling clients cannot use up the file descriptors legitimate deliveries need."""
