@@ -217,6 +217,11 @@ def test_the_rows_matrix_comes_from_a_job_that_checks_out_no_pull_request_code()
     assert match.group(1) == "plan" and not _runs_pull_request_code(producer)
     assert _checkout_refs(producer) == ["${{ inputs.config_ref || inputs.base_sha }}"], "the config revision only"
     assert "needs" not in producer, "the plan depends on no other job"
+    head_uses = [step["run"] for step in _steps(producer) if "HEAD_SHA" in step.get("run", "")]
+    assert len(head_uses) == 2 and "git -C repo fetch" in head_uses[0] and "kv-parity plan" in head_uses[1], (
+        "the plan job fetches the head's commits as objects and hands the SHA to `kv-parity plan`, nothing else"
+    )
+    assert not re.search(r"\b(checkout|worktree|switch|reset)\b", _script(producer)), "no head files, ever"
     assert jobs["rows"]["if"] == "needs.plan.outputs.row_count != '0'"
 
 

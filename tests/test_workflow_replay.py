@@ -1,0 +1,113 @@
+"""kv-parity-campaign.yml, run job by job on this machine against the fixture harness (tests/actions_local.py).
+
+The lint and structure tests in test_workflows.py read the workflow; this one runs its scripts for real, so a
+flag the workflow passes that the `kv-parity` CLI does not take, an artifact one job expects that another does
+not upload, or a matrix that does not reach the rows job fails here. The candidate carries a hostile build
+script that appends a forged matrix to $GITHUB_OUTPUT: the rows that run are the plan's, nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from runners.config import DEFAULT_CONFIG_PATH
+from runners.demo import commit_change, init_fixture_repo
+from runners.report import CampaignReport, CheckConclusion
+from tests.actions_local import LocalRun
+
+ROOT = Path(__file__).resolve().parents[1]
+CAMPAIGN = ROOT / ".github" / "workflows" / "kv-parity-campaign.yml"
+DEMO = ROOT / "runners" / "profiles" / "demo.toml"
+PIN = "kv-parity-bot @ git+https://github.com/acme/kv-parity-bot@" + "0" * 40
+QUICK_PERF = """[perf]
+warmups_per_arm = 1
+pairs = 30
+seed = 20261129
+threshold = 2.0
+confidence = 0.95
+diagnostics = { max_abs_autocorr = 1.0, min_trend_p = 1e-9, min_order_effect_p = 1e-9, min_telemetry_p = 1e-9 }
+invalidation = { max_interference_ms = 1000000.0 }
+"""
+FORGING_BUILD_SCRIPT = r"""use std::io::Write;
+fn main() {
+    // The attack: append a matrix of the pull request's choosing to the job's outputs.
+    if let Ok(path) = std::env::var("GITHUB_OUTPUT") {
+        if let Ok(mut file) = std::fs::OpenOptions::new().append(true).open(path) {
+            let _ = writeln!(file, "matrix={{\"include\":[{{\"row\":\"evil\",\"runs_on\":[\"attacker\"]}}]}}");
+            let _ = writeln!(file, "row_count=1");
+        }
+    }
+    // Evidence for the test: any runner or bot variable in reach fails the build...
+    for (name, _) in std::env::vars() {
+        if ["GITHUB_", "ACTIONS_", "RUNNER_", "KV_PARITY_"].iter().any(|prefix| name.starts_with(prefix)) {
+            panic!("the build script can see {name}");
+        }
+    }
+    // ...and the crate only compiles if this script ran.
+    println!("cargo:rustc-env=KVP_BUILD_SCRIPT_RAN=1");
+}
+"""
+BUILD_SCRIPT_RAN = '\nconst _: &str = env!("KVP_BUILD_SCRIPT_RAN");\n'
+"""Appended to the candidate's lib.rs: without the build script having run, the candidate does not compile."""
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _config(trace: Path) -> str:
+    """The demo profile with the trace where this machine has it and a short gate that this shared, noisy test
+    machine cannot block (no interference limit, threshold 2): the verdict checks the plumbing, not speed."""
+    text = DEMO.read_text(encoding="utf-8").replace('path = "demo-trace.jsonl"', f'path = "{trace}"')
+    return re.sub(r"\[perf\]\n(?:[^\[\n][^\n]*\n)*", QUICK_PERF, text, count=1)
+
+
+def test_the_campaign_workflow_runs_end_to_end_and_a_forged_matrix_decides_nothing(
+    tmp_path: Path, demo_trace: Path
+) -> None:
+    origin = tmp_path / "origin"
+    init_fixture_repo(origin)
+    _git(origin, "config", "uploadpack.allowAnySHA1InWant", "true")
+    base = commit_change(origin, "campaign config", files={DEFAULT_CONFIG_PATH: _config(demo_trace)})
+    _git(origin, "checkout", "-q", "-b", "feature")
+    lib = (origin / "lib/bench/src/lib.rs").read_text(encoding="utf-8") + BUILD_SCRIPT_RAN
+    head = commit_change(origin, "a build script, comments reworded", touch_comment=True,
+                         files={"lib/bench/build.rs": FORGING_BUILD_SCRIPT, "lib/bench/src/lib.rs": lib})
+    _git(origin, "checkout", "-q", "main")
+
+    run = LocalRun(
+        CAMPAIGN,
+        origin,
+        tmp_path / "actions",
+        inputs={"campaign_id": "kvp-replay", "base_sha": base, "head_sha": head, "rows": "vllm-agg",
+                "config_ref": base, "pr_number": "7"},
+        variables={"KV_PARITY_BOT_SPEC": PIN},
+    )
+    try:
+        jobs = run.run()
+    except AssertionError:
+        print("\n".join(run.log))
+        raise
+    matrix = json.loads(jobs["plan"].outputs["matrix"])
+    assert [entry["row"] for entry in matrix["include"]] == ["vllm-agg"]
+    assert jobs["plan"].outputs["row_count"] == "1"
+    assert jobs["build-candidate"].outputs == {}, "the job that ran the build script has no outputs"
+    written = [key for outputs in jobs["build-candidate"].step_outputs.values() for key in outputs]
+    assert written == ["artifact-id"], "only the upload step reported anything; no matrix reached $GITHUB_OUTPUT"
+    assert jobs["publish"].result == "success"
+    assert sorted(run.artifacts) == ["kv-parity-arm-baseline", "kv-parity-arm-candidate", "kv-parity-build",
+                                     "kv-parity-plan", "kv-parity-report", "kv-parity-row-vllm-agg"]
+    report_dir = tmp_path / "actions" / "artifacts" / str(run.artifacts["kv-parity-report"])
+    report = CampaignReport.model_validate_json((report_dir / "report.json").read_text(encoding="utf-8"))
+    assert report.campaign_id == "kvp-replay"
+    assert [(r.arm, r.sha) for r in report.revisions] == [("baseline", base), ("candidate", head)]
+    assert [row.row.id for row in report.rows] == ["vllm-agg"]
+    [row] = report.rows
+    assert report.verdicts is not None and report.verdicts.conclusion == CheckConclusion.SUCCESS, (
+        report.verdicts.summary if report.verdicts else None, row.perf_reason, row.semantic_reasons, report.stopped)
+    installs = [line for line in run.log if "skipped `python -m pip install" in line]
+    assert len(installs) == len(jobs), "every job installed the validated requirement file (and nothing else)"
+
