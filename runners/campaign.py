@@ -298,7 +298,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
     report.declared_exclusions = check_declared_exclusions(
         row_id=row.id, binaries=prepared.binaries, harness_args=args, canonical=outcome.canonical,
         exclusions=config.harness.exclusions, cpu_set=cpu_sets[0], workdir=work / f"declared-{row.id}",
-        progress=progress)
+        progress=progress, sandbox=request.sandbox)
     try:
         counts = {arm: count_evidence(outcome.canonical[arm].data) for arm in ARMS}
         disaggregated = baseline.data["metadata"]["execution"].get("topology") == "disaggregated"

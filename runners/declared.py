@@ -19,6 +19,7 @@ from runners.canonical import Canonical, CanonicalError, canonicalize, resolve
 from runners.harness import run_pinned
 from runners.progress import ProgressSink, emit
 from runners.report import ARMS, Arm, DeclaredExclusions, DeclaredPointer, ProcessRecord
+from runners.sandbox import Sandbox
 
 
 def _pointers(canonical: Mapping[Arm, Canonical], campaign: Sequence[str]) -> list[DeclaredPointer]:
@@ -56,13 +57,16 @@ def _full_report(
     exclusions: Sequence[str],
     cpu_set: list[int],
     workdir: Path,
+    sandbox: Sandbox | None,
 ) -> tuple[ProcessRecord, dict[str, object] | None, str | None]:
     """One invocation writing the canonical line and `--report-json`; the report, or why it is unusable."""
-    canonical_out = workdir / f"{arm}-evidence.canonical.jsonl"
-    report_out = workdir / f"{arm}-evidence.report.json"
+    own = workdir / arm
+    own.mkdir(parents=True)
+    canonical_out = own / "evidence.canonical.jsonl"
+    report_out = own / "evidence.report.json"
     args = [*harness_args, "--iterations", "1", "--canonical-reports-jsonl", str(canonical_out),
             "--report-json", str(report_out)]
-    record, _ = run_pinned(binary, args, cpu_set, arm=arm, purpose="declared-exclusion evidence")
+    record, _ = run_pinned(binary, args, cpu_set, arm=arm, purpose="declared-exclusion evidence", sandbox=sandbox)
     where = f"{arm} declared-exclusion evidence invocation"
     if record.error is not None or record.exit_code != 0:
         failure = record.error or f"exited {record.exit_code}"
@@ -98,8 +102,10 @@ def check_declared_exclusions(
     cpu_set: list[int],
     workdir: Path,
     progress: ProgressSink | None = None,
+    sandbox: Sandbox | None = None,
 ) -> DeclaredExclusions:
-    """Resolve every declared pointer in both arms; run the evidence invocation only for an arm that needs it."""
+    """Resolve every declared pointer in both arms; run the evidence invocation only for an arm that needs it,
+    in the campaign's sandbox with its own output directory like every other harness process."""
     pointers = _pointers(canonical, exclusions)
     result = DeclaredExclusions(
         campaign=list(exclusions),
@@ -115,7 +121,7 @@ def check_declared_exclusions(
         emit(progress, "exclusions", f"{arm}: declared {missing} absent from the canonical line; "
              "reading the same invocation's --report-json", row=row_id)
         record, report, problem = _full_report(
-            arm, binaries[arm], harness_args, canonical[arm], exclusions, cpu_set, workdir
+            arm, binaries[arm], harness_args, canonical[arm], exclusions, cpu_set, workdir, sandbox
         )
         result.evidence_runs.append(record)
         if problem is not None:
