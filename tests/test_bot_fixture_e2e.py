@@ -67,7 +67,7 @@ def test_labeled_pull_request_runs_the_fixture_campaign_and_publishes_once(
         comments = fake.comments(REPO, 7)
 
     assert done.head_sha == head and done.base_sha == base
-    assert done.config_source == f"{DEFAULT_CONFIG_PATH}@{base}"
+    assert done.config_source == f"{DEFAULT_CONFIG_PATH} @ {base} (base branch tip)" and done.config_sha == base
     assert done.artifact_dir is not None
     report = CampaignReport.model_validate_json((done.artifact_dir / "report.json").read_text())
     assert [r.sha for r in report.revisions] == [base, head]
