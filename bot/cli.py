@@ -11,11 +11,12 @@ from pathlib import Path
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, resolve_config
 from runners.demo import SCENARIOS, demo_config, prepare_demo
-from runners.progress import JsonlProgress, ProgressSink, TerminalProgress
+from runners.progress import JsonlProgress, ProgressSink
 from runners.report import CampaignReport, CheckConclusion
 from runners.revisions import RevisionError
 from runners.sandbox import SandboxUnavailable, add_sandbox_argument
 from runners.sandbox import check as sandbox_check
+from runners.terminal import Verbosity, terminal_progress
 
 EXIT_FOR_CONCLUSION = {
     CheckConclusion.SUCCESS: 0,
@@ -37,6 +38,16 @@ def _config_for(args: argparse.Namespace) -> tuple[CampaignConfig, str]:
     return config, args.config_source or source
 
 
+def _verbosity(args: argparse.Namespace) -> Verbosity:
+    return "quiet" if args.quiet else "verbose" if args.verbose else "normal"
+
+
+def _add_verbosity(parser: argparse.ArgumentParser) -> None:
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument("--verbose", action="store_true", help="print every progress event (each pair)")
+    loudness.add_argument("--quiet", action="store_true", help="print only the verdicts and the report path")
+
+
 def _finish(report: CampaignReport, out: Path) -> int:
     from bot.publish import write_artifact
 
@@ -50,7 +61,7 @@ def _finish(report: CampaignReport, out: Path) -> int:
 def cmd_campaign(args: argparse.Namespace) -> int:
     config, source = _config_for(args)
     out = Path(args.out)
-    progress: ProgressSink = TerminalProgress()
+    progress: ProgressSink = terminal_progress(_verbosity(args))
     if args.progress_jsonl:
         progress = JsonlProgress(Path(args.progress_jsonl), echo=progress)
     request = CampaignRequest(
@@ -70,7 +81,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     request = CampaignRequest(repo=repo, base=base, head=head, config=demo_config(), config_source="profile:demo",
                               out_dir=out / "campaign", trace_path=trace, rows=_rows(args.rows),
                               sandbox=sandbox_check(args.sandbox))
-    return _finish(run_campaign(request, TerminalProgress()), out / "campaign")
+    return _finish(run_campaign(request, terminal_progress(_verbosity(args))), out / "campaign")
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -102,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     campaign.add_argument("--campaign-id", help="id recorded in the report (default: random)")
     campaign.add_argument("--progress-jsonl", help="also append progress events to this file")
     campaign.add_argument("--keep-work", action="store_true", help="keep worktrees' binaries and traces")
+    _add_verbosity(campaign)
     add_sandbox_argument(campaign)
     campaign.set_defaults(func=cmd_campaign)
 
@@ -109,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", help="output directory (default: a new temporary directory)")
     demo.add_argument("--scenario", default="identical", choices=sorted(SCENARIOS))
     demo.add_argument("--rows", help="comma-separated row ids (default: every row)")
+    _add_verbosity(demo)
     add_sandbox_argument(demo)
     demo.set_defaults(func=cmd_demo)
 

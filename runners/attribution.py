@@ -18,12 +18,15 @@ import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from runners.flamegraph import Stacks, differential_flame_svg, flame_svg
+from runners.placement import pinned_argv
+from runners.sandbox import Sandbox
 from runners.symbols import demangle, generic_name
 
 TOP_MOVERS = 10
@@ -32,8 +35,27 @@ FINDING_FLOOR = 0.005
 """Movers below this share of the baseline total are not findings: randomly seeded hash maps and address-space
 layout move a binary's own instruction count by about 0.1% between identical runs."""
 PERF_FREQUENCY_HZ = 1999
-Launcher = Callable[[list[str]], list[str]]
-"""Wraps one command's argv for execution (the sandbox and CPU pinning); identity when running bare."""
+Launcher = Callable[[list[str], list[Path]], tuple[list[str], dict[str, str] | None]]
+"""(argv, directories it must write) -> (argv, environment) that start it: the sandbox and CPU pinning."""
+
+
+def bare_launcher(argv: list[str], writable: list[Path]) -> tuple[list[str], dict[str, str] | None]:
+    """No wrapping: for tools whose absence is being tested; pull-request code always goes through the sandbox."""
+    return argv, None
+
+
+def sandbox_launcher(sandbox: Sandbox, cpu_set: list[int]) -> Launcher:
+    """Start each profiled process like a performance sample: in the sandbox, pinned to the row's CPU set, with
+    its own /proc (valgrind reads it) and the capture directory writable."""
+
+    def launch(argv: list[str], writable: list[Path]) -> tuple[list[str], dict[str, str] | None]:
+        run = sandbox.harness_run(argv)
+        sandbox.hand_over(*writable)
+        run = replace(run, writable=tuple(dict.fromkeys([*run.writable, *writable])), proc=True)
+        command, env = sandbox.command(run)
+        return pinned_argv(cpu_set, command), env
+
+    return launch
 
 
 class _Model(BaseModel):
@@ -252,31 +274,42 @@ def findings(table: CostTable) -> list[str]:
 
 # --- Orchestration ----------------------------------------------------------------------------------------
 
-def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
-    completed = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
+def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    completed = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600, env=env)
     if completed.returncode != 0:
         raise RuntimeError(f"{what} exited {completed.returncode}: {completed.stderr.strip()[-300:]}")
     return completed
 
 
-def count_instructions(binary: Path, args: list[str], out_file: Path, launch: Launcher) -> dict[str, int]:
+def _timed_args(args: list[str], out_dir: Path, label: str) -> list[str]:
+    """The row's argv as in a performance sample: one iteration, its own timings file (each start writes anew)."""
+    return [*args, "--iterations", "1", "--timings-jsonl", str(out_dir / f"{label}.timings.jsonl")]
+
+
+def count_instructions(binary: Path, args: list[str], out_dir: Path, arm: str, launch: Launcher) -> dict[str, int]:
     """One run under callgrind; self instruction count per mangled function."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise FileNotFoundError("valgrind is not installed")
-    _run(launch([valgrind, "--tool=callgrind", "--demangle=no", f"--callgrind-out-file={out_file}",
-                 str(binary), *args]), f"callgrind of {binary.name}")
+    out_file = out_dir / f"{arm}.callgrind.out"
+    argv, env = launch([valgrind, "--tool=callgrind", "--demangle=no", f"--callgrind-out-file={out_file}",
+                        str(binary), *_timed_args(args, out_dir, f"{arm}.callgrind")], [out_dir])
+    _run(argv, f"callgrind of {binary.name}", env)
     return callgrind_self_costs(out_file.read_text(encoding="utf-8", errors="replace"))
 
 
-def sample_stacks(binary: Path, args: list[str], data_file: Path, script_file: Path, launch: Launcher) -> Stacks:
-    """One run under `perf record` (cpu-clock, user space, DWARF unwinding); folded stacks of the harness."""
+def sample_stacks(binary: Path, args: list[str], out_dir: Path, label: str, launch: Launcher) -> Stacks:
+    """One run under `perf record` (cpu-clock, user space, DWARF unwinding); folded stacks of the harness.
+
+    perf itself runs outside the sandbox and follows the sandboxed harness it starts; the `perf script` text
+    (which speedscope and the Firefox Profiler open) is kept, the binary perf.data is not."""
     perf = shutil.which("perf")
     if perf is None:
         raise FileNotFoundError("perf (linux-perf) is not installed")
+    data_file, script_file = out_dir / f"{label}.perf.data", out_dir / f"{label}.perf-script.txt"
+    argv, env = launch([str(binary), *_timed_args(args, out_dir, f"{label}.perf")], [out_dir])
     _run([perf, "record", "-q", "--all-user", "-e", "cpu-clock", "-F", str(PERF_FREQUENCY_HZ),
-          "--call-graph", "dwarf,16384", "-o", str(data_file), "--", *launch([str(binary), *args])],
-         f"perf record of {binary.name}")
+          "--call-graph", "dwarf,16384", "-o", str(data_file), "--", *argv], f"perf record of {binary.name}", env)
     script = _run([perf, "script", "-i", str(data_file), "-F", "comm,ip,sym", "--no-demangle"], "perf script")
     script_file.write_text(script.stdout, encoding="utf-8")
     data_file.unlink()
@@ -295,9 +328,9 @@ def attribute_regression(
 ) -> RegressionAttribution:
     """Run the protocol's investigation for one row; every capture lands in `out_dir`.
 
-    `binaries` maps "baseline"/"candidate" to the campaign's verified executables; `args` is the row's
-    performance argv (timings file arguments included by the caller); `canonical` holds both arms' canonical
-    reports when the caller kept them. A missing profiler is recorded in `skipped`, never fatal.
+    `binaries` maps "baseline"/"candidate" to the campaign's verified executables; `args` is the row's argv
+    after the binary (one iteration and a fresh timings file are added per start); `canonical` holds both
+    arms' canonical reports when the caller kept them. A missing profiler is recorded in `skipped`, never fatal.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     skipped: list[str] = []
@@ -309,7 +342,7 @@ def attribute_regression(
     instructions: CostTable | None = None
     try:
         counted = {
-            arm: count_instructions(binaries[arm], args, out_dir / f"{arm}.callgrind.out", launch)
+            arm: count_instructions(binaries[arm], args, out_dir, arm, launch)
             for arm in ("baseline", "candidate")
         }
         instructions = cost_table("instructions", counted["baseline"], counted["candidate"])
@@ -322,10 +355,8 @@ def attribute_regression(
         stacks: dict[str, Counter[tuple[str, ...]]] = {"baseline": Counter(), "candidate": Counter()}
         for run in range(perf_runs):
             for arm in ("baseline", "candidate") if run % 2 == 0 else ("candidate", "baseline"):
-                script = out_dir / f"{arm}.{run}.perf-script.txt"
-                stacks[arm].update(sample_stacks(binaries[arm], args, out_dir / f"{arm}.{run}.perf.data", script,
-                                                 launch))
-                files.append(script.name)
+                stacks[arm].update(sample_stacks(binaries[arm], args, out_dir, f"{arm}.{run}", launch))
+                files.append(f"{arm}.{run}.perf-script.txt")
         readable = {arm: _demangle_stacks(stacks[arm]) for arm in stacks}
         leaf_costs = {arm: _leaf_costs(readable[arm]) for arm in readable}
         samples = cost_table("cpu-clock samples", leaf_costs["baseline"], leaf_costs["candidate"])

@@ -266,6 +266,57 @@ class SizeConfig(_Strict):
     max_growth: float = Field(0.05, ge=0)
 
 
+class FixtureTraceSpec(_Strict):
+    """A Stage 6 fixture's small deterministic trace: a named generator with parameters, or a file in the
+    target repository (read from the trusted base revision), pinned by SHA-256 either way."""
+
+    generator: Literal["demo"] | None = None
+    """`demo`: runners/demo_trace.py's generator (Mooncake-shaped rows with shared prefixes), `rows` rows."""
+    rows: int | None = Field(None, gt=0)
+    path: str | None = None
+    sha256: Sha256
+
+    @model_validator(mode="after")
+    def _one_source(self) -> FixtureTraceSpec:
+        if (self.generator is None) == (self.path is None):
+            raise ValueError("a fixture trace names exactly one of `generator` or `path`")
+        if self.generator is not None and self.rows is None:
+            raise ValueError(f"generator {self.generator!r} needs `rows`")
+        return self
+
+    def describe(self) -> str:
+        return f"{self.generator} generator, {self.rows} rows" if self.generator else f"{self.path} (base revision)"
+
+
+class LifecycleFixture(_Strict):
+    """Stage 6: a forced rare lifecycle, run on both revisions (determinism, parity, assertions; no performance)."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+    kind: Literal["router_queueing", "preemption_edge", "handoff_ordering", "scale_to_zero"]
+    trace: FixtureTraceSpec
+    args: list[str] = Field(default_factory=list)
+    queue_threshold: float | None = Field(None, gt=0)
+    """router_queueing: the explicit threshold; `args` must pass exactly this value."""
+    pressure: tuple[int, int] = (1, 3)
+    """preemption_edge: inclusive band of pressure events (the protocol: one to three, then completion)."""
+    requires_flags: list[str] = Field(default_factory=list)
+    """Controls the lifecycle needs beyond `args` (scale_to_zero: the harness's scaling flags); a harness
+    without them reports the fixture UNSUPPORTED rather than running it with ignored flags."""
+
+    @model_validator(mode="after")
+    def _kind_parameters(self) -> LifecycleFixture:
+        if self.kind == "router_queueing":
+            if self.queue_threshold is None:
+                raise ValueError("router_queueing needs queue_threshold (the protocol: an explicit threshold)")
+            passed = [self.args[i + 1] for i, word in enumerate(self.args[:-1]) if word == "--router-queue-threshold"]
+            if len(passed) != 1 or float(passed[0]) != self.queue_threshold:
+                raise ValueError(f"args must pass --router-queue-threshold {self.queue_threshold:g} exactly once")
+        lo, hi = self.pressure
+        if not 0 < lo <= hi:
+            raise ValueError(f"pressure band [{lo}, {hi}] must satisfy 0 < min <= max")
+        return self
+
+
 class CampaignConfig(_Strict):
     """The whole campaign contract, frozen before any process runs."""
 
@@ -277,6 +328,8 @@ class CampaignConfig(_Strict):
     determinism: DeterminismConfig = DeterminismConfig()
     perf: PerfConfig = PerfConfig()
     sizes: SizeConfig = SizeConfig()
+    fixtures: list[LifecycleFixture] = Field(default_factory=list)
+    """Stage 6 forced rare-lifecycle fixtures, each a row of its own in the report."""
 
     @field_validator("rows")
     @classmethod

@@ -39,7 +39,7 @@ from runners.config import (
     resolve_config,
 )
 from runners.placement import host_facts
-from runners.progress import ProgressSink, TerminalProgress
+from runners.progress import ProgressSink
 from runners.report import (
     ARMS,
     REPORT_SCHEMA_VERSION,
@@ -55,6 +55,7 @@ from runners.report import (
 from runners.revisions import RevisionError
 from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument
 from runners.sandbox import check as check_sandbox
+from runners.terminal import PlainProgress
 from runners.trace import TraceError, prepare_trace, sha256_file
 
 SCHEMA_VERSION = "kv-parity.distributed.v1"
@@ -369,7 +370,7 @@ def build_main(argv: Sequence[str]) -> int:
             determinism_patch=Path(args.determinism_patch) if args.determinism_patch else None,
             sandbox=sandbox, **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
         )
-        manifest = build_manifest(request, work, out, TerminalProgress())
+        manifest = build_manifest(request, work, out, PlainProgress())
     except (ConfigError, RevisionError) as exc:
         print(f"kv-parity build: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -501,7 +502,7 @@ def row_main(argv: Sequence[str]) -> int:
     work = _scratch(args.work, "kv-parity-row-")
     try:
         result = run_manifest_row(manifest, manifest_path.parent, args.row, trace_source, work, out,
-                                  TerminalProgress(), sandbox)
+                                  PlainProgress(), sandbox)
     except Refusal as exc:
         print(f"kv-parity row: refusing to run row {args.row}: {exc}; no harness process was started",
               file=sys.stderr)

@@ -243,6 +243,13 @@ def _unmeasurable_rule(perf: PerfConfig, resolution_ms: float | None) -> str | N
     )
 
 
+def _pair_ratio(pair_samples: list[Sample]) -> float | None:
+    """Candidate / baseline metric of the pair's valid attempt, for live progress only (never decides)."""
+    valid = {sample.arm: sample.metric_ms for sample in pair_samples if sample.status == "ok"}
+    baseline, candidate = valid.get("baseline"), valid.get("candidate")
+    return candidate / baseline if baseline and candidate is not None else None
+
+
 def evaluate(evidence: PerfResult, perf: PerfConfig) -> Evaluation:
     """The row's verdict recomputed from the recorded samples and schedule under the declared `perf` rules."""
     pairs = observations(evidence.schedule, evidence.samples)
@@ -643,6 +650,7 @@ def run_performance(
                     row=row_id,
                     done=done,
                     total=perf.pairs,
+                    ratio=_pair_ratio(pair_samples),
                 )
     return finalize(
         evidence.model_copy(update={"warmups": warmups, "samples": samples, "invalidations": invalidations}),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Protocol
@@ -19,6 +18,8 @@ class ProgressEvent(BaseModel):
     detail: str = ""
     done: int | None = None
     total: int | None = None
+    ratio: float | None = None
+    """Performance pairs: this pair's candidate/baseline ratio of the gated timing field."""
     unix: float = 0.0
 
 
@@ -27,19 +28,13 @@ class ProgressSink(Protocol):
 
 
 def emit(sink: ProgressSink | None, stage: str, detail: str = "", *, row: str | None = None,
-         done: int | None = None, total: int | None = None) -> None:
+         done: int | None = None, total: int | None = None, ratio: float | None = None) -> None:
     """Send one event to an optional sink, stamping the time."""
     if sink is not None:
-        sink(ProgressEvent(stage=stage, row=row, detail=detail, done=done, total=total, unix=time.time()))
+        sink(ProgressEvent(stage=stage, row=row, detail=detail, done=done, total=total, ratio=ratio,
+                           unix=time.time()))
 
 
-class TerminalProgress:
-    """Human-readable progress on stderr for `kv-parity campaign` and `kv-parity demo`."""
-
-    def __call__(self, event: ProgressEvent) -> None:
-        where = f"[{event.stage}{'/' + event.row if event.row else ''}]"
-        count = f" {event.done}/{event.total}" if event.total else ""
-        print(f"{where}{count} {event.detail}", file=sys.stderr, flush=True)
 
 
 class JsonlProgress:

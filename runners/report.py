@@ -559,6 +559,58 @@ class Verdicts(_Model):
     summary: str
 
 
+class FixtureStatus(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    STOPPED = "STOPPED"
+    """Could not run: a flag a revision lacks, or a trace that does not match its checksum (maintainers act)."""
+    UNSUPPORTED = "UNSUPPORTED"
+    """The harness has no control for this lifecycle; listed as skipped coverage, never emulated."""
+
+
+class FixtureAssertion(_Model):
+    name: str
+    passed: bool
+    evidence: str
+
+
+class FixtureReport(_Model):
+    """Stage 6: one forced rare-lifecycle fixture, a row of its own (no performance)."""
+
+    id: str
+    kind: str
+    args: list[str]
+    trace: str
+    trace_sha256: str
+    status: FixtureStatus
+    reason: str
+    determinism: DeterminismResult | None = None
+    parity: ParityResult | None = None
+    assertions: dict[Arm, list[FixtureAssertion]] = Field(default_factory=dict)
+
+
+def fixture_status(fixture: FixtureReport) -> FixtureStatus:
+    """PASS exactly when both arms are stable, byte-identical and every lifecycle assertion holds on both."""
+    if fixture.status in (FixtureStatus.STOPPED, FixtureStatus.UNSUPPORTED):
+        return fixture.status
+    evidence_ok = (
+        fixture.determinism is not None
+        and not fixture.determinism.unstable_arms
+        and fixture.parity is not None
+        and fixture.parity.identical
+        and set(fixture.assertions) == set(ARMS)
+        and all(a.passed for arm in ARMS for a in fixture.assertions[arm])
+    )
+    return FixtureStatus.PASS if evidence_ok else FixtureStatus.FAIL
+
+
+_FIXTURE_SEMANTICS = {
+    FixtureStatus.PASS: SemanticVerdict.PASS,
+    FixtureStatus.FAIL: SemanticVerdict.FAIL,
+    FixtureStatus.STOPPED: SemanticVerdict.BLOCKED,
+}
+
+
 class CampaignReport(_Model):
     schema_version: Literal["kv-parity.report.v1"] = REPORT_SCHEMA_VERSION
     campaign_id: str
@@ -576,6 +628,8 @@ class CampaignReport(_Model):
     exclusions: list[str]
     exception_records: list[ExceptionRecord] = Field(default_factory=list)
     rows: list[RowReport] = Field(default_factory=list)
+    fixtures: list[FixtureReport] = Field(default_factory=list)
+    """Stage 6 forced rare-lifecycle fixtures; a failed one fails semantic parity."""
     sizes: SizeGate | None = None
     skipped: list[str] = Field(default_factory=list)
     stopped: StopRecord | None = None
@@ -665,6 +719,7 @@ def campaign_verdicts(report: CampaignReport) -> Verdicts:
     """Combine row verdicts, the size gate and any stop into the campaign's verdicts and check conclusion."""
     stopped = report.stopped
     row_semantics = [row.semantic for row in report.rows] + [
+        _FIXTURE_SEMANTICS[f.status] for f in report.fixtures if f.status in _FIXTURE_SEMANTICS
     ]
     if stopped is not None and stopped.blocking:
         semantic = SemanticVerdict.BLOCKED

@@ -13,12 +13,15 @@ import pytest
 
 from runners.attribution import (
     attribute_regression,
+    bare_launcher,
     callgrind_self_costs,
     compare_work,
     perf_script_stacks,
+    sandbox_launcher,
     work_counters,
 )
 from runners.flamegraph import differential_flame_svg, flame_svg
+from runners.sandbox import Sandbox
 from tests.conftest import HarnessBuilder
 
 CALLGRIND = """\
@@ -102,9 +105,9 @@ def test_added_work_in_one_function_is_attributed_to_it(
 ) -> None:
     binaries = {"baseline": harness.binary(), "candidate": harness.binary(HOT_SPOT_WORK=2.0)}
     canonical = {arm: _canonical_of(path, demo_row_args, tmp_path / f"{arm}.jsonl") for arm, path in binaries.items()}
-    perf_args = [*demo_row_args, "--iterations", "1", "--timings-jsonl", str(tmp_path / "timings.jsonl")]
     result = attribute_regression(
-        binaries, perf_args, canonical, tmp_path / "attribution", trigger="performance FAIL", launch=list, perf_runs=1
+        binaries, demo_row_args, canonical, tmp_path / "attribution", trigger="performance FAIL",
+        launch=sandbox_launcher(Sandbox.default(), [0]), perf_runs=1,
     )
     assert result.work is not None and result.work.equivalent
     assert result.instructions is not None
@@ -124,10 +127,9 @@ def test_identical_binaries_have_no_instruction_movers(
     harness: HarnessBuilder, demo_row_args: list[str], tmp_path: Path
 ) -> None:
     binary = harness.binary()
-    perf_args = [*demo_row_args, "--iterations", "1", "--timings-jsonl", str(tmp_path / "timings.jsonl")]
     result = attribute_regression(
-        {"baseline": binary, "candidate": binary}, perf_args, None, tmp_path / "a", trigger="requested",
-        launch=list, perf_runs=0,
+        {"baseline": binary, "candidate": binary}, demo_row_args, None, tmp_path / "a", trigger="requested",
+        launch=sandbox_launcher(Sandbox.default(), [0]), perf_runs=0,
     )
     assert result.instructions is not None
     # Randomly seeded hash maps move a few hundred thousand of ~220 M instructions between identical runs:
@@ -147,7 +149,7 @@ def test_a_missing_profiler_is_recorded_not_fatal(
     monkeypatch.setattr("runners.attribution.shutil.which", lambda name: None if name == missing else real_which(name))
     binary = harness.binary()
     result = attribute_regression(
-        {"baseline": binary, "candidate": binary}, [*demo_row_args, "--iterations", "1"], None, tmp_path / "a",
-        trigger="requested", launch=list, perf_runs=1,
+        {"baseline": binary, "candidate": binary}, demo_row_args, None, tmp_path / "a",
+        trigger="requested", launch=bare_launcher, perf_runs=1,
     )
     assert any(missing in s and "not installed" in s for s in result.skipped)
