@@ -224,7 +224,7 @@ def test_dispatch_then_a_verified_artifact_is_published(service: Service) -> Non
         "base_sha": service.history.base,
         "head_sha": service.history.head,
         "rows": "",
-        "config_ref": service.history.base,
+        "config_ref": service.history.main2,  # the config is read at the base branch tip
         "pr_number": "1",
     }
     assert set(inputs) == set(INPUTS)

@@ -105,15 +105,23 @@ class ActionsApi(Protocol):
 
 
 def dispatch_inputs(
-    campaign_id: str, base_sha: str, head_sha: str, rows: Collection[str] | None, pr_number: int
+    campaign_id: str,
+    base_sha: str,
+    head_sha: str,
+    rows: Collection[str] | None,
+    pr_number: int,
+    *,
+    config_ref: str | None = None,
 ) -> dict[str, str]:
-    """The campaign workflow's inputs: all strings (the API refuses anything else), six of GitHub's 25."""
+    """The campaign workflow's inputs: all strings (the API refuses anything else), six of GitHub's 25.
+    `config_ref` is the trusted commit the plan job reads the config at (the base branch's tip; default the
+    base SHA), never the head."""
     return {
         "campaign_id": campaign_id,
         "base_sha": base_sha,
         "head_sha": head_sha,
         "rows": ",".join(rows) if rows else "",
-        "config_ref": base_sha,
+        "config_ref": config_ref or base_sha,
         "pr_number": str(pr_number),
     }
 
@@ -394,7 +402,9 @@ class ActionsBackend:
 
     def _dispatch(self, api: ActionsApi, campaign: CampaignView, rows: list[str] | None) -> _Dispatch:
         dispatched_at = self._now()
-        inputs = dispatch_inputs(campaign.id, campaign.base_sha, campaign.head_sha, rows, campaign.pr_number)
+        inputs = dispatch_inputs(
+            campaign.id, campaign.base_sha, campaign.head_sha, rows, campaign.pr_number, config_ref=campaign.config_sha
+        )
         api.dispatch_workflow(self.workflow, self.ref, inputs)
         log.info("campaign %s: dispatched %s@%s with %s", campaign.id, self.workflow, self.ref, inputs)
         return _Dispatch(dispatched_at=dispatched_at)
