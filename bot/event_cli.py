@@ -274,7 +274,8 @@ class ActionsOnly:
     def _launch(
         self, pr: int, head_sha: str, base_ref: str, rows: tuple[str, ...] | None, trigger: str, requested_by: str
     ) -> str:
-        """Pin base = merge base, check the base revision's config, then dispatch exactly this head."""
+        """Pin base = merge base, check the config at the base branch's tip, then dispatch exactly this head
+        with `config_ref` = that tip (the workflow's plan job reads the config there, never at the head)."""
         resolution = resolve(self.api, head_sha, base_ref, self.settings.config_path)
         wanted = list(rows) if rows else None
         campaign = _view(
@@ -307,10 +308,15 @@ class ActionsOnly:
                 self.publisher.reply(pr, "duplicate", campaign=self._run_view(run, title))
                 return f"duplicate of {title.campaign_id}"
         self._end_runs(live, "superseded", f"superseded by campaign {campaign.id} for head {head_sha[:12]}")
-        inputs = dispatch_inputs(campaign.id, resolution.base_sha, head_sha, wanted, pr)
+        inputs = dispatch_inputs(
+            campaign.id, resolution.base_sha, head_sha, wanted, pr, config_ref=resolution.config_sha
+        )
         self.api.dispatch_workflow(self.settings.actions_workflow, self.settings.actions_ref, inputs)
         self.publisher.queued(campaign, 0)
-        return f"dispatched campaign {campaign.id}: head {head_sha} against merge base {resolution.base_sha}"
+        return (
+            f"dispatched campaign {campaign.id}: head {head_sha} against merge base {resolution.base_sha}, "
+            f"config at {resolution.config_sha}"
+        )
 
 
 def _parser() -> argparse.ArgumentParser:

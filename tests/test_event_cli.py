@@ -36,14 +36,21 @@ TOKEN = "ghs_github_token"
 APP_ID = 15368
 INSTALLATION_ID = 31
 MAX_INPUTS = 25
+TIP_CONFIG = CONFIG_TOML + """
+[[rows]]
+id = "sglang-agg"
+args = ["--engine-type", "sglang"]
+expect = { pressure = [10, 20] }
+"""
+"""main's config after the feature branched: one row more, so which config a dispatch used is visible."""
 
 
 
 
 @dataclass(frozen=True)
 class History:
-    """main: root - base (adds the config) - main2; feature: base - head - head2; fork: base - fork1 - fork2;
-    legacy: root - legacy_head (no config at the merge base)."""
+    """main: root - base (adds the config) - main2 (a config with one row more); feature: base - head - head2;
+    fork: base - fork1 - fork2; legacy: root - legacy_head (no config at the legacy branch's tip)."""
 
     repo: Path
     root: str
@@ -60,7 +67,7 @@ def make_history(repo: Path) -> History:
     git(repo, "init", "--quiet", "-b", "main")
     root = commit(repo, {"README.md": "# widgets\n"}, "root")
     base = commit(repo, {".github/kv-parity.toml": CONFIG_TOML}, "add the campaign config")
-    main2 = commit(repo, {"src/lib.rs": "fn main2() {}\n"}, "main moves on")
+    main2 = commit(repo, {"src/lib.rs": "fn main2() {}\n", ".github/kv-parity.toml": TIP_CONFIG}, "main moves on")
     git(repo, "checkout", "--quiet", "-b", "feature", base)
     head = commit(repo, {"src/lib.rs": "fn head() {}\n"}, "head")
     head2 = commit(repo, {"src/lib.rs": "fn head2() {}\n"}, "head 2")
@@ -172,7 +179,7 @@ def test_a_maintainers_label_dispatches_once_with_the_pinned_head_and_the_merge_
     history = actions.history
     assert inputs["head_sha"] == history.head
     assert inputs["base_sha"] == history.base != history.main2, "the merge base, not the base branch's tip"
-    assert inputs["config_ref"] == history.base, "the config is read at the base, never the head"
+    assert inputs["config_ref"] == history.main2, "the config is read at the base branch's tip, never the head"
     assert (inputs["rows"], inputs["pr_number"]) == ("", "1")
     title = parse_run_title(actions.fake.run(dispatch["run_id"])["display_title"])
     assert title is not None and (title.campaign_id, title.pr_number, title.head_sha) == (
@@ -232,10 +239,33 @@ def test_rerun_with_rows_dispatches_those_rows_and_a_second_request_is_a_duplica
     assert "unknown rows" in actions.replies()[-1] and "nope" in actions.replies()[-1]
 
 
+def test_rows_are_checked_against_the_base_branch_tips_config_not_the_merge_bases(
+    actions: Actions, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pull request branched before main's config changed is judged by main's config as it is now (issue
+    10.4): a row that exists only at the tip is accepted, and the workflow is told to read the tip."""
+    assert actions.comment("/parity rerun rows=sglang-agg") == 0
+    [dispatch] = actions.dispatches()
+    inputs = assert_valid_dispatch(dispatch)
+    assert (inputs["rows"], inputs["config_ref"], inputs["base_sha"]) == (
+        "sglang-agg",
+        actions.history.main2,
+        actions.history.base,
+    )
+    assert capsys.readouterr().out.strip().endswith(f"config at {actions.history.main2}")
+
+
 def test_rerun_of_a_moved_head_is_refused(actions: Actions) -> None:
-    assert actions.comment(f"/parity rerun sha={actions.history.head2[:12]}") == 0
+    assert actions.comment(f"/parity rerun sha={actions.history.head2}") == 0
     assert actions.dispatches() == []
     assert "the head moved" in actions.replies()[-1]
+
+
+def test_rerun_naming_a_head_by_a_prefix_is_refused(actions: Actions) -> None:
+    """A 12-hex prefix of the current head is still not an approval: another commit can share it."""
+    assert actions.comment(f"/parity rerun sha={actions.history.head[:12]}") == 0
+    assert actions.dispatches() == []
+    assert "is not a full commit SHA" in actions.replies()[-1] and actions.history.head in actions.replies()[-1]
 
 
 def test_a_push_supersedes_the_running_campaign_of_the_old_head(actions: Actions) -> None:
@@ -271,7 +301,7 @@ def test_a_base_without_config_completes_the_check_run_as_action_required(action
     assert actions.dispatches() == []
     [check_run] = actions.fake.check_runs(REPO)
     assert (check_run["status"], check_run["conclusion"]) == ("completed", "action_required")
-    assert "no campaign config in the base revision" in check_run["output"]["summary"]
+    assert "no campaign config at the tip of legacy" in check_run["output"]["summary"]
 
 
 # ----------------------------------------------------------------- answering and cancelling
