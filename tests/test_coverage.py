@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from bot import render
+from bot.render import Links
 from runners.canonical import canonicalize
 from runners.config import PROTOCOL_EXCLUSIONS, ExpectedEvidence, PoolPlacements, load_profile
 from runners.coverage import CoverageError, check_evidence, count_evidence
 from runners.demo import Knob
-from runners.report import CoverageCheck, CoverageCounts
+from runners.report import CoverageCheck, CoverageCounts, CoverageResult
 from tests.conftest import HarnessBuilder
+from tests.report_factory import make_report
 
 EXAMPLE = Path(__file__).resolve().parent / "data" / "canonical_record.json"
 DISAGG_EXPECT = ExpectedEvidence(pressure=(10, 20), handoff=True)
@@ -536,3 +539,21 @@ def test_demo_drift_detectors_hold_on_the_fixture_and_its_evidenced_change(
 
     assert "requests with reused KV 901 (expected [883, 919])" in details[0]
     assert "prefill immediate placements 1000 (expected 1000)" in details[1]
+
+
+def test_drift_evidence_is_rendered_where_coverage_is() -> None:
+    """A drifted row shows the check, both numbers and the failing signal in the report's coverage table."""
+    report = make_report("pass")
+    row = report.rows[0]
+    counts = count_evidence(_report())
+    expect = SEED_DRIFT.model_copy(update={"reused_requests": (25, 30)})
+    row.coverage = CoverageResult(
+        counts={"baseline": counts, "candidate": counts},
+        checks=check_evidence({"baseline": counts, "candidate": counts}, expect, disaggregated=True),
+    )
+
+    markdown = render.report_markdown(report, Links())
+
+    assert "| drift\\_detectors | ❌ | baseline: requests with reused KV 20 (expected \\[25, 30\\]);" in markdown
+    assert "| drift\\_detectors | ❌ | candidate: requests with reused KV 20 (expected \\[25, 30\\]);" in markdown
+    assert "out of band: requests with reused KV 20 (expected \\[25, 30\\])" in markdown
