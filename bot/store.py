@@ -1,5 +1,6 @@
-"""SQLite (WAL) state of the bot: deliveries (dedupe + work queue), campaigns and their transitions here; fork
-approvals, seen heads and refusals in `bot.store_people`; pending publications in `bot.store_publications`.
+"""SQLite (WAL) state of the bot: campaigns and their transitions here; deliveries (dedupe + work queue) in
+`bot.store_deliveries`; fork approvals, seen heads and refusals in `bot.store_people`; pending publications in
+`bot.store_publications`. `Store` composes them over one connection.
 
 Every campaign transition is written, with its reason and time, before the side effect it stands for
 (start a process, kill it, publish), so after a crash the store says what was meant to happen and the
@@ -23,6 +24,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from bot.attempts import PriorAttempt
+from bot.store_deliveries import SCHEMA as DELIVERIES_SCHEMA
+from bot.store_deliveries import Delivery, DeliveryQueue
 from bot.store_people import SCHEMA as PEOPLE_SCHEMA
 from bot.store_people import PeopleRecords
 from bot.store_publications import SCHEMA as PUBLICATIONS_SCHEMA
@@ -41,6 +44,21 @@ class CampaignState(StrEnum):
 
 
 S = CampaignState
+__all__ = [
+    "ACTIVE_STATES",
+    "ALLOWED",
+    "COVERING_STATES",
+    "FINAL_STATES",
+    "LIVE_STATES",
+    "CampaignState",
+    "CampaignView",
+    "Delivery",
+    "DuplicateCampaign",
+    "IllegalTransition",
+    "NewCampaign",
+    "Store",
+    "Transition",
+]
 LIVE_STATES = frozenset({S.REQUESTED, S.DISPATCHED, S.RUNNING})
 ACTIVE_STATES = frozenset({S.DISPATCHED, S.RUNNING})
 """States in which a process (or remote run) may exist for the campaign."""
@@ -116,16 +134,6 @@ class Transition:
 
 
 @dataclass(frozen=True)
-class Delivery:
-    id: str
-    event: str
-    payload: bytes
-    attempts: int
-    received_at: float
-    """When the service acknowledged it: the bot knew of what it says from then on."""
-
-
-@dataclass(frozen=True)
 class NewCampaign:
     repo: str
     pr_number: int
@@ -153,25 +161,6 @@ class DuplicateCampaign(Exception):
 
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS deliveries (
-    id TEXT PRIMARY KEY,
-    event TEXT NOT NULL,
-    payload BLOB NOT NULL,
-    received_at REAL NOT NULL,
-    status TEXT NOT NULL DEFAULT 'pending',
-    attempts INTEGER NOT NULL DEFAULT 0,
-    not_before REAL NOT NULL DEFAULT 0,
-    outcome TEXT
-);
-CREATE INDEX IF NOT EXISTS deliveries_by_status ON deliveries (status);
-CREATE TABLE IF NOT EXISTS rejected_deliveries (
-    seq INTEGER PRIMARY KEY,
-    delivery_id TEXT NOT NULL,
-    event TEXT NOT NULL,
-    received_at REAL NOT NULL,
-    reason TEXT NOT NULL,
-    payload BLOB NOT NULL
-);
 CREATE TABLE IF NOT EXISTS campaigns (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
@@ -248,7 +237,7 @@ def _utc(unix: float | None) -> datetime | None:
     return None if unix is None else datetime.fromtimestamp(unix, UTC)
 
 
-class Store(PeopleRecords, PublicationQueue):
+class Store(DeliveryQueue, PeopleRecords, PublicationQueue):
     """One SQLite connection guarded by a lock; cheap enough to share between the HTTP side and a worker."""
 
     def __init__(self, path: Path, *, power_safe: bool = True, busy_timeout: float = 30.0) -> None:
@@ -266,7 +255,7 @@ class Store(PeopleRecords, PublicationQueue):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if power_safe else 'NORMAL'}")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA + PEOPLE_SCHEMA + PUBLICATIONS_SCHEMA)
+        self._db.executescript(DELIVERIES_SCHEMA + _SCHEMA + PEOPLE_SCHEMA + PUBLICATIONS_SCHEMA)
         present = {str(row[1]) for row in self._db.execute("PRAGMA table_info(campaigns)")}
         for column, kind in _ADDED_COLUMNS.items():
             if column not in present:
@@ -286,72 +275,6 @@ class Store(PeopleRecords, PublicationQueue):
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
-
-    # ------------------------------------------------------------------ deliveries
-
-    def add_delivery(self, delivery_id: str, event: str, payload: bytes) -> bool:
-        """Persist a verified delivery; False when this delivery id was already stored."""
-        return self.add_deliveries([(delivery_id, event, payload)])[0]
-
-    def add_deliveries(self, deliveries: list[tuple[str, str, bytes]]) -> list[bool]:
-        """Persist several verified deliveries in one transaction (one fsync); False marks a duplicate."""
-        now = time.time()
-        with self._tx() as db:
-            return [
-                db.execute(
-                    "INSERT OR IGNORE INTO deliveries (id, event, payload, received_at) VALUES (?, ?, ?, ?)",
-                    (delivery_id, event, payload, now),
-                ).rowcount
-                == 1
-                for delivery_id, event, payload in deliveries
-            ]
-
-    def reject_delivery(self, delivery_id: str, event: str, reason: str, payload: bytes) -> None:
-        """Keep a signed but malformed delivery for diagnosis; it never enters the work queue."""
-        with self._tx() as db:
-            db.execute(
-                "INSERT INTO rejected_deliveries (delivery_id, event, received_at, reason, payload) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (delivery_id, event, time.time(), reason, payload),
-            )
-
-    def rejected_deliveries(self) -> list[tuple[str, str, str]]:
-        with self._lock:
-            rows = self._db.execute("SELECT delivery_id, event, reason FROM rejected_deliveries ORDER BY seq")
-            return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
-
-    def next_delivery(self, now: float) -> Delivery | None:
-        """The oldest pending delivery that is due (deliveries are handled in arrival order)."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT id, event, payload, attempts, received_at FROM deliveries "
-                "WHERE status = 'pending' AND not_before <= ? ORDER BY rowid LIMIT 1",
-                (now,),
-            ).fetchone()
-        return None if row is None else Delivery(row[0], row[1], bytes(row[2]), row[3], float(row[4]))
-
-    def finish_delivery(self, delivery_id: str, outcome: str) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE deliveries SET status = 'done', outcome = ? WHERE id = ?", (outcome, delivery_id))
-
-    def retry_delivery(self, delivery_id: str, error: str, not_before: float, *, give_up: bool) -> None:
-        """Count a failed attempt; after the last one the delivery is kept as failed for diagnosis."""
-        status = "failed" if give_up else "pending"
-        with self._tx() as db:
-            db.execute(
-                "UPDATE deliveries SET status = ?, attempts = attempts + 1, not_before = ?, outcome = ? WHERE id = ?",
-                (status, not_before, error, delivery_id),
-            )
-
-    def delivery_status(self, delivery_id: str) -> tuple[str, str | None] | None:
-        with self._lock:
-            row = self._db.execute("SELECT status, outcome FROM deliveries WHERE id = ?", (delivery_id,)).fetchone()
-        return None if row is None else (str(row[0]), row[1])
-
-    def delivery_counts(self) -> dict[str, int]:
-        with self._lock:
-            rows = self._db.execute("SELECT status, COUNT(*) FROM deliveries GROUP BY status").fetchall()
-        return {str(status): int(count) for status, count in rows}
 
     # ------------------------------------------------------------------ campaigns
 
