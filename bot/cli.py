@@ -58,7 +58,7 @@ def _finish(report: CampaignReport, out: Path) -> int:
     return EXIT_FOR_CONCLUSION[report.verdicts.conclusion]
 
 
-def cmd_campaign(args: argparse.Namespace) -> int:
+def cmd_campaign(args: argparse.Namespace, *, profile_only: bool = False) -> int:
     config, source = _config_for(args)
     out = Path(args.out)
     progress: ProgressSink = terminal_progress(_verbosity(args))
@@ -68,10 +68,14 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         repo=Path(args.repo), base=args.base, head=args.head, config=config, config_source=source, out_dir=out,
         rows=_rows(args.rows), trace_path=Path(args.trace) if args.trace else None, keep_work=args.keep_work,
         sandbox=sandbox_check(args.sandbox),
-        config_ref=args.config_ref,
+        config_ref=args.config_ref, profile_only=profile_only,
         **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
     )
     return _finish(run_campaign(request, progress), out)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    return cmd_campaign(args, profile_only=True)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -90,11 +94,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return main_verify(Path(args.report))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kv-parity", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    campaign = sub.add_parser("campaign", help="run a full local campaign between two revisions")
+def _add_campaign_arguments(campaign: argparse.ArgumentParser) -> None:
+    """The options `campaign` and `profile` share."""
     campaign.add_argument("--repo", required=True, help="local git repository holding both revisions")
     campaign.add_argument("--base", required=True, help="baseline revision (ref or SHA; pinned to a SHA)")
     campaign.add_argument("--head", required=True, help="candidate revision (ref or SHA; pinned to a SHA)")
@@ -115,7 +116,20 @@ def build_parser() -> argparse.ArgumentParser:
     campaign.add_argument("--keep-work", action="store_true", help="keep worktrees' binaries and traces")
     _add_verbosity(campaign)
     add_sandbox_argument(campaign)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kv-parity", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    campaign = sub.add_parser("campaign", help="run a full local campaign between two revisions")
+    _add_campaign_arguments(campaign)
     campaign.set_defaults(func=cmd_campaign)
+    profile = sub.add_parser(
+        "profile", help="correctness, then regression attribution (instructions, stacks, flame graphs) per row"
+    )
+    _add_campaign_arguments(profile)
+    profile.set_defaults(func=cmd_profile)
 
     demo = sub.add_parser("demo", help="a full local campaign on the bundled demo harness")
     demo.add_argument("--out", help="output directory (default: a new temporary directory)")

@@ -22,10 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from runners.flamegraph import Stacks, differential_flame_svg, flame_svg
 from runners.placement import pinned_argv
+from runners.report import ARMS, Arm, CostTable, FunctionDelta, RegressionAttribution, WorkComparison, WorkCounter
 from runners.sandbox import Sandbox
 from runners.symbols import demangle, generic_name
 
@@ -56,63 +55,6 @@ def sandbox_launcher(sandbox: Sandbox, cpu_set: list[int]) -> Launcher:
         return pinned_argv(cpu_set, command), env
 
     return launch
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class WorkCounter(_Model):
-    name: str
-    baseline: int
-    candidate: int
-
-
-class WorkComparison(_Model):
-    """Stage "equivalent semantic work": did the candidate do more work, or the same work more slowly?"""
-
-    counters: list[WorkCounter]
-    equivalent: bool
-    summary: str
-
-
-class FunctionDelta(_Model):
-    """One function's (or generic's) self cost in both arms."""
-
-    name: str
-    baseline: int
-    candidate: int
-    instances: int = 1
-    """Distinct functions folded into this row (monomorphizations of one generic)."""
-
-    @property
-    def delta(self) -> int:
-        return self.candidate - self.baseline
-
-
-class CostTable(_Model):
-    """A differential table of self cost by function, largest movers first."""
-
-    metric: str
-    baseline_total: int
-    candidate_total: int
-    movers: list[FunctionDelta]
-    new_functions: list[FunctionDelta]
-    generic_movers: list[FunctionDelta]
-    """The same costs grouped by generic name, where grouping folded two or more instantiations."""
-
-
-class RegressionAttribution(_Model):
-    """What a reviewer needs to act on a performance FAIL: where the added time went, with the evidence files."""
-
-    trigger: str
-    work: WorkComparison | None
-    instructions: CostTable | None
-    samples: CostTable | None
-    findings: list[str]
-    files: list[str]
-    """Artifact file names (flame graphs, raw captures), relative to the attribution directory."""
-    skipped: list[str]
 
 
 # --- 1. Equivalent semantic work --------------------------------------------------------------------------
@@ -317,9 +259,9 @@ def sample_stacks(binary: Path, args: list[str], out_dir: Path, label: str, laun
 
 
 def attribute_regression(
-    binaries: Mapping[str, Path],
+    binaries: Mapping[Arm, Path],
     args: list[str],
-    canonical: Mapping[str, Mapping[str, Any]] | None,
+    canonical: Mapping[Arm, Mapping[str, Any]] | None,
     out_dir: Path,
     *,
     trigger: str,
@@ -343,7 +285,7 @@ def attribute_regression(
     try:
         counted = {
             arm: count_instructions(binaries[arm], args, out_dir, arm, launch)
-            for arm in ("baseline", "candidate")
+            for arm in ARMS
         }
         instructions = cost_table("instructions", counted["baseline"], counted["candidate"])
         files += ["baseline.callgrind.out", "candidate.callgrind.out"]

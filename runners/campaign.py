@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runners import __version__
+from runners.attribution import attribute_regression, sandbox_launcher
 from runners.build import BuildError, ProtocolMismatch, build_artifact, toolchain
 from runners.config import CampaignConfig, RowConfig
 from runners.coverage import CoverageError, check_evidence, count_evidence
 from runners.declared import check_declared_exclusions
 from runners.determinism import run_determinism
 from runners.exceptions import ExceptionFileError, load_records, verify_records
-from runners.harness import PreflightError, preflight_flags, row_args
+from runners.harness import PreflightError, help_text, preflight_flags, row_args
+from runners.lifecycles import fixture_trace, run_fixture
 from runners.parity import compare
 from runners.perf import SampleHooks, run_performance
 from runners.placement import correctness_cpu_sets, host_facts, perf_placement
@@ -31,6 +33,8 @@ from runners.report import (
     CoverageCheck,
     CoverageResult,
     ExceptionOutcome,
+    FixtureReport,
+    FixtureStatus,
     PerfVerdict,
     Revision,
     RowReport,
@@ -53,13 +57,12 @@ from runners.revisions import (
 )
 from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable
 from runners.sizes import size_gate
+from runners.symbols import attribute_sizes
 from runners.trace import TraceError, prepare_trace
 
 STANDING_SKIPS = (
     "round-robin routing: excluded from this campaign by the protocol",
     "production-routing timing: needs a separate build without replay-bench; not requested",
-    "Stage 6 forced rare-lifecycle fixtures: not part of the automated campaign",
-    "profiler investigation: run by hand under Samply when a regression needs attribution",
 )
 
 
@@ -89,6 +92,8 @@ class CampaignRequest:
     perf_hooks: SampleHooks | None = None
     sandbox: Sandbox = field(default_factory=Sandbox.default)
     """Where pull-request code runs; also holds the binaries' pinned SHA-256 once they are built."""
+    profile_only: bool = False
+    """`kv-parity profile` / `/parity profile`: correctness, then regression attribution instead of sampling."""
 
     def __post_init__(self) -> None:
         """Absolute paths: git runs in other directories (worktrees), where a relative path means another place."""
@@ -151,6 +156,7 @@ def run_campaign(request: CampaignRequest, progress: ProgressSink | None = None)
                 report.rows.append(run_row(request, prepared, row, work, progress))
             except BinaryMismatch as exc:
                 raise CampaignStop(f"row {row.id}", str(exc), blocking=False) from exc
+        report.fixtures = run_fixtures(request, prepared, report, work, progress)
     except CampaignStop as stop:
         report.stopped = stop.record
         emit(progress, "stopped", f"{stop.record.stage}: {stop.record.reason}")
@@ -160,6 +166,43 @@ def run_campaign(request: CampaignRequest, progress: ProgressSink | None = None)
     report.verdicts = campaign_verdicts(report)
     emit(progress, "done", report.verdicts.summary)
     return report
+
+
+def run_fixtures(request: CampaignRequest, prepared: Prepared, report: CampaignReport, work: Path,
+                 progress: ProgressSink | None) -> list[FixtureReport]:
+    """Stage 6 after the rows: each configured fixture on both revisions (full campaigns only)."""
+    fixtures = request.config.fixtures
+    if request.profile_only:
+        report.skipped.append("Stage 6 fixtures not run: a profile was requested")
+        return []
+    if not fixtures:
+        report.skipped.append("Stage 6 forced rare-lifecycle fixtures: none configured")
+        return []
+    if request.rows:
+        report.skipped.append(f"Stage 6 fixtures not run: only rows {', '.join(request.rows)} were requested")
+        return []
+    try:
+        help_texts = {arm: help_text(prepared.binaries[arm], request.sandbox) for arm in ARMS}
+    except (PreflightError, BinaryMismatch) as exc:
+        raise CampaignStop("fixtures", str(exc), blocking=False) from exc
+    trusted = request.config_ref or prepared.shas["baseline"]
+    results = []
+    for fixture in fixtures:
+        emit(progress, "fixtures", f"{fixture.kind}: determinism, parity, lifecycle assertions", row=fixture.id)
+        try:
+            result = run_fixture(
+                fixture, config=request.config, binaries=prepared.binaries, help_texts=help_texts,
+                trace=lambda f: fixture_trace(f, request.repo, trusted, work / "fixture-traces"),
+                cpu_sets=correctness_cpu_sets(4), workdir=work / f"fixture-{fixture.id}",
+                evidence_dir=request.out_dir / "evidence", sandbox=request.sandbox, exceptions=prepared.exceptions,
+            )
+        except BinaryMismatch as exc:
+            raise CampaignStop(f"fixture {fixture.id}", str(exc), blocking=False) from exc
+        emit(progress, "fixtures", f"{result.status.value}: {result.reason}", row=fixture.id)
+        if result.status == FixtureStatus.UNSUPPORTED:
+            report.skipped.append(f"Stage 6 fixture {fixture.id}: UNSUPPORTED, {result.reason}")
+        results.append(result)
+    return results
 
 
 def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
@@ -233,6 +276,7 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
     differences = gated_build_differences(report)
     report.sizes = size_gate(report.artifact("baseline"), report.artifact("candidate"), config.sizes.max_growth,
                              differences)
+    report.sizes.attribution = attribute_sizes(binaries["baseline"], binaries["candidate"])
     emit(progress, "sizes", report.sizes.reason)
     return Prepared(binaries=binaries, shas=shas, trace=trace, exceptions=exceptions,
                     build_differences=differences)
@@ -316,6 +360,15 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         report.perf_reason = f"correctness not established ({verdict.value})"
         return report
 
+    if request.profile_only:
+        report.perf_reason = "performance not measured: a profile was requested"
+        emit(progress, "attribution", "profiling both arms on the row's CPU (requested)", row=row.id)
+        report.attribution = attribute_regression(
+            prepared.binaries, args, {arm: outcome.canonical[arm].data for arm in ARMS},
+            request.out_dir / "attribution" / row.id, trigger="requested",
+            launch=sandbox_launcher(request.sandbox, perf_placement().cpu_set),
+        )
+        return report
     if prepared.build_differences:
         report.perf_verdict = PerfVerdict.FAIL
         report.perf_reason = build_difference_reason(prepared.build_differences)
@@ -332,4 +385,11 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         perf = perf.model_copy(update={"schedule_path": kept.name})
     report.performance, report.perf_verdict, report.perf_reason = perf, perf.verdict, perf.reason
     report.placement_cpus = placement.cpu_set
+    if perf.verdict == PerfVerdict.FAIL:
+        emit(progress, "attribution", "profiling both arms on the row's CPU (after the gate decided)", row=row.id)
+        report.attribution = attribute_regression(
+            prepared.binaries, args, {arm: outcome.canonical[arm].data for arm in ARMS},
+            request.out_dir / "attribution" / row.id, trigger="performance FAIL",
+            launch=sandbox_launcher(request.sandbox, placement.cpu_set),
+        )
     return report

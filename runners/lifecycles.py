@@ -21,7 +21,16 @@ from runners.demo_trace import generate_demo_trace
 from runners.determinism import run_determinism
 from runners.harness import missing_flags
 from runners.parity import compare
-from runners.report import ARMS, Arm, FixtureAssertion, FixtureReport, FixtureStatus
+from runners.report import (
+    ARMS,
+    Arm,
+    ExceptionOutcome,
+    FixtureAssertion,
+    FixtureReport,
+    FixtureStatus,
+    fixture_status,
+    uncovered_pointers,
+)
 from runners.revisions import show_file
 from runners.sandbox import Sandbox
 from runners.trace import sha256_file
@@ -199,9 +208,13 @@ def run_fixture(
     trace: Callable[[LifecycleFixture], Path],
     cpu_sets: list[list[int]],
     workdir: Path,
+    evidence_dir: Path,
     sandbox: Sandbox | None,
+    exceptions: list[ExceptionOutcome] | None = None,
 ) -> FixtureReport:
-    """Determinism, parity, then the lifecycle assertions on both arms' canonical reports."""
+    """Determinism, parity, then the lifecycle assertions on both arms' canonical reports; mismatching full
+    reports and a focused diff are kept in `evidence_dir` like a row's."""
+    exceptions = exceptions or []
     base = FixtureReport(id=fixture.id, kind=fixture.kind, args=list(fixture.args), status=FixtureStatus.FAIL,
                          reason="", trace=fixture.trace.describe(), trace_sha256=fixture.trace.sha256)
     flags = [word for word in [*fixture.args, *fixture.requires_flags] if word.startswith("--")]
@@ -236,18 +249,19 @@ def run_fixture(
     if outcome.result.unstable_arms:
         return report.model_copy(update={"reason": f"unstable revision: {', '.join(outcome.result.unstable_arms)}"})
     canonical: dict[Arm, Canonical] = outcome.canonical
-    parity = compare(fixture.id, canonical["baseline"], canonical["candidate"], workdir / "mismatch")
+    parity = compare(fixture.id, canonical["baseline"], canonical["candidate"], evidence_dir)
     assertions = {arm: lifecycle_assertions(fixture, canonical[arm].data) for arm in ARMS}
     failed = [f"{arm}: {a.name} ({a.evidence})" for arm in ARMS for a in assertions[arm] if not a.passed]
-    if not parity.identical:
-        reason = f"canonical reports differ at {', '.join(parity.differing_pointers[:3])}"
+    uncovered = uncovered_pointers(fixture.id, parity.differing_pointers, exceptions)
+    if uncovered:
+        reason = f"canonical reports differ at {', '.join(uncovered[:3])} (not covered by a verified exception)"
     elif failed:
         reason = "lifecycle assertion failed: " + failed[0]
+    elif not parity.identical:
+        reason = (f"differences covered by verified exceptions; {len(assertions['candidate'])} lifecycle "
+                  "assertions hold")
     else:
         reason = f"identical on both revisions; {len(assertions['candidate'])} lifecycle assertions hold"
-    return report.model_copy(update={
-        "parity": parity,
-        "assertions": assertions,
-        "status": FixtureStatus.PASS if parity.identical and not failed else FixtureStatus.FAIL,
-        "reason": reason,
-    })
+    decided = report.model_copy(update={"parity": parity, "assertions": assertions, "exceptions": exceptions,
+                                        "reason": reason})
+    return decided.model_copy(update={"status": fixture_status(decided)})

@@ -495,12 +495,104 @@ class PerfResult(_Model):
 # --- Sizes, rows, campaign ----------------------------------------------------------------------------------
 
 
+# --- Size attribution and regression attribution (evidence; they never decide a gate) -----------------
+
+class SymbolDelta(_Model):
+    """One demangled name's footprint in both binaries (all its instances added up)."""
+
+    name: str
+    baseline_bytes: int
+    candidate_bytes: int
+    baseline_instances: int
+    candidate_instances: int
+
+    @property
+    def delta(self) -> int:
+        return self.candidate_bytes - self.baseline_bytes
+
+
+class SymbolGroup(_Model):
+    """Symbols present in only one binary, grouped by generic name (new or removed monomorphizations)."""
+
+    name: str
+    instances: int
+    bytes: int
+
+
+class SizeAttribution(_Model):
+    """Where the size difference between the two binaries sits, by symbol."""
+
+    symbols_read: bool
+    note: str
+    baseline_symbol_bytes: int = 0
+    candidate_symbol_bytes: int = 0
+    growing: list[SymbolDelta] = []
+    shrinking: list[SymbolDelta] = []
+    new_groups: list[SymbolGroup] = []
+    removed_groups: list[SymbolGroup] = []
+
+
+class WorkCounter(_Model):
+    name: str
+    baseline: int
+    candidate: int
+
+
+class WorkComparison(_Model):
+    """Stage "equivalent semantic work": did the candidate do more work, or the same work more slowly?"""
+
+    counters: list[WorkCounter]
+    equivalent: bool
+    summary: str
+
+
+class FunctionDelta(_Model):
+    """One function's (or generic's) self cost in both arms."""
+
+    name: str
+    baseline: int
+    candidate: int
+    instances: int = 1
+    """Distinct functions folded into this row (monomorphizations of one generic)."""
+
+    @property
+    def delta(self) -> int:
+        return self.candidate - self.baseline
+
+
+class CostTable(_Model):
+    """A differential table of self cost by function, largest movers first."""
+
+    metric: str
+    baseline_total: int
+    candidate_total: int
+    movers: list[FunctionDelta]
+    new_functions: list[FunctionDelta]
+    generic_movers: list[FunctionDelta]
+    """The same costs grouped by generic name, where grouping folded two or more instantiations."""
+
+
+class RegressionAttribution(_Model):
+    """What a reviewer needs to act on a performance FAIL: where the added time went, with the evidence files."""
+
+    trigger: str
+    work: WorkComparison | None
+    instructions: CostTable | None
+    samples: CostTable | None
+    findings: list[str]
+    files: list[str]
+    """Artifact file names (flame graphs, raw captures), relative to the attribution directory."""
+    skipped: list[str]
+
+
 class SizeGate(_Model):
     max_growth: float
     binary_growth: float
     text_growth: float
     verdict: GateVerdict
     reason: str
+    attribution: SizeAttribution | None = None
+    """Where the size difference sits, by symbol (always recorded when both binaries were at hand)."""
 
 
 class RowReport(_Model):
@@ -522,6 +614,8 @@ class RowReport(_Model):
     performance: PerfResult | None = None
     perf_verdict: PerfVerdict = PerfVerdict.NOT_RUN
     perf_reason: str = "performance gate not run"
+    attribution: RegressionAttribution | None = None
+    """The protocol's investigation of a performance FAIL (or a requested profile), run after the gate decided."""
 
 
 class StopRecord(_Model):
@@ -561,6 +655,8 @@ class Verdicts(_Model):
 
 class FixtureStatus(StrEnum):
     PASS = "PASS"
+    PASS_WITH_SEMANTIC_EXCEPTIONS = "PASS_WITH_SEMANTIC_EXCEPTIONS"
+    """Every canonical difference is covered by a verified exception record and every assertion holds."""
     FAIL = "FAIL"
     STOPPED = "STOPPED"
     """Could not run: a flag a revision lacks, or a trace that does not match its checksum (maintainers act)."""
@@ -587,25 +683,32 @@ class FixtureReport(_Model):
     determinism: DeterminismResult | None = None
     parity: ParityResult | None = None
     assertions: dict[Arm, list[FixtureAssertion]] = Field(default_factory=dict)
+    exceptions: list[ExceptionOutcome] = Field(default_factory=list)
+    """The campaign's Stage 5 records, which may cover a fixture's differences like a row's."""
 
 
 def fixture_status(fixture: FixtureReport) -> FixtureStatus:
-    """PASS exactly when both arms are stable, byte-identical and every lifecycle assertion holds on both."""
+    """PASS when both arms are stable, byte-identical and every lifecycle assertion holds on both;
+    PASS_WITH_SEMANTIC_EXCEPTIONS when the only differences are covered by verified exception records."""
     if fixture.status in (FixtureStatus.STOPPED, FixtureStatus.UNSUPPORTED):
         return fixture.status
+    parity = fixture.parity
     evidence_ok = (
         fixture.determinism is not None
         and not fixture.determinism.unstable_arms
-        and fixture.parity is not None
-        and fixture.parity.identical
+        and parity is not None
+        and (parity.identical or not uncovered_pointers(fixture.id, parity.differing_pointers, fixture.exceptions))
         and set(fixture.assertions) == set(ARMS)
         and all(a.passed for arm in ARMS for a in fixture.assertions[arm])
     )
-    return FixtureStatus.PASS if evidence_ok else FixtureStatus.FAIL
+    if not evidence_ok or parity is None:
+        return FixtureStatus.FAIL
+    return FixtureStatus.PASS if parity.identical else FixtureStatus.PASS_WITH_SEMANTIC_EXCEPTIONS
 
 
 _FIXTURE_SEMANTICS = {
     FixtureStatus.PASS: SemanticVerdict.PASS,
+    FixtureStatus.PASS_WITH_SEMANTIC_EXCEPTIONS: SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS,
     FixtureStatus.FAIL: SemanticVerdict.FAIL,
     FixtureStatus.STOPPED: SemanticVerdict.BLOCKED,
 }

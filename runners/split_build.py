@@ -61,6 +61,7 @@ from runners.revisions import RevisionError, apply_patch, relationship, resolve_
 from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument, sha256_of
 from runners.sandbox import check as check_sandbox
 from runners.sizes import size_gate
+from runners.symbols import attribute_sizes
 from runners.trace import TraceError, prepare_trace
 
 PLAN_SCHEMA = "kv-parity.plan.v1"
@@ -392,6 +393,8 @@ def assemble_manifest(plan: Plan, plan_sha: str, arm_dirs: dict[Arm, Path], trac
             store_binary(arm_dirs[artifact.arm] / artifact.binary_name, out / BINARY_DIR / artifact.binary_name)
         report.sizes = size_gate(report.artifact("baseline"), report.artifact("candidate"), config.sizes.max_growth,
                                  gated_build_differences(report))
+        report.sizes.attribution = attribute_sizes(
+            *(out / BINARY_DIR / report.artifact(arm).binary_name for arm in ("baseline", "candidate")))
     return BuildManifest(campaign_id=plan.campaign_id, rows=plan.rows, report=report,
                          exceptions=builds["candidate"].exceptions)
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
-from pydantic import BaseModel, ConfigDict
+
+from runners.report import SizeAttribution, SymbolDelta, SymbolGroup
 
 TOP = 10
 
@@ -29,45 +30,6 @@ _V0_DISAMBIGUATOR = re.compile(r"\[[0-9a-f]{1,16}\]")
 _LLVM_SUFFIX = re.compile(r"\.llvm\.\d+$")
 _LLVM_ANONYMOUS = re.compile(r"^anon\.[0-9a-f]+\.\d+$")
 ANONYMOUS = "<LLVM anonymous constants>"
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SymbolDelta(_Model):
-    """One demangled name's footprint in both binaries (all its instances added up)."""
-
-    name: str
-    baseline_bytes: int
-    candidate_bytes: int
-    baseline_instances: int
-    candidate_instances: int
-
-    @property
-    def delta(self) -> int:
-        return self.candidate_bytes - self.baseline_bytes
-
-
-class SymbolGroup(_Model):
-    """Symbols present in only one binary, grouped by generic name (new or removed monomorphizations)."""
-
-    name: str
-    instances: int
-    bytes: int
-
-
-class SizeAttribution(_Model):
-    """Where the size difference between the two binaries sits, by symbol."""
-
-    symbols_read: bool
-    note: str
-    baseline_symbol_bytes: int = 0
-    candidate_symbol_bytes: int = 0
-    growing: list[SymbolDelta] = []
-    shrinking: list[SymbolDelta] = []
-    new_groups: list[SymbolGroup] = []
-    removed_groups: list[SymbolGroup] = []
 
 
 def _raw_symbols(binary: Path) -> list[tuple[str, int]] | None:

@@ -25,6 +25,7 @@ from runners.report import (
     SemanticVerdict,
     campaign_verdicts,
     declared_exclusion_verdict,
+    fixture_status,
     gated_build_differences,
     row_semantic_verdict,
 )
@@ -168,7 +169,8 @@ def _verify_sizes(report: CampaignReport) -> list[str]:
         report.artifact("baseline"), report.artifact("candidate"), report.config.sizes.max_growth,
         gated_build_differences(report),
     )
-    if not _same(report.sizes.model_dump(exclude={"reason"}), expected.model_dump(exclude={"reason"})):
+    evidence = {"reason", "attribution"}  # prose and symbol evidence; the gate is recomputed from the sizes
+    if not _same(report.sizes.model_dump(exclude=evidence), expected.model_dump(exclude=evidence)):
         return [
             f"size gate {report.sizes.verdict.value} ({report.sizes.reason}), recomputed "
             f"{expected.verdict.value} ({expected.reason})"
@@ -180,6 +182,12 @@ def verify_report(report: CampaignReport) -> list[str]:
     """Every disagreement between the report and its recomputation; empty means consistent."""
     problems = [p for row in report.rows for p in _verify_row(report, row)]
     problems.extend(_verify_sizes(report))
+    problems.extend(
+        f"fixture {fixture.id}: stored {fixture.status.value}, recomputed {fixture_status(fixture).value} "
+        "from its determinism, parity and lifecycle assertions"
+        for fixture in report.fixtures
+        if fixture_status(fixture) != fixture.status
+    )
     expected = campaign_verdicts(report)
     if report.verdicts is None:
         problems.append(f"report has no campaign verdicts; recomputed: {expected.summary}")

@@ -32,6 +32,7 @@ def _run(harness: HarnessBuilder, fixture: LifecycleFixture, tmp_path: Path, **c
         trace=lambda f: fixture_trace(f, tmp_path, "unused-for-generated-traces", tmp_path / "traces"),
         cpu_sets=[[0]],
         workdir=tmp_path / "work",
+        evidence_dir=tmp_path / "evidence",
         sandbox=Sandbox.default(),
     )
 
