@@ -478,8 +478,6 @@ def _perf_cell(row: RowReport, threshold: float) -> str:
     numbers = f"{ratio(bounds.median)} [{ratio(bounds.lower)}, {ratio(bounds.upper)}]"
     if perf.dependence is not None:
         return f"{icon(verdict)} {md(perf.dependence.line)}"
-    if perf.dependence is not None:
-        return f"{icon(verdict)} {md(perf.dependence.line)}"
     if diagnostics_breached(perf):
         return f"{icon(verdict)} {verdict.value}: diagnostics breached, bounds not applied"
     relation = {PerfVerdict.PASS: "≤", PerfVerdict.FAIL: ">"}.get(verdict, "straddle")
