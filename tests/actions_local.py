@@ -44,6 +44,10 @@ class LocalRun:
     inputs: dict[str, str]
     variables: dict[str, str]
     run_id: str = "4242"
+    token: str = "ghs_local_run_token"
+    """What `${{ github.token }}` evaluates to (register it with the GitHub stand-in to let publish through)."""
+    api_url: str = "http://127.0.0.1:9"
+    """$GITHUB_API_URL of every step: the GitHub stand-in, or a port nothing listens on."""
     jobs: dict[str, Job] = field(default_factory=dict)
     artifacts: dict[str, int] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
@@ -125,7 +129,7 @@ class LocalRun:
         base_scope: dict[str, Any] = {
             "inputs": self.inputs,
             "vars": self.variables,
-            "github": {"run_id": self.run_id, "token": "ghs_not_a_token", "repository": "acme/widgets"},
+            "github": {"run_id": self.run_id, "token": self.token, "repository": "acme/widgets"},
             "needs": {n: {"outputs": j.outputs, "result": j.result} for n, j in self.jobs.items()},
             "matrix": matrix or {},
         }
@@ -174,6 +178,8 @@ class LocalRun:
             "GITHUB_OUTPUT": str(output_file),
             "GITHUB_REPOSITORY": "acme/widgets",
             "GITHUB_RUN_ID": self.run_id,
+            "GITHUB_API_URL": self.api_url,
+            "GITHUB_ACTIONS": "true",
             **{k: str(v) for k, v in env.items()},
         }
         done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], env=environ,

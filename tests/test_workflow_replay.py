@@ -17,11 +17,15 @@ from runners.config import DEFAULT_CONFIG_PATH
 from runners.demo import commit_change, init_fixture_repo
 from runners.report import CampaignReport, CheckConclusion
 from tests.actions_local import LocalRun
+from tests.fakes.github_api import FakeGitHub
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGN = ROOT / ".github" / "workflows" / "kv-parity-campaign.yml"
 DEMO = ROOT / "runners" / "profiles" / "demo.toml"
 PIN = "kv-parity-bot @ git+https://github.com/acme/kv-parity-bot@" + "0" * 40
+REPO = "acme/widgets"
+TOKEN = "ghs_actions_token"
+APP_ID, INSTALLATION_ID = 15368, 31
 QUICK_PERF = """[perf]
 warmups_per_arm = 1
 pairs = 30
@@ -78,19 +82,31 @@ def test_the_campaign_workflow_runs_end_to_end_and_a_forged_matrix_decides_nothi
                          files={"lib/bench/build.rs": FORGING_BUILD_SCRIPT, "lib/bench/src/lib.rs": lib})
     _git(origin, "checkout", "-q", "main")
 
-    run = LocalRun(
-        CAMPAIGN,
-        origin,
-        tmp_path / "actions",
-        inputs={"campaign_id": "kvp-replay", "base_sha": base, "head_sha": head, "rows": "vllm-agg",
-                "config_ref": base, "pr_number": "7"},
-        variables={"KV_PARITY_BOT_SPEC": PIN},
-    )
-    try:
-        jobs = run.run()
-    except AssertionError:
-        print("\n".join(run.log))
-        raise
+    with FakeGitHub() as fake:
+        fake.add_repo(REPO, origin)
+        fake.register_app(APP_ID, "unused", "github-actions")
+        fake.add_installation(INSTALLATION_ID, APP_ID, [REPO])
+        fake.add_installation_token(TOKEN, INSTALLATION_ID)
+        fake.add_pull(REPO, 7, head, "feature", "main")
+        run = LocalRun(
+            CAMPAIGN,
+            origin,
+            tmp_path / "actions",
+            inputs={"campaign_id": "kvp-replay", "base_sha": base, "head_sha": head, "rows": "vllm-agg",
+                    "config_ref": base, "pr_number": "7"},
+            variables={"KV_PARITY_BOT_SPEC": PIN, "KV_PARITY_MODE": "actions"},
+            token=TOKEN,
+            api_url=fake.url,
+        )
+        try:
+            jobs = run.run()
+        except AssertionError:
+            print("\n".join(run.log[-8:]))
+            raise
+        [check_run] = fake.check_runs(REPO)
+        comments = [comment["body"] for comment in fake.comments(REPO, 7)]
+    assert (check_run["head_sha"], check_run["status"], check_run["conclusion"]) == (head, "completed", "success")
+    assert any("kvp-replay" in body and "semantic PASS" in body for body in comments), comments
     matrix = json.loads(jobs["plan"].outputs["matrix"])
     assert [entry["row"] for entry in matrix["include"]] == ["vllm-agg"]
     assert jobs["plan"].outputs["row_count"] == "1"
