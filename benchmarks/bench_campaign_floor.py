@@ -5,7 +5,10 @@ waves run concurrently on disjoint cores, so each wave costs its slowest process
 sample's process wall time. Everything above the floor is our orchestration: worktrees, checksums, trace
 slicing, canonicalisation, parity, coverage, statistics and writing the report.
 
-    .venv/bin/python benchmarks/bench_campaign_floor.py [--rows vllm-agg] [--out DIR]
+    .venv/bin/python benchmarks/bench_campaign_floor.py [--rows vllm-agg] [--out DIR] [--sandbox bwrap|none]
+
+With the sandbox, each build and process's own time includes its sandbox's setup, so the floor grows with it:
+compare the campaign wall of `--sandbox bwrap` against `--sandbox none` to see what containment costs.
 """
 
 from __future__ import annotations
@@ -17,19 +20,22 @@ from pathlib import Path
 
 from runners.campaign import CampaignRequest, run_campaign
 from runners.demo import demo_config, prepare_demo
+from runners.sandbox import SANDBOX_KINDS, check
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", default="vllm-agg")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--sandbox", choices=SANDBOX_KINDS, default="bwrap")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="kv-parity-floor-"))
     repo, base, head, trace = prepare_demo(out, "identical")
     config = demo_config()
     started = time.monotonic()
     report = run_campaign(CampaignRequest(repo=repo, base=base, head=head, config=config, config_source="bench",
-                                          out_dir=out / "campaign", rows=args.rows.split(","), trace_path=trace))
+                                          out_dir=out / "campaign", rows=args.rows.split(","), trace_path=trace,
+                                          sandbox=check(args.sandbox)))
     wall = time.monotonic() - started
 
     builds = sum(artifact.build_seconds for artifact in report.artifacts)
@@ -44,7 +50,7 @@ def main() -> None:
         if row.performance is not None:
             samples += sum(s.elapsed_s for s in [*row.performance.warmups, *row.performance.samples])
     floor = builds + determinism + samples
-    print(f"verdicts: {report.verdicts.summary if report.verdicts else 'none'}")
+    print(f"sandbox {args.sandbox}; verdicts: {report.verdicts.summary if report.verdicts else 'none'}")
     print("| part | seconds |\n|---|---|")
     print(f"| builds (2 release builds) | {builds:.2f} |")
     print(f"| determinism (waves of concurrent processes) | {determinism:.2f} |")

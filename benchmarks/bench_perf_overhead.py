@@ -12,7 +12,11 @@ fixture harness and reports:
   the same number of processes with none of the bookkeeping, run before and after the campaign so that a
   change in the node's load between the two shows up instead of passing for overhead.
 
-    .venv/bin/python benchmarks/bench_perf_overhead.py [--pairs 60] [--field replay_execution_ms]
+    .venv/bin/python benchmarks/bench_perf_overhead.py [--pairs 60] [--field replay_execution_ms] [--sandbox bwrap|none]
+
+With `--sandbox bwrap` (the default, as campaigns run) the binaries are pinned, so the per-sample re-hash is in
+the orchestrator's time, and the sandbox's setup (bwrap namespaces, setpriv) is in the child's elapsed time
+outside the harness's own wall_time_ms: compare both lines against a `--sandbox none` run.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from runners.harness import row_args
 from runners.perf import run_performance
 from runners.placement import kept_off, perf_placement, pinned_argv
 from runners.report import Arm, Sample
+from runners.sandbox import SANDBOX_KINDS, check, sha256_of
 
 
 def build_fixture(work: Path, **knobs: bool | float | str) -> Path:
@@ -95,13 +100,16 @@ def main() -> None:
         default=1e6,
         help="competing-load limit; the default never invalidates, so sharing nodes cannot block",
     )
+    parser.add_argument("--sandbox", choices=SANDBOX_KINDS, default="bwrap")
     options = parser.parse_args()
+    sandbox = check(options.sandbox)
     with tempfile.TemporaryDirectory(prefix="bench-perf-") as tmp:
         work = Path(tmp)
         built = build_fixture(work)
         binaries: dict[Arm, Path] = {"baseline": work / "baseline", "candidate": work / "candidate"}
-        for path in binaries.values():
+        for arm, path in binaries.items():
             shutil.copy2(built, path)
+            sandbox.pin(path, arm, sha256_of(path))
         args = demo_args(work)
         placement = perf_placement()
         perf = PerfConfig(
@@ -120,6 +128,7 @@ def main() -> None:
             timing_field=options.field,
             placement=placement,
             workdir=work / "perf",
+            sandbox=sandbox,
         )
         wall = time.monotonic() - started
         samples = [*result.warmups, *result.samples]
@@ -131,6 +140,7 @@ def main() -> None:
             f"host: {placement.host.cpu_model}, {placement.host.logical_cpus} logical CPUs, measured cpu "
             f"{placement.cpu_set}; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}"
         )
+        print(f"sandbox: {options.sandbox}")
         print(
             f"campaign: {len(samples)} processes ({len(result.warmups)} warmups), "
             f"verdict {result.verdict.value} ({result.reason.split(';')[0]})"
