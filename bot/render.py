@@ -25,6 +25,7 @@ from runners.progress import ProgressEvent
 from runners.report import (
     CampaignReport,
     CheckConclusion,
+    FixtureStatus,
     GateVerdict,
     PerfResult,
     PerfVerdict,
@@ -52,6 +53,8 @@ ICONS: dict[str, str] = {
     "INCONCLUSIVE": "⚠️",
     "BLOCKED": "⛔",
     "NOT_RUN": "➖",
+    "STOPPED": "⛔",
+    "UNSUPPORTED": "➖",
 }
 CONCLUSION_HEADLINES: dict[str, str] = {
     "success": "✅ Parity holds and no slowdown beyond the threshold",
@@ -569,8 +572,11 @@ def _gate_lines(report: CampaignReport) -> list[tuple[str, str, str]]:
     verdicts = report.verdicts or campaign_verdicts(report)
     threshold = report.config.perf.threshold
     rows = report.rows
+    fixtures_held = [f.id for f in report.fixtures
+                     if f.status in (FixtureStatus.PASS, FixtureStatus.PASS_WITH_SEMANTIC_EXCEPTIONS)]
+    fixtures_note = f"; {len(fixtures_held)} lifecycle fixtures hold" if fixtures_held else ""
     if verdicts.semantic == SemanticVerdict.PASS:
-        semantic_why = f"canonical digests match on {len(rows)}/{len(rows)} rows"
+        semantic_why = f"canonical digests match on {len(rows)}/{len(rows)} rows{fixtures_note}"
     elif verdicts.semantic == SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS:
         ids = sorted({o.record.id for r in rows for o in r.exceptions if o.verified})
         semantic_why = f"every difference is covered by a verified exception ({', '.join(ids)})"
@@ -578,9 +584,12 @@ def _gate_lines(report: CampaignReport) -> list[tuple[str, str, str]]:
         semantic_why = f"stopped at {report.stopped.stage} before any verdict"
     else:
         failed = [r.row.id for r in rows if r.semantic == SemanticVerdict.FAIL]
-        semantic_why = (
-            f"{len(failed)} of {len(rows)} rows failed: {', '.join(failed)}" if failed else "no row ran"
-        )
+        parts = [f"{len(failed)} of {len(rows)} rows failed: {', '.join(failed)}"] if failed else []
+        for status, word in ((FixtureStatus.FAIL, "failed"), (FixtureStatus.STOPPED, "stopped")):
+            ids = [f.id for f in report.fixtures if f.status == status]
+            if ids:
+                parts.append(f"lifecycle fixture{'s' if len(ids) > 1 else ''} {word}: {', '.join(ids)}")
+        semantic_why = "; ".join(parts) or "no row ran"
     perf_rows = {v: [r.row.id for r in rows if r.perf_verdict == v] for v in PerfVerdict}
     perf_why = {
         PerfVerdict.PASS: f"upper bound ≤ {threshold:g} on every row",

@@ -210,7 +210,7 @@ def findings(table: CostTable) -> list[str]:
         if abs(share) < FINDING_FLOOR:
             break
         novelty = " (new in candidate)" if row.baseline == 0 else ""
-        lines.append(f"{row.name}: {row.delta:+,} {table.metric} ({share:+.1%} of the baseline total){novelty}")
+        lines.append(f"`{row.name}`: {row.delta:+,} {table.metric} ({share:+.1%} of the baseline total){novelty}")
     return lines
 
 

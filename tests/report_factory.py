@@ -17,6 +17,7 @@ from collections.abc import Callable
 from statistics import NormalDist
 from typing import Any, Literal
 
+from runners.attribution import compare_work, cost_table, findings
 from runners.config import CampaignConfig, ExpectedEvidence, PerfConfig, RowConfig
 from runners.perf import SETUP_FIELD, arm_order, breaches, classify, finalize, make_schedule, schedule_seed
 from runners.report import (
@@ -29,6 +30,9 @@ from runners.report import (
     DeterminismResult,
     ExceptionOutcome,
     ExceptionRecord,
+    FixtureAssertion,
+    FixtureReport,
+    FixtureStatus,
     HostFacts,
     Invalidation,
     ParityResult,
@@ -37,14 +41,19 @@ from runners.report import (
     Placement,
     PointerDiff,
     ProcessRecord,
+    RegressionAttribution,
     RegressionRun,
     Revision,
     RowReport,
     Sample,
+    SizeAttribution,
     StopRecord,
+    SymbolDelta,
+    SymbolGroup,
     Toolchain,
     TraceEvidence,
     campaign_verdicts,
+    fixture_status,
     row_semantic_verdict,
 )
 from runners.sizes import size_gate
@@ -83,6 +92,7 @@ OUTCOMES: tuple[str, ...] = (
     "blocked_timing_field",
     "blocked_missing_flag",
     "size_fail",
+    "stage6",
 )
 """Every report-bearing outcome; cancelled, superseded, timed-out and bad-config campaigns end without one."""
 
@@ -722,12 +732,42 @@ def _parity_fail() -> CampaignReport:
     return _base_report(config, rows)
 
 
+def _attribution() -> RegressionAttribution:
+    """What the investigation of a hot spot records, built through the real table and findings rules (the
+    costs are callgrind-shaped: mangled names, self instructions)."""
+    work = {"summary": {"num_requests": 5000, "total_input_tokens": 51_200_000, "engine_steps": 80_412},
+            "coverage": {"kv_ingest": {"events": 21_874}, "router_placements": {
+                "prefill": {"immediate": 5000, "queued": 0}, "decode": {"immediate": 5000, "queued": 0}}}}
+    baseline = {
+        "_ZN12dynamo_bench3sim8Prepared3run17he2df2eb5c8846d1bE": 412_000_000,
+        "_ZN12dynamo_bench3sim9busy_work17h9a3f1c2b7d4e5f60E": 980_000_000,
+        "_ZN9hashbrown3map20HashMap$LT$K$C$V$GT$6insert17h4c8e2a9f1b3d7e06E": 61_000_000,
+        "_ZN9hashbrown3map20HashMap$LT$K$C$V$GT$6insert17h7f0e3d2c1b5a4968E": 12_000_000,
+    }
+    candidate = {
+        **baseline,
+        "_ZN12dynamo_bench3sim9busy_work17h9a3f1c2b7d4e5f60E": 981_500_000,
+        "_ZN12dynamo_bench7capture12clone_events17h1d2c3b4a59687f0eE": 143_000_000,
+        "_ZN9hashbrown3map20HashMap$LT$K$C$V$GT$6insert17h4c8e2a9f1b3d7e06E": 79_000_000,
+    }
+    instructions = cost_table("instructions", baseline, candidate)
+    return RegressionAttribution(
+        trigger="performance FAIL",
+        work=compare_work(work, work),
+        instructions=instructions,
+        samples=None,
+        findings=findings(instructions),
+        files=["baseline.callgrind.out", "baseline.flame.svg", "candidate.callgrind.out", "candidate.flame.svg",
+               "differential.flame.svg"],
+        skipped=["sampled profile: perf (linux-perf) is not installed"],
+    )
+
+
 def _perf_fail() -> CampaignReport:
     config = make_config()
-    rows = [
-        _row(0, config.rows[0], perf=_pass_perf(0, config.rows[0])),
-        _row(1, config.rows[1], perf=_perf(1, config.rows[1], PerfVerdict.FAIL, centre=1.118, spread=0.02)),
-    ]
+    failing = _row(1, config.rows[1], perf=_perf(1, config.rows[1], PerfVerdict.FAIL, centre=1.118, spread=0.02))
+    failing.attribution = _attribution()
+    rows = [_row(0, config.rows[0], perf=_pass_perf(0, config.rows[0])), failing]
     return _base_report(config, rows)
 
 
@@ -812,9 +852,88 @@ def _blocked_missing_flag() -> CampaignReport:
 
 def _size_fail() -> CampaignReport:
     config = make_config()
-    return _base_report(
+    report = _base_report(
         config, [_row(i, r, perf=_pass_perf(i, r)) for i, r in enumerate(config.rows)], growth=0.061
     )
+    assert report.sizes is not None
+    report.sizes.attribution = SizeAttribution(
+        symbols_read=True,
+        note="sized function and data symbols: 2,410,112 -> 2,558,976 bytes (+148,864); names demangled, hashes "
+             "removed, generics grouped",
+        baseline_symbol_bytes=2_410_112,
+        candidate_symbol_bytes=2_558_976,
+        growing=[
+            SymbolDelta(name="dynamo_bench::capture::record::<Event>", baseline_bytes=0, candidate_bytes=96_256,
+                        baseline_instances=0, candidate_instances=24),
+            SymbolDelta(name="dynamo_bench::sim::Prepared::run", baseline_bytes=19_212, candidate_bytes=51_020,
+                        baseline_instances=1, candidate_instances=1),
+            SymbolDelta(name="<alloc::vec::Vec<T> as core::clone::Clone>::clone", baseline_bytes=2_140,
+                        candidate_bytes=22_988, baseline_instances=3, candidate_instances=11),
+        ],
+        shrinking=[
+            SymbolDelta(name="dynamo_bench::report::canonical", baseline_bytes=13_756, candidate_bytes=13_500,
+                        baseline_instances=1, candidate_instances=1),
+        ],
+        new_groups=[SymbolGroup(name="dynamo_bench::capture::record", instances=24, bytes=96_256)],
+        removed_groups=[],
+    )
+    return report
+
+
+def _stage6() -> CampaignReport:
+    """Every row passes; the lifecycle fixtures show each status: one passes, one fails its assertion (the
+    candidate stopped releasing queued requests), one is unsupported by the harness."""
+    config = make_config()
+    rows = [_row(i, r, perf=_pass_perf(i, r)) for i, r in enumerate(config.rows)]
+    report = _base_report(config, rows, skipped=["Stage 6 fixture scale-to-zero: UNSUPPORTED, the harness has no "
+                                                 "scale-to-zero control (--planner-scale-to-zero)"])
+    digest = _hex(61)
+
+    def determinism() -> DeterminismResult:
+        return DeterminismResult(
+            runs=[_process(arm, rep, digest, cpu) for cpu, (arm, rep) in
+                  enumerate((a, r) for r in range(2) for a in ("baseline", "candidate"))],
+            digests={"baseline": [digest, digest], "candidate": [digest, digest]},
+            concurrent=True,
+            unstable_arms=[],
+        )
+
+    parity = ParityResult(baseline_digest=digest, candidate_digest=digest, section_digests={}, identical=True,
+                          differing_sections=[], differences=[], differences_total=0, differing_pointers=[])
+    held = [
+        FixtureAssertion(name="bounded pressure: 1-3 events", passed=True, evidence="2 pressure events (2 records)"),
+        FixtureAssertion(name="every preempted request re-admitted", passed=True, evidence="all re-admitted"),
+        FixtureAssertion(name="every request completed", passed=True, evidence="60 requests, all completed"),
+    ]
+    released = FixtureAssertion(
+        name="every queued request released", passed=False,
+        evidence="38 queued requests never released (first: ['00000000-0000-0000-0000-000000000002'])",
+    )
+    queued = FixtureAssertion(name="queued placements > 0", passed=True,
+                              evidence="38 queued placements; 38 requests routed through the queue")
+    fixtures = [
+        FixtureReport(id="preemption-edge", kind="preemption_edge", args=["--num-gpu-blocks", "900"],
+                      trace="demo generator, 60 rows", trace_sha256=_hex(62), status=FixtureStatus.PASS,
+                      reason="identical on both revisions; 3 lifecycle assertions hold", determinism=determinism(),
+                      parity=parity, assertions={"baseline": held, "candidate": held}),
+        FixtureReport(id="router-queueing", kind="router_queueing", args=["--router-queue-threshold", "0.5"],
+                      trace="demo generator, 60 rows", trace_sha256=_hex(62), status=FixtureStatus.FAIL,
+                      reason="lifecycle assertion failed: candidate: every queued request released",
+                      determinism=determinism(), parity=parity,
+                      assertions={"baseline": [queued, released.model_copy(update={
+                          "passed": True, "evidence": "all 38 queued requests left the queue and were admitted "
+                                                      "after their wait"})],
+                                  "candidate": [queued, released]}),
+        FixtureReport(id="scale-to-zero", kind="scale_to_zero", args=[], trace="demo generator, 40 rows",
+                      trace_sha256=_hex(63), status=FixtureStatus.UNSUPPORTED,
+                      reason="the harness has no scale-to-zero control (--planner-scale-to-zero); not emulated "
+                             "with ignored flags"),
+    ]
+    for fixture in fixtures:
+        assert fixture_status(fixture) == fixture.status, fixture.id
+    report.fixtures = fixtures
+    report.verdicts = campaign_verdicts(report)
+    return report
 
 
 BUILDERS: dict[str, Callable[[], CampaignReport]] = {
@@ -828,6 +947,7 @@ BUILDERS: dict[str, Callable[[], CampaignReport]] = {
     "blocked_timing_field": _blocked_timing_field,
     "blocked_missing_flag": _blocked_missing_flag,
     "size_fail": _size_fail,
+    "stage6": _stage6,
 }
 
 

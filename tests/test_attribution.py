@@ -114,7 +114,7 @@ def test_added_work_in_one_function_is_attributed_to_it(
     top = result.instructions.movers[0]
     assert top.name == "dynamo_bench::hotspot::hot_spot"
     assert top.delta > 0.2 * result.instructions.baseline_total
-    assert result.findings[0].startswith("dynamo_bench::hotspot::hot_spot: +")
+    assert result.findings[0].startswith("`dynamo_bench::hotspot::hot_spot`: +")
     assert result.samples is not None, result.skipped
     assert result.samples.movers[0].name == "dynamo_bench::hotspot::hot_spot"
     for name in ("baseline.flame.svg", "candidate.flame.svg", "differential.flame.svg", "candidate.callgrind.out"):
