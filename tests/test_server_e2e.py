@@ -330,7 +330,7 @@ def test_a_rerun_replaces_the_live_campaign_of_its_key_a_label_does_not_and_othe
         post(svc.url, "issue_comment", comment_event("/parity rerun rows=nope"), delivery="bad-rows")
         assert svc.wait_delivery("bad-rows").startswith("invalid: unknown rows ['nope']")
         env.hold.touch()
-        svc.wait_state(S.COMPLETED, count=2)
+        svc.wait_state(S.COMPLETED, count=2, timeout=60)
     assert [r["argv"].count("--rows") for r in env.runs()] == [0, 0, 1]
     assert env.runs()[2]["argv"][env.runs()[2]["argv"].index("--rows") + 1] == "vllm-agg"
     [finished_second] = svc.publisher.of("finished", campaign=second.id)
@@ -440,7 +440,7 @@ def test_push_to_a_labelled_branch_supersedes_the_running_campaign(env: Env) -> 
         [second] = svc.wait_state(S.RUNNING)
         assert second.head_sha == env.head2 and second.trigger == "synchronize"
         assert not process_alive(pid, None)
-        [ended] = svc.publisher.of("ended", campaign=first.id)
+        [ended] = wait_until(lambda: svc.publisher.of("ended", campaign=first.id), "the ending published")
         assert ended["state"] == "superseded" and env.head2[:12] in ended["reason"]
         env.hold.touch()
         svc.wait_state(S.COMPLETED)
@@ -487,7 +487,7 @@ def test_unlabel_and_check_run_buttons(env: Env) -> None:
 
 
 def test_deadline_times_the_campaign_out(env: Env) -> None:
-    with service(env.settings(hold=True, deadline_seconds=8)) as svc:
+    with service(env.settings(hold=True, deadline_seconds=3)) as svc:
         post(svc.url, "pull_request", env.label())
         pid = wait_until(lambda: env.runs(), "runner started")[0]["pid"]
         [timed_out] = svc.wait_state(S.TIMED_OUT)
@@ -670,7 +670,7 @@ def test_argv_contract(env: Env) -> None:
     ]
     pinned = view.model_copy(update={"config_sha": "d" * 40, "config_source": "c @ d (base branch tip)"})
     argv = campaign_argv(["kv-parity", "campaign"], Path("/r"), pinned, Path("/c.toml"), Path("/o"), Path("/p"))
-    assert argv[10:16] == ["/c.toml", "--config-ref", "d" * 40, "--config-source", "c @ d (base branch tip)", "--rows"]
+    assert argv[11:17] == ["/c.toml", "--config-ref", "d" * 40, "--config-source", "c @ d (base branch tip)", "--rows"]
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,6 @@ from starlette.applications import Starlette
 
 from runners.progress import JsonlProgress, emit
 from runners.report import CampaignReport, Revision
-from tests.fakes.github_api import user_id
 
 SECRET = "s3cret-webhook"
 REPO = "acme/widgets"
@@ -70,7 +69,12 @@ def sign(body: bytes, secret: str = SECRET) -> str:
 
 
 def _user(login: str, kind: str = "User") -> dict[str, Any]:
-    """A webhook `user`, with the id the GitHub stand-in gives that login (so payloads and API agree)."""
+    """A webhook `user`, with the id the GitHub stand-in gives that login (so payloads and API agree).
+
+    Imported here, not at the top: the stand-in runner (`python -m tests.webhooks campaign`) must start fast,
+    and the GitHub stand-in's module loads GitHub's OpenAPI description."""
+    from tests.fakes.github_api import user_id
+
     return {"login": login, "id": user_id(login), "type": "Bot" if login.endswith("[bot]") else kind}
 
 
