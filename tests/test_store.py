@@ -52,7 +52,8 @@ def test_wal_and_schema(store: Store) -> None:
     db = sqlite3.connect(store.path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"deliveries", "campaigns", "transitions", "approvals", "seen_heads", "refusal_log", "publications"} <= tables
+    expected = {"deliveries", "campaigns", "transitions", "approvals", "seen_heads", "refusal_log", "publications"}
+    assert expected <= tables
 
 
 def test_deliveries_dedupe_and_order(store: Store) -> None:

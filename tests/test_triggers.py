@@ -210,7 +210,9 @@ COMMENT_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
     (
         "a human whose login is the bot's slug is a human",
         comment("/parity rerun", sender="kv-parity-bot"),
-        Refuse(1, "kv-parity-bot", "none", COMMENT_REFUSAL.replace("reader", "kv-parity-bot").replace("'read'", "'none'")),
+        Refuse(
+            1, "kv-parity-bot", "none", COMMENT_REFUSAL.replace("reader", "kv-parity-bot").replace("'read'", "'none'")
+        ),
         ["kv-parity-bot"],
     ),
     (
