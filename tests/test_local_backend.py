@@ -59,6 +59,7 @@ else:
                            args.head], capture_output=True, text=True)
     record["checkout"] = [done.returncode, done.stderr]
 if args.campaign_id == "kvp-hold":
+    (work / "started").touch()
     deadline = time.monotonic() + 60
     while not (work / "release").exists() and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -157,6 +158,8 @@ def test_the_campaign_process_inherits_no_secret(
     view = _view("kvp-hold", repo, tmp_path / "work")
     assert view.artifact_dir is not None
     handle = backend.start(view, "config = true\n")
+    # Until the new program has set up its stack, the kernel reports an empty environment: wait for it to run.
+    wait_until(lambda: (view.artifact_dir.parent / "started").exists(), "runner started")
     live = Path(f"/proc/{handle.ref}/environ").read_bytes()
     (view.artifact_dir.parent / "release").touch()
     wait_until(lambda: not backend.poll(view, handle).running, "runner ended")
