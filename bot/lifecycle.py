@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from bot.attempts import PriorAttempt
 from bot.dispatch.base import Backend, RunHandle, StartError
 from bot.github import BotIdentity, PullInfo
-from bot.intake import CONFIG_ERROR, Intake
+from bot.intake import Intake
 from bot.resolve import RevisionSource
 from bot.settings import Settings
 from bot.store import ACTIVE_STATES, LIVE_STATES, CampaignState, CampaignView, Delivery, Store
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 S = CampaignState
 PUBLICATION_MAX_ATTEMPTS = 10
-__all__ = ["CONFIG_ERROR", "Lifecycle", "Publisher", "RepoApi", "RepoServices"]
+__all__ = ["Lifecycle", "Publisher", "RepoApi", "RepoServices"]
 
 
 class Publisher(Protocol):
