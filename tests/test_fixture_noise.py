@@ -12,6 +12,9 @@ import math
 import subprocess
 from pathlib import Path
 
+from runners.config import InvalidationRules, PerfConfig
+from runners.perf import run_performance
+from runners.placement import perf_placement
 from tests.conftest import HarnessBuilder
 
 KNOBS: dict[str, float | str] = {
@@ -74,3 +77,31 @@ def test_busy_work_follows_the_campaign_position(
     assert seen["row-x-measured-baseline-p30-a2-0.jsonl"] > seen["row-x-measured-candidate-p29-a0-1.jsonl"]
     again = _units(noisy, demo_row_args, tmp_path / "again-row-x-measured-candidate-p29-a0-1.jsonl")
     assert again == seen["row-x-measured-candidate-p29-a0-1.jsonl"], "the same position always does the same work"
+
+
+def test_the_performance_runner_names_samples_the_way_the_noise_reads_them(
+    harness: HarnessBuilder, demo_row_args: list[str], tmp_path: Path
+) -> None:
+    """Through the real sampler: every measured sample's work matches its pair and position in the schedule."""
+    total = _units(harness.binary(), demo_row_args, tmp_path / "plain-measured-baseline-p0-a0-0.jsonl")
+    noisy = harness.binary(**KNOBS)
+    result = run_performance(
+        row_id="noise",
+        harness_args=demo_row_args,
+        binaries={"baseline": noisy, "candidate": noisy},
+        perf=PerfConfig(
+            pairs=10,
+            warmups_per_arm=1,
+            dependence_batches=2,
+            invalidation=InvalidationRules(max_interference_ms=1e6),  # this test reads work, not time
+        ),
+        timing_field="replay_execution_ms",
+        placement=perf_placement(),
+        workdir=tmp_path / "perf",
+    )
+    measured = [s for s in result.samples if s.kind == "measured"]
+    assert len(measured) == 20
+    for sample in measured:
+        assert sample.pair is not None and sample.timing_record is not None
+        index = 2 * sample.pair + sample.position
+        assert abs(int(str(sample.timing_record["busy_units"])) - _expected(total, index)) <= 1, index
