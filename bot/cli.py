@@ -59,6 +59,7 @@ def _finish(report: CampaignReport, out: Path) -> int:
 
 
 def cmd_campaign(args: argparse.Namespace, *, profile_only: bool = False) -> int:
+    profile_only = profile_only or args.profile_only
     config, source = _config_for(args)
     out = Path(args.out)
     progress: ProgressSink = terminal_progress(_verbosity(args))
@@ -114,6 +115,9 @@ def _add_campaign_arguments(campaign: argparse.ArgumentParser) -> None:
     campaign.add_argument("--campaign-id", help="id recorded in the report (default: random)")
     campaign.add_argument("--progress-jsonl", help="also append progress events to this file")
     campaign.add_argument("--keep-work", action="store_true", help="keep worktrees' binaries and traces")
+    campaign.add_argument("--profile-only", action="store_true",
+                          help="correctness, then regression attribution instead of the performance gate "
+                               "(what `kv-parity profile` does)")
     _add_verbosity(campaign)
     add_sandbox_argument(campaign)
 

@@ -47,6 +47,18 @@ COMMANDS: tuple[CommandSpec, ...] = (
         example="rerun rows=vllm-disagg,sglang-disagg",
     ),
     CommandSpec(
+        name="profile",
+        usage="profile [rows=a,b] [sha=<full 40-hex head sha>]",
+        description=(
+            "Check correctness of the current head like a campaign, then attribute where its time goes instead of "
+            "sampling: work counters, exact per-function instruction counts, cpu-clock stacks and flame graphs of "
+            "both revisions on each row's pinned CPU. A failing performance gate runs this by itself; ask for it "
+            "to look before one does. `rows=` and `sha=` work as for `rerun`."
+        ),
+        who="collaborators with at least the configured permission (default write)",
+        example="profile rows=vllm-disagg",
+    ),
+    CommandSpec(
         name="cancel",
         usage="cancel",
         description="Cancel this pull request's queued and running campaigns.",
@@ -166,7 +178,7 @@ def _parse_line(words: list[str], line: str) -> ParsedCommand | UnknownCommand:
     name, args = words[0].lower(), words[1:]
     if name not in COMMAND_NAMES:
         return UnknownCommand(line, f"unknown subcommand {words[0]!r}")
-    if name != "rerun":
+    if name not in ("rerun", "profile"):
         if args:
             return UnknownCommand(line, f"`{name}` takes no arguments, got {' '.join(args)!r}")
         return ParsedCommand(name=name, line=line)
@@ -185,8 +197,8 @@ def _parse_line(words: list[str], line: str) -> ParsedCommand | UnknownCommand:
                 return UnknownCommand(line, f"`sha=` needs 7 to 40 hex digits, got {value!r}")
             sha = value.lower()
         else:
-            return UnknownCommand(line, f"`rerun` does not understand {arg!r}")
-    return ParsedCommand(name="rerun", rows=rows, sha=sha, line=line)
+            return UnknownCommand(line, f"`{name}` does not understand {arg!r}")
+    return ParsedCommand(name=name, rows=rows, sha=sha, line=line)
 
 
 def parse_commands(body: str, command_word: str = "/parity") -> list[ParsedCommand | UnknownCommand]:

@@ -229,6 +229,13 @@ class Intake:
         pr, original = self._campaign_pr(intent.pr, intent.campaign_id)
         if pr is None:
             return f"ignored: check run of unknown campaign {intent.campaign_id}"
+        if intent.profile and self.backend_name != "local":
+            word = self.settings.command_word
+            reason = f"`{word} profile` runs on the local backend; this service uses {self.backend_name}"
+            fix = ("run `kv-parity profile` on a bare-metal node, or use the attribution a failing performance gate "
+                   "adds to its report by itself")
+            services.publisher.reply(pr, "refused", reason=reason, fix=fix)
+            return f"invalid: {reason}"
         rows = (
             intent.rows if intent.rows is not None else (tuple(original.rows) if original and original.rows else None)
         )
@@ -300,6 +307,8 @@ class Intake:
                 services.publisher.reply(pr, "refused", reason=str(exc), fix=fix)
                 return f"invalid: {exc}"
             rows_key = ",".join(sorted(row.id for row in selected))
+            if isinstance(request, Rerun) and request.profile:
+                rows_key = f"profile:{rows_key}"  # a profile never replaces nor answers for a campaign
             if isinstance(request, Rerun):
                 live = self.store.live_for_key(repo, pr, head_sha, base_sha, rows_key)
                 if live is not None:
@@ -327,6 +336,7 @@ class Intake:
                     config_text=resolution.config_text,
                     config_source=source,
                     config_sha=resolution.config_sha,
+                    mode="profile" if isinstance(request, Rerun) and request.profile else "campaign",
                 )
             )
         except DuplicateCampaign as duplicate:

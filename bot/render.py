@@ -598,6 +598,8 @@ def _gate_lines(report: CampaignReport) -> list[tuple[str, str, str]]:
         PerfVerdict.BLOCKED: f"could not measure {', '.join(perf_rows[PerfVerdict.BLOCKED])}",
         PerfVerdict.NOT_RUN: f"not run: stopped at {report.stopped.stage}"
         if report.stopped
+        else "not measured: a profile was requested (see where the time goes below)"
+        if report.mode == "profile"
         else f"not run on {', '.join(perf_rows[PerfVerdict.NOT_RUN]) or 'any row'}",
     }[verdicts.performance]
     sizes_why = report.sizes.reason if report.sizes else "not measured"
@@ -628,6 +630,10 @@ def headline(report: CampaignReport) -> str:
         and verdicts.semantic == SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS
     ):
         return "☑️ Passed with verified semantic exceptions and no slowdown beyond the threshold"
+    if report.mode == "profile" and verdicts.semantic in (
+        SemanticVerdict.PASS, SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS
+    ):
+        return "🔎 Profile: where the candidate's time goes (requested; no performance gate ran)"
     return CONCLUSION_HEADLINES[verdicts.conclusion.value]
 
 

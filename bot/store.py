@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -121,6 +122,8 @@ class CampaignView(BaseModel):
     config_source: str
     """Where the campaign config was read, e.g. `.github/kv-parity.toml @ <sha> (base branch tip)`."""
     config_sha: str | None = None
+    mode: Literal["campaign", "profile"] = "campaign"
+    """`profile`: requested with `/parity profile` (correctness, then attribution; no performance gate)."""
     """The base branch's tip the config and determinism patch were read at (None: recorded before it was kept)."""
 
 
@@ -150,6 +153,7 @@ class NewCampaign:
     config_text: str
     config_source: str
     config_sha: str | None
+    mode: Literal["campaign", "profile"] = "campaign"
 
 
 class DuplicateCampaign(Exception):
@@ -211,13 +215,14 @@ _ADDED_COLUMNS = {
     "semantic": "TEXT",
     "performance": "TEXT",
     "finished_at": "REAL",
+    "mode": "TEXT NOT NULL DEFAULT 'campaign'",
 }
 """Campaign columns added after the first schema: added in place to a database that lacks them."""
 
 _COLUMNS = (
     "seq, id, repo, pr_number, head_sha, base_sha, relationship, rows, state, check_run_id, "
     "status_comment_id, requested_by, trigger, created_at, deadline, artifact_dir, attempt, reason, "
-    "conclusion, config_source, backend, config_sha"
+    "conclusion, config_source, backend, config_sha, mode"
 )
 
 
@@ -302,6 +307,7 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue):
             config_source,
             backend,
             config_sha,
+            mode,
         ) = row
         state = CampaignState(str(state))
         return CampaignView(
@@ -326,6 +332,7 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue):
             conclusion=None if conclusion is None else str(conclusion),
             config_source=str(config_source),
             config_sha=None if config_sha is None else str(config_sha),
+            mode="profile" if mode == "profile" else "campaign",
         )
 
     def _position(self, seq: int, state: CampaignState, backend: str) -> int | None:
@@ -420,8 +427,8 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue):
                 db.execute(
                     "INSERT INTO campaigns (id, repo, pr_number, head_sha, base_sha, relationship, rows, "
                     "rows_key, state, requested_by, trigger, delivery_id, backend, created_at, reason, "
-                    "config_text, config_source, config_sha) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "config_text, config_source, config_sha, mode) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         campaign_id,
                         new.repo,
@@ -441,6 +448,7 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue):
                         new.config_text,
                         new.config_source,
                         new.config_sha,
+                        new.mode,
                     ),
                 )
                 db.execute(

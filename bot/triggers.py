@@ -45,6 +45,8 @@ class Rerun:
     """Set from a check run's external_id; its rows are reused when `rows` is None."""
     written_at: datetime | None = None
     """When the comment was written: without `sha=`, a fork's head is approved only if seen by then."""
+    profile: bool = False
+    """`/parity profile`: correctness, then regression attribution instead of the performance gate."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,8 @@ def _command_intent(command: ParsedCommand | UnknownCommand, pr: int, sender: st
         return Help(pr, sender, line=command.line, reason=command.reason)
     if command.name == "rerun":
         return Rerun(pr, sender, "comment", rows=command.rows, sha=command.sha, written_at=written_at)
+    if command.name == "profile":
+        return Rerun(pr, sender, "comment", rows=command.rows, sha=command.sha, written_at=written_at, profile=True)
     if command.name == "cancel":
         return Cancel(pr, sender, "comment", f"`cancel` by @{sender}")
     if command.name == "status":

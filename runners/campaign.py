@@ -131,6 +131,7 @@ def new_report(request: CampaignRequest) -> CampaignReport:
         exclusions=list(config.harness.exclusions),
         skipped=list(STANDING_SKIPS),
         sandbox=request.sandbox.record(),
+        mode="profile" if request.profile_only else "campaign",
     )
 
 

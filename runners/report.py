@@ -733,6 +733,8 @@ class CampaignReport(_Model):
     rows: list[RowReport] = Field(default_factory=list)
     fixtures: list[FixtureReport] = Field(default_factory=list)
     """Stage 6 forced rare-lifecycle fixtures; a failed one fails semantic parity."""
+    mode: Literal["campaign", "profile"] = "campaign"
+    """`profile`: requested attribution; rows check correctness and are profiled, no performance gate runs."""
     sizes: SizeGate | None = None
     skipped: list[str] = Field(default_factory=list)
     stopped: StopRecord | None = None

@@ -16,7 +16,16 @@ from runners.config import DEFAULT_CONFIG_PATH, PROFILES_DIR
 from runners.demo import commit_change, init_fixture_repo
 from runners.report import CampaignReport
 from tests.fakes.github_api import FakeGitHub
-from tests.webhooks import REPO, SECRET, post, pull_request_event, register_test_app, serve_app, wait_until
+from tests.webhooks import (
+    REPO,
+    SECRET,
+    comment_event,
+    post,
+    pull_request_event,
+    register_test_app,
+    serve_app,
+    wait_until,
+)
 
 
 def _config_text(trace: Path) -> str:
@@ -96,3 +105,51 @@ def test_labeled_pull_request_runs_the_fixture_campaign_and_publishes_once(
     assert missing.returncode == 1
     rejected = subprocess.run([*history, "--rejected"], capture_output=True, text=True, check=False)
     assert rejected.returncode == 1 and "nothing recorded" in rejected.stderr, "no malformed delivery was sent"
+
+
+def test_parity_profile_attributes_the_candidates_added_work_and_publishes_it(
+        tmp_path: Path, demo_trace: Path) -> None:
+    """`/parity profile` through the real service: correctness, then attribution instead of sampling; the
+    comment names the function the candidate added work to."""
+    repo = tmp_path / "repo"
+    init_fixture_repo(repo)
+    base = commit_change(repo, "add the campaign config", files={DEFAULT_CONFIG_PATH: _config_text(demo_trace)})
+    _git(repo, "checkout", "-q", "-b", "feature")
+    head = commit_change(repo, "perf: more work in one place", knobs={"HOT_SPOT_WORK": 2.0})
+    _git(repo, "checkout", "-q", "main")
+
+    with FakeGitHub() as fake:
+        fake.add_repo(REPO, repo)
+        fake.add_pull(REPO, 8, head, "feature", "main")
+        fake.set_permission(REPO, "maintainer", "write")
+        settings = Settings.model_validate({
+            "webhook_secret": SECRET, "api_base_url": fake.url, "api_seconds_between_requests": 0,
+            "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
+            "work_dir": tmp_path / "work", "local_repo_path": repo, "poll_interval_seconds": 0.1,
+            **register_test_app(fake, tmp_path),
+        })
+        app = create_app(settings, publisher_factory=default_publisher)
+        with serve_app(app) as url:
+            event = comment_event("/parity profile", number=8, sender="maintainer")
+            assert post(url, "issue_comment", event, delivery="profile-8").status_code == 202
+            store: Store = app.state.store
+            [done] = wait_until(
+                lambda: [c for c in store.for_pr(REPO, 8) if c.state in (CampaignState.COMPLETED,
+                                                                          CampaignState.ERRORED)],
+                "the profile finished", timeout=900)
+            wait_until(lambda: store.publications(done.id) == [("finished", "done")], "finished published")
+        assert done.state == CampaignState.COMPLETED, done.reason
+        comments = fake.comments(REPO, 8)
+
+    assert done.mode == "profile" and done.base_sha == base
+    assert done.artifact_dir is not None
+    report = CampaignReport.model_validate_json((done.artifact_dir / "report.json").read_text())
+    assert report.mode == "profile"
+    [row] = report.rows
+    assert row.performance is None and row.perf_reason == "performance not measured: a profile was requested"
+    assert row.attribution is not None and row.attribution.trigger == "requested"
+    assert row.attribution.findings[0].startswith("`dynamo_bench::hotspot::hot_spot`")
+    [result] = [c for c in comments if c["body"].startswith("<!-- kv-parity:result")]
+    assert "🔎 Profile" in result["body"]
+    assert "Where the time went in `vllm-agg`" in result["body"]
+    assert "dynamo_bench::hotspot::hot_spot" in result["body"]

@@ -95,7 +95,7 @@ def test_custom_command_word() -> None:
 
 def test_commands_describe_themselves() -> None:
     """The help is generated from COMMANDS, so every command the parser accepts has its entry."""
-    assert [spec.name for spec in COMMANDS] == ["rerun", "cancel", "status", "help"]
+    assert [spec.name for spec in COMMANDS] == ["rerun", "profile", "cancel", "status", "help"]
     for spec in COMMANDS:
         assert spec.usage.startswith(spec.name) and spec.description and spec.who
         [parsed] = parse_commands(f"/parity {spec.example}")
@@ -144,3 +144,12 @@ def test_commands_hidden_in_html_are_ignored(body: str) -> None:
 )
 def test_visible_commands_next_to_html_still_count(body: str) -> None:
     assert parse_commands(body) == [RERUN]
+
+
+def test_profile_takes_rows_and_a_full_sha_like_rerun() -> None:
+    head = "0123456789abcdef0123456789abcdef01234567"
+    [command] = parse_commands(f"/parity profile rows=vllm-agg sha={head}")
+    assert isinstance(command, ParsedCommand)
+    assert (command.name, command.rows, command.sha) == ("profile", ("vllm-agg",), head)
+    [unknown] = parse_commands("/parity profile now")
+    assert isinstance(unknown, UnknownCommand) and "`profile` does not understand 'now'" in unknown.reason

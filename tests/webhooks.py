@@ -302,6 +302,7 @@ def _campaign(argv: list[str]) -> int:
     parser.add_argument("--config-ref")
     parser.add_argument("--config-source", required=True)
     parser.add_argument("--rows")
+    parser.add_argument("--profile-only", action="store_true")
     parser.add_argument("--out", required=True)
     parser.add_argument("--campaign-id", required=True)
     parser.add_argument("--progress-jsonl", required=True)

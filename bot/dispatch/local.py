@@ -1,11 +1,13 @@
 """Local backend: the real campaign as a subprocess on this machine (demos, tests, single-node users).
 
 argv contract (a list, never a shell): `<prefix> --sandbox bwrap|none --repo <clone> --base <sha> --head <sha>
---config <file> [--config-ref <sha>] --config-source <text> [--rows a,b] --out <dir> --campaign-id <id>
---progress-jsonl <file>`. `--config-ref` is the base branch tip the config was read at (the determinism patch
-is read there too), `--config-source` what the report says about it (never the temporary file). The prefix
-defaults to `kv-parity campaign` and `settings.local_campaign_argv` replaces it. Exit 2 means a usage/config error and
-no report; any other exit must leave `<out>/report.json`, which is validated with `CampaignReport`.
+--config <file> [--config-ref <sha>] --config-source <text> [--rows a,b] [--profile-only] --out <dir>
+--campaign-id <id> --progress-jsonl <file>`; `--profile-only` (a `/parity profile` request) checks correctness and
+attributes where the time goes instead of sampling. `--config-ref` is the base branch tip the config was read at
+(the determinism patch is read there too), `--config-source` what the report says about it (never the
+temporary file). The prefix defaults to `kv-parity campaign` and `settings.local_campaign_argv` replaces it.
+Exit 2 means a usage/config error and no report; any other exit must leave `<out>/report.json`, which is
+validated with `CampaignReport`.
 
 Containment (issue 9): the campaign builds and runs pull-request code, so it gets nothing of the service's.
 - Its environment is allow-listed (`CAMPAIGN_ENV`): never `KV_PARITY_*` (webhook secret, key path, token),
@@ -121,6 +123,8 @@ def campaign_argv(
     argv += ["--config-source", campaign.config_source]
     if campaign.rows:
         argv += ["--rows", ",".join(campaign.rows)]
+    if campaign.mode == "profile":
+        argv.append("--profile-only")
     return argv + ["--out", str(out_dir), "--campaign-id", campaign.id, "--progress-jsonl", str(progress)]
 
 
