@@ -93,6 +93,7 @@ OUTCOMES: tuple[str, ...] = (
     "blocked_missing_flag",
     "size_fail",
     "stage6",
+    "profile",
 )
 """Every report-bearing outcome; cancelled, superseded, timed-out and bad-config campaigns end without one."""
 
@@ -880,6 +881,21 @@ def _size_fail() -> CampaignReport:
     return report
 
 
+def _profile() -> CampaignReport:
+    """`/parity profile`: both rows pass correctness, no sampling, the attribution of each row is the result."""
+    config = make_config()
+    rows = []
+    for index, row_config in enumerate(config.rows):
+        row = _row(index, row_config, perf=None)
+        row.perf_reason = "performance not measured: a profile was requested"
+        row.attribution = _attribution().model_copy(update={"trigger": "requested"})
+        rows.append(row)
+    report = _base_report(config, rows)
+    report.mode = "profile"
+    report.verdicts = campaign_verdicts(report)
+    return report
+
+
 def _stage6() -> CampaignReport:
     """Every row passes; the lifecycle fixtures show each status: one passes, one fails its assertion (the
     candidate stopped releasing queued requests), one is unsupported by the harness."""
@@ -948,6 +964,7 @@ BUILDERS: dict[str, Callable[[], CampaignReport]] = {
     "blocked_missing_flag": _blocked_missing_flag,
     "size_fail": _size_fail,
     "stage6": _stage6,
+    "profile": _profile,
 }
 
 
