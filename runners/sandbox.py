@@ -177,7 +177,8 @@ class Sandbox:
             elif path.parent.is_dir() and path.parent not in writable:
                 writable.append(path.parent)
         self.hand_over(*writable)
-        return Run(argv=argv, read_only=tuple(read_only), writable=tuple(writable), as_pid_1=as_pid_1,
+        # /proc of the sandbox's own pid namespace: harnesses read their own CPU time and RSS there.
+        return Run(argv=argv, read_only=tuple(read_only), writable=tuple(writable), proc=True, as_pid_1=as_pid_1,
                    info_fd=info_fd)
 
     # --- commands -----------------------------------------------------------------------------------------
