@@ -36,6 +36,10 @@ Behaviour decisions, where GitHub is ambiguous or where the stand-in simplifies:
 * User ids are a stable function of the login (``user_id``), so webhook payloads a test builds carry
   the ids the API answers with; ``github-actions[bot]`` is 41898282 as on github.com. ``GET
   /users/{login}`` answers for any login (the stand-in has no user directory).
+* Every request it accepts and every answer it gives is checked against GitHub's published OpenAPI
+  description (tests/fakes/openapi.py); fields of an answer the stand-in does not model are filled in
+  from GitHub's documented example of that answer. Departures fail the test (``check_conformance``,
+  run by ``reset`` and on exit).
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from tests.fakes.openapi import github_openapi
 
 DOCS_URL = "https://docs.github.com/rest"
 CHECK_STATUSES = ("queued", "in_progress", "completed", "waiting", "requested", "pending")
@@ -133,6 +139,17 @@ class _HTTPError(Exception):
 
     def response(self) -> Response:
         return JSONResponse(self.body, status_code=self.status, headers=self.headers)
+
+
+def _permission_flags(role: str) -> dict[str, bool]:
+    """The collaborator's `permissions` booleans for a role, as GitHub derives them."""
+    rank = ROLES[::-1].index(role) if role in ROLES else 0
+    return {
+        flag: rank >= ROLES[::-1].index(least)
+        for flag, least in (
+            ("pull", "read"), ("triage", "triage"), ("push", "write"), ("maintain", "maintain"), ("admin", "admin")
+        )
+    }
 
 
 def _not_found() -> _HTTPError:
@@ -366,8 +383,12 @@ class FakeGitHub:
         self.reset()
 
     def reset(self) -> None:
-        """Forget all state and recorded calls, so one running server can serve many tests."""
+        """Forget all state and recorded calls, so one running server can serve many tests (after failing on
+        any departure from GitHub's OpenAPI description the previous test caused)."""
+        if hasattr(self, "violations"):
+            self.check_conformance()
         with self._lock:
+            self.violations: list[str] = []
             self._ids = itertools.count(1001)
             self._repos: dict[str, _Repo] = {}
             self._tokens: dict[str, _Identity] = {}
@@ -404,6 +425,8 @@ class FakeGitHub:
         if self._server is not None and self._thread is not None:
             self._server.should_exit = True
             self._thread.join(timeout=10)
+        if exc_type is None:
+            self.check_conformance()
 
     # ----------------------------------------------------------------- seeding
 
@@ -671,9 +694,46 @@ class FakeGitHub:
             response = await run_in_threadpool(self._handle, method, path, headers, query, body, bad_json)
         except _HTTPError as error:
             response = error.response()
+        response = self._conform(method, path, query, body, response)
         with self._lock:
             replaced = self._take_injected(method, path, self._failures_after)
         return response if replaced is None else replaced
+
+    def _conform(
+        self, method: str, path: str, query: dict[str, str], body: Any, response: Response
+    ) -> Response:
+        """The answer completed from GitHub's documented example of it (fields the stand-in does not model),
+        recording where the accepted request or the answer departs from GitHub's OpenAPI description
+        (tests/fakes/openapi.py). The stand-in's own routes (GraphQL, artifact blobs) are not REST API."""
+        if path == "/graphql" or path.startswith("/_blobs/"):
+            return response
+        described = github_openapi()
+        operation = described.operation(method, path)
+        if operation is None:
+            problems = [] if response.status_code == 404 else ["no such operation in GitHub's REST API"]
+        else:
+            problems = [] if response.status_code >= 400 else described.check_request(operation, query, body)
+            answer = json.loads(response.body) if response.body else None
+            if answer is not None and response.status_code < 300:
+                completed = described.complete(operation, response.status_code, answer)
+                if completed != answer:
+                    headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+                    response = JSONResponse(completed, status_code=response.status_code, headers=headers)
+                    answer = completed
+            problems += described.check_response(operation, response.status_code, answer)
+        with self._lock:
+            self.violations += [f"{method} {path} -> {response.status_code}: {problem}" for problem in problems]
+        return response
+
+    def check_conformance(self) -> None:
+        """Fail naming every departure from GitHub's OpenAPI description seen since the last check."""
+        with self._lock:
+            found, self.violations = self.violations, []
+        if found:
+            raise AssertionError(
+                f"the GitHub stand-in departed from GitHub's OpenAPI description {len(found)} time(s):\n  "
+                + "\n  ".join(found[:40])
+            )
 
     def _take_injected(
         self,
@@ -844,6 +904,7 @@ class FakeGitHub:
             "html_url": f"https://github.com/{full_name}",
             "url": f"{self.url}/repos/{full_name}",
             "default_branch": known.default_branch if known else "main",
+            "language": None,
         }
 
     def _check_run_json(self, repo: _Repo, run: dict[str, Any]) -> dict[str, Any]:
@@ -897,11 +958,11 @@ class FakeGitHub:
         assert ctx.identity is not None
         if ctx.identity.kind != "user":
             raise _HTTPError(403, "Resource not accessible by integration")
-        return JSONResponse(self._user(ctx.identity.login))
+        return JSONResponse({**self._user(ctx.identity.login), "user_view_type": "private"})
 
     @_route("GET", r"/users/(?P<login>[^/]+)")
     def _get_named_user(self, ctx: _Ctx) -> Response:
-        return JSONResponse(self._user(ctx.params["login"]))
+        return JSONResponse({**self._user(ctx.params["login"]), "user_view_type": "public"})
 
     @_route("GET", r"/app", auth="jwt")
     def _get_app(self, ctx: _Ctx) -> Response:
@@ -1019,7 +1080,11 @@ class FakeGitHub:
         login = ctx.params["login"]
         role = repo.permissions.get(login.lower(), "none" if repo.private else "read")
         return JSONResponse(
-            {"permission": LEGACY_PERMISSION.get(role, role), "role_name": role, "user": self._user(login)}
+            {
+                "permission": LEGACY_PERMISSION.get(role, role),
+                "role_name": role,
+                "user": {**self._user(login), "role_name": role, "permissions": _permission_flags(role)},
+            }
         )
 
     @_route("GET", _REPO + r"/compare/(?P<basehead>.+)")
@@ -1106,6 +1171,11 @@ class FakeGitHub:
             "git_url": f"{self.url}/repos/{repo.full_name}/git/blobs/{sha}",
             "html_url": f"https://github.com/{repo.full_name}/blob/{ref}/{path}",
             "download_url": f"https://raw.githubusercontent.com/{repo.full_name}/{ref}/{path}",
+            "_links": {
+                "self": f"{self.url}/repos/{repo.full_name}/contents/{path}?ref={ref}",
+                "git": f"{self.url}/repos/{repo.full_name}/git/blobs/{sha}",
+                "html": f"https://github.com/{repo.full_name}/blob/{ref}/{path}",
+            },
         }
 
     @_route("GET", _REPO + r"/git/blobs/(?P<sha>[0-9a-f]{40})")
@@ -1244,7 +1314,11 @@ class FakeGitHub:
             "output": None,
             "actions": [],
             "check_suite": {"id": run_id + 1},
-            "app": {"id": app.id, "slug": app.slug, "name": app.slug} if app else None,
+            "app": (
+                {"id": app.id, "slug": app.slug, "name": app.slug, "owner": self._user(repo.full_name.split("/")[0])}
+                if app
+                else None
+            ),
             "pull_requests": [],
         }
         self._apply_check_run(run, body)
