@@ -231,8 +231,9 @@ class PerfConfig(_Strict):
     dependence_method: Literal["batch_iut", "none"] = "batch_iut"
     """Applied only when a dependence diagnostic breaches: `batch_iut` gates contiguous batches of pairs each
     by exact order statistics and combines them as an intersection-union test; `none` reports INCONCLUSIVE."""
-    dependence_batches: int = Field(3, ge=2)
-    """Number of contiguous batches of equal size the batch IUT splits the pairs into, in run order."""
+    dependence_batches: int | None = Field(None, ge=2)
+    """Contiguous batches (in run order, sizes differing by at most one) the batch IUT splits the pairs into;
+    unset means max(2, pairs // 20), i.e. batches of at least 20 pairs: three for the protocol's 60."""
 
     @field_validator("pairs")
     @classmethod
@@ -241,21 +242,21 @@ class PerfConfig(_Strict):
             raise ValueError("pairs must be even so the schedule is balanced between arm orders")
         return value
 
+    def batch_count(self) -> int:
+        """The declared number of batches, or the default derived from `pairs`."""
+        return self.dependence_batches or max(2, self.pairs // 20)
+
     @model_validator(mode="after")
     def _batches_can_decide(self) -> PerfConfig:
-        """Each batch must be equal-sized and large enough for an exact one-sided bound at `confidence`."""
+        """The smallest batch must be large enough for an exact one-sided bound at `confidence`."""
         if self.dependence_method == "none":
             return self
-        size, left = divmod(self.pairs, self.dependence_batches)
-        if left:
+        smallest = self.pairs // self.batch_count()
+        if 0.5**smallest > 1 - self.confidence:
             raise ValueError(
-                f"dependence_batches={self.dependence_batches} does not divide pairs={self.pairs} into equal batches"
-            )
-        if 0.5**size > 1 - self.confidence:
-            raise ValueError(
-                f"batches of {size} pairs cannot give a one-sided {self.confidence:.0%} order-statistic bound "
-                f"(even the smallest ratio covers the median with probability only {1 - 0.5**size:.4f}); "
-                "use fewer dependence_batches"
+                f"batches of {smallest} pairs cannot give a one-sided {self.confidence:.0%} order-statistic bound "
+                f"(even the smallest ratio covers the median with probability only {1 - 0.5**smallest:.4f}); "
+                "declare fewer dependence_batches or more pairs"
             )
         return self
 

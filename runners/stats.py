@@ -317,30 +317,40 @@ def batch_iut(ratios: list[float], perf: PerfConfig, breached: list[str]) -> Dep
     FAIL only when every batch's lower bound exceeds the threshold, PASS only when every batch's upper bound
     is at most it, otherwise INCONCLUSIVE (BATCH_IUT_ASSUMPTION says why this keeps the level).
     """
-    size = len(ratios) // perf.dependence_batches
-    if size < 1 or len(ratios) % perf.dependence_batches:
-        raise ValueError(
-            f"{len(ratios)} ratios do not split into {perf.dependence_batches} equal contiguous batches"
+    count = perf.batch_count()
+    edges = [index * len(ratios) // count for index in range(count + 1)]
+    sizes = [end - start for start, end in zip(edges, edges[1:], strict=False)]
+    shape = f"{count}×{sizes[0]}" if len(set(sizes)) == 1 else f"{count} batches of {min(sizes)}–{max(sizes)}"
+    head = f"diagnostics breached ({', '.join(breached)}) → batch IUT over {shape} pairs applied"
+    if 0.5 ** min(sizes) > 1 - perf.confidence:
+        return DependenceResult(
+            method="batch_iut",
+            assumption=BATCH_IUT_ASSUMPTION,
+            batches=[],
+            verdict=PerfVerdict.INCONCLUSIVE,
+            line=f"{head}: INCONCLUSIVE, batches of {min(sizes)} pairs are too small for an exact "
+            f"{perf.confidence:.0%} bound",
         )
     batches = []
-    for index in range(perf.dependence_batches):
-        chunk = ratios[index * size : (index + 1) * size]
-        result = bounds(chunk, perf.confidence)
+    for index, (start, end) in enumerate(zip(edges, edges[1:], strict=False)):
+        result = bounds(ratios[start:end], perf.confidence)
         batches.append(
             BatchBounds(
                 batch=index,
-                first_pair=index * size,
-                last_pair=(index + 1) * size - 1,
+                first_pair=start,
+                last_pair=end - 1,
                 bounds=result,
                 verdict=gate(result, perf.threshold),
             )
         )
     verdicts = {b.verdict for b in batches}
     verdict = verdicts.pop() if len(verdicts) == 1 else PerfVerdict.INCONCLUSIVE
-    lower_index, upper_index = batches[0].bounds.lower_index, batches[0].bounds.upper_index
-    lowers = _values(f"batch lower bounds X({lower_index})", [b.bounds.lower for b in batches])
-    uppers = _values(f"upper bounds X({upper_index})", [b.bounds.upper for b in batches])
-    head = f"diagnostics breached ({', '.join(breached)}) → batch IUT over {len(batches)}×{size} pairs applied"
+    lower_indices = {b.bounds.lower_index for b in batches}
+    upper_indices = {b.bounds.upper_index for b in batches}
+    lower_label = f" X({lower_indices.pop()})" if len(lower_indices) == 1 else ""
+    upper_label = f" X({upper_indices.pop()})" if len(upper_indices) == 1 else ""
+    lowers = _values(f"batch lower bounds{lower_label}", [b.bounds.lower for b in batches])
+    uppers = _values(f"upper bounds{upper_label}", [b.bounds.upper for b in batches])
     threshold = f"{perf.threshold:g}"
     if verdict == PerfVerdict.FAIL:
         line = f"{head}: FAIL with every batch lower bound > {threshold} ({lowers})"

@@ -207,12 +207,27 @@ def test_batches_are_contiguous_in_run_order() -> None:
 
 
 def test_method_is_declared_on_by_default_and_batches_are_validated() -> None:
-    assert PerfConfig().dependence_method == "batch_iut" and PerfConfig().dependence_batches == 3
-    with pytest.raises(ValueError, match="does not divide pairs=60"):
-        PerfConfig(dependence_batches=7)
+    assert PerfConfig().dependence_method == "batch_iut" and PerfConfig().batch_count() == 3
+    assert PerfConfig(pairs=10).batch_count() == 2, "short series still get two batches of five"
+    assert PerfConfig(pairs=100).batch_count() == 5 and PerfConfig(dependence_batches=4).batch_count() == 4
     with pytest.raises(ValueError, match="batches of 4 pairs cannot give"):
         PerfConfig(pairs=20, dependence_batches=5)
     assert PerfConfig(pairs=20, dependence_batches=5, dependence_method="none").dependence_method == "none"
+
+
+def test_uneven_batches_differ_by_at_most_one_pair_and_cover_every_pair() -> None:
+    result = batch_iut([1.2] * 62, PerfConfig(pairs=62), ["x"])
+    assert [(b.first_pair, b.last_pair) for b in result.batches] == [(0, 19), (20, 40), (41, 61)]
+    assert result.verdict == PerfVerdict.FAIL
+    assert "3 batches of 20–21 pairs" in result.line and "X(6)" not in result.line
+
+
+def test_batches_too_small_for_an_exact_bound_cannot_decide() -> None:
+    """A config copied without validation (as tests and tools do) still never raises or decides blindly."""
+    perf = PerfConfig().model_copy(update={"pairs": 20, "dependence_batches": 5})
+    result = batch_iut([1.3] * 20, perf, ["x"])
+    assert result.verdict == PerfVerdict.INCONCLUSIVE and result.batches == []
+    assert "batches of 4 pairs are too small for an exact 95% bound" in result.line
 
 
 def test_config_errors_name_the_key() -> None:
@@ -220,7 +235,7 @@ def test_config_errors_name_the_key() -> None:
     assert "[sizes]" in text
     for line, key in (
         ('dependence_method = "block_bootstrap"', "perf.dependence_method"),
-        ("dependence_batches = 7", "perf: Value error, dependence_batches=7"),
+        ("dependence_batches = 13", "perf: Value error, batches of 4 pairs cannot give"),
     ):
         with pytest.raises(ConfigError, match=re.escape(key)):
             parse_config(text.replace("[sizes]", f"{line}\n\n[sizes]"), "demo.toml")
