@@ -2,7 +2,8 @@
 
 Keeping every call here means retry/backoff, error translation and logging are decided once, and
 the rest of the bot deals in small frozen models instead of live PyGithub objects (which fetch,
-and can fail, lazily on attribute access).
+and can fail, lazily on attribute access). GitHubGateway is composed by responsibility: the transport
+(clients, retry policy, identity), repository reads, checks and comments, and Actions calls.
 """
 
 from __future__ import annotations
@@ -262,15 +263,14 @@ def _comment_info(comment: IssueComment) -> CommentInfo:
     )
 
 
-class GitHubGateway:
-    """GitHub access for one repository, with bounded retries on transient failures.
+class GitHubTransport:
+    """How the gateway talks to GitHub: clients and credentials, one retry policy, and who the bot is.
 
     Retried: 5xx, connection errors/timeouts, and rate limits (403/429) whose requested wait
     (``Retry-After``, else ``x-ratelimit-reset``, else one minute) fits in ``max_wait``; waiting
     longer would stall the bot, so those surface as :class:`GitHubRetryLaterError` at once (and calls
     are refused without a request until then). Other failures are translated and raised on the first
-    attempt. Comment creation looks for the comment a failed POST may have made before posting again;
-    dispatches are retried as they are.
+    attempt.
 
     ``sleep`` and ``clock`` are injectable so tests can observe waits without waiting. PyGithub's
     own pacing (``seconds_between_*``) follows GitHub's advice to space out mutating calls.
@@ -481,7 +481,9 @@ class GitHubGateway:
                 self._identity = self._call(f"GET /users/{login}", lambda: _identity_of(self._github.get_user(login)))
         return self._identity
 
-    # ----------------------------------------------------------------- repository reads
+
+class RepositoryReads(GitHubTransport):
+    """What the bot reads of the repository: pull requests, merge bases, permissions, files."""
 
     def pull(self, number: int) -> PullInfo:
         def fetch() -> PullInfo:
@@ -548,7 +550,12 @@ class GitHubGateway:
         blob = self._call(f"GET blob {content.sha}", lambda: self._repo.get_git_blob(content.sha))
         return base64.b64decode(blob.content)
 
-    # ----------------------------------------------------------------- check runs
+
+class ChecksAndComments(GitHubTransport):
+    """What the bot writes where people read it: check runs and issue comments.
+
+    Comment creation looks for the comment a failed POST may have made before posting again.
+    """
 
     def create_check_run(
         self,
@@ -602,7 +609,6 @@ class GitHubGateway:
             lambda: self._repo.get_check_run(check_run_id).edit(**kwargs),
         )
 
-    # ----------------------------------------------------------------- comments
 
     def _comment(self, comment_id: int) -> IssueComment:
         return IssueComment(self._requester, url=f"{self._repo.url}/issues/comments/{comment_id}")
@@ -665,7 +671,10 @@ class GitHubGateway:
         if not (data.get("minimizedComment") or {}).get("isMinimized"):
             raise GitHubError(f"comment {node_id} was not minimized", body=data)
 
-    # ----------------------------------------------------------------- Actions
+
+class ActionsCalls(GitHubTransport):
+    """The Actions backend's calls: dispatch a workflow, follow its run and jobs, cancel it, fetch its
+    artifact (dispatches are retried as they are: GitHub returns no id to look one up by)."""
 
     def dispatch_workflow(self, workflow_file: str, ref: str, inputs: Mapping[str, str]) -> None:
         self._call(
@@ -800,3 +809,7 @@ class GitHubGateway:
                 return b"".join(chunks)
 
         return self._call(f"download artifact {name!r}", fetch)
+
+
+class GitHubGateway(RepositoryReads, ChecksAndComments, ActionsCalls):
+    """The bot's only door to GitHub, for one repository: every call under the transport's retry policy."""
