@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from bot.attempts import PriorAttempt
 from bot.dispatch.base import Backend, RunHandle, StartError
-from bot.github import BotIdentity, PullInfo
+from bot.github import BotIdentity, GitHubRetryLaterError, Interrupted, PullInfo
 from bot.intake import Intake
 from bot.resolve import RevisionSource
 from bot.settings import Settings
@@ -298,15 +298,19 @@ class Lifecycle:
         for publication in self.store.due_publications(self.clock()):
             try:
                 self._publish(publication)
+            except Interrupted:
+                return  # the service is stopping: still due, published after the restart
             except Exception as exc:
                 attempts = publication.attempts + 1
                 log.exception("campaign %s: publishing %s failed", publication.campaign_id, publication.kind)
+                # GitHub asked for a long wait (GitHubRetryLaterError): due then, and not held against it.
+                later = exc.not_before if isinstance(exc, GitHubRetryLaterError) else None
                 self.store.publication_failed(
                     publication.campaign_id,
                     publication.kind,
                     f"{type(exc).__name__}: {exc}",
-                    self.clock() + min(5.0 * 2**attempts, 600.0),
-                    give_up=attempts >= PUBLICATION_MAX_ATTEMPTS,
+                    max(self.clock() + min(5.0 * 2**attempts, 600.0), later or 0.0),
+                    give_up=attempts >= PUBLICATION_MAX_ATTEMPTS and later is None,
                 )
             else:
                 self.store.publication_done(publication.campaign_id, publication.kind)

@@ -882,3 +882,32 @@ def test_a_502_after_the_comment_was_created_leaves_one_comment(env: Env) -> Non
     assert len(posts) == len(comments) >= 2, "each comment posted once, the 502s notwithstanding"
     openings = [c["body"].split("\n", 1)[0] for c in comments]
     assert len(set(openings)) == len(openings)
+
+
+def test_a_publication_github_asks_to_delay_is_rescheduled_for_then_not_given_up(env: Env) -> None:
+    from bot.server import default_publisher
+
+    settings = env.settings(hold=True, **register_test_app(env.fake, env.tmp))
+    app = create_app(settings, publisher_factory=default_publisher)
+    with serve_app(app) as url:
+        post(url, "pull_request", env.label())
+        store: Store = app.state.store
+        wait_until(lambda: env.fake.check_runs(REPO) and env.runs(), "check run opened and campaign running")
+        limited = secondary_rate_limit(retry_after=90)
+        for method, path in (("PATCH", r"/check-runs/"), ("POST", r"/comments$"), ("PATCH", r"/comments/")):
+            env.fake.inject_failures(method, path, [limited])
+        env.hold.touch()
+        [done] = wait_until(lambda: [c for c in store.for_pr(REPO, 1) if c.state == S.COMPLETED], "completed")
+        with sqlite3.connect(settings.db_path) as db:
+            row = wait_until(
+                lambda: db.execute(
+                    "SELECT status, not_before, error FROM publications WHERE campaign_id = ? AND kind = 'finished' "
+                    "AND error IS NOT NULL",
+                    (done.id,),
+                ).fetchone(),
+                "the finished publication deferred",
+            )
+    status, not_before, error = row
+    assert status == "pending" and error.startswith("GitHubRetryLaterError")
+    assert not_before > time.time() + 60, "due when GitHub said, not after the 10 s backoff"
+    assert env.fake.check_runs(REPO)[0]["status"] != "completed", "nothing sent while GitHub asked to wait"
