@@ -402,6 +402,7 @@ class FakeGitHub:
     # ----------------------------------------------------------------- lifecycle
 
     def __enter__(self) -> Self:
+        github_openapi()  # fails here, saying how to install it, when GitHub's description is missing
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         # Accepted connections inherit this; without it h11 writes head and body separately and
         # Nagle plus delayed ACKs add ~40 ms to every response.
