@@ -132,6 +132,21 @@ def test_a_declared_oversized_body_is_refused_before_it_is_read(tmp_path: Path) 
         assert svc.store.delivery_counts() == {}
 
 
+def test_a_body_without_a_length_is_cut_off_at_the_cap_while_streaming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bot.server.MAX_BODY_BYTES", 4096)
+    body = json.dumps(comment_event("x" * 10_000)).encode()
+    with running(settings_for(tmp_path)) as svc:
+        response = httpx.post(
+            f"{svc.url}/webhook",
+            content=iter([body[i : i + 1000] for i in range(0, len(body), 1000)]),  # chunked: no Content-Length
+            headers={"X-GitHub-Event": "issue_comment", "X-GitHub-Delivery": "big", "X-Hub-Signature-256": sign(body)},
+        )
+        assert response.status_code == 413 and response.json() == {"error": "payload over 4096 bytes"}
+        assert svc.store.delivery_counts() == {}
+
+
 def test_unsigned_bodies_beyond_the_cap_are_answered_503_and_nothing_is_stored(tmp_path: Path) -> None:
     with running(settings_for(tmp_path, max_unverified_bodies=2, body_timeout_seconds=60)) as svc:
         held = [connect(svc.port, headers(1000) + b'{"a": ') for _ in range(2)]
