@@ -18,6 +18,8 @@ import functools
 import json
 import os
 import re
+import shutil
+import subprocess
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -316,10 +318,23 @@ def _errors(validator: Validator, instance: Any) -> list[str]:
     return lines
 
 
+def _install_default_spec() -> None:
+    """A fresh clone has no .ci/node: install the pinned package from the npm registry once, so the README's
+    test command works without a separate step (.ci/run installs it up front the same way)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        return
+    root = DEFAULT_SPEC.parents[4]
+    subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(root),
+                    f"@octokit/openapi@{OPENAPI_VERSION}"], capture_output=True, check=False, timeout=600)
+
+
 @functools.cache
 def github_openapi() -> GitHubOpenAPI:
     """The description, parsed once per process."""
     path = Path(os.environ.get(SPEC_ENV) or DEFAULT_SPEC)
+    if not path.is_file() and path == DEFAULT_SPEC:
+        _install_default_spec()
     if not path.is_file():
         raise SpecMissing(
             f"GitHub's OpenAPI description is not at {path}; install it with `{INSTALL}` "
