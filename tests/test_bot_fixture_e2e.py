@@ -37,6 +37,16 @@ def _config_text(trace: Path) -> str:
     return text[:first_other_row] + text[text.index("[perf]"):]
 
 
+def _settings(fake: FakeGitHub, tmp_path: Path, repo: Path) -> Settings:
+    """The service as an operator runs it with the local backend, talking to the stand-in as an App."""
+    return Settings.model_validate({
+        "webhook_secret": SECRET, "api_base_url": fake.url, "api_seconds_between_requests": 0,
+        "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
+        "work_dir": tmp_path / "work", "local_repo_path": repo, "poll_interval_seconds": 0.1,
+        **register_test_app(fake, tmp_path),
+    })
+
+
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
@@ -54,12 +64,7 @@ def test_labeled_pull_request_runs_the_fixture_campaign_and_publishes_once(
         fake.add_repo(REPO, repo)
         fake.add_pull(REPO, 7, head, "feature", "main")
         fake.set_permission(REPO, "maintainer", "write")
-        settings = Settings.model_validate({
-            "webhook_secret": SECRET, "api_base_url": fake.url, "api_seconds_between_requests": 0,
-            "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
-            "work_dir": tmp_path / "work", "local_repo_path": repo, "poll_interval_seconds": 0.1,
-            **register_test_app(fake, tmp_path),
-        })
+        settings = _settings(fake, tmp_path, repo)
         app = create_app(settings, publisher_factory=default_publisher)
         with serve_app(app) as url:
             event = pull_request_event("labeled", number=7, head_sha=head, base_sha=base, label="kv-parity",
@@ -122,12 +127,7 @@ def test_parity_profile_attributes_the_candidates_added_work_and_publishes_it(
         fake.add_repo(REPO, repo)
         fake.add_pull(REPO, 8, head, "feature", "main")
         fake.set_permission(REPO, "maintainer", "write")
-        settings = Settings.model_validate({
-            "webhook_secret": SECRET, "api_base_url": fake.url, "api_seconds_between_requests": 0,
-            "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
-            "work_dir": tmp_path / "work", "local_repo_path": repo, "poll_interval_seconds": 0.1,
-            **register_test_app(fake, tmp_path),
-        })
+        settings = _settings(fake, tmp_path, repo)
         app = create_app(settings, publisher_factory=default_publisher)
         with serve_app(app) as url:
             event = comment_event("/parity profile", number=8, sender="maintainer")
