@@ -1,9 +1,9 @@
 """Self-contained SVG flame graphs from folded stacks: one per arm, and a differential one.
 
 Widths are shares of the arm's samples, so two arms with different sample counts compare directly. In the
-differential graph each frame of the candidate is coloured by how its share moved against the same call path in
-the baseline (red: larger in the candidate, blue: smaller). Plain SVG with <title> tooltips; no script, no fonts
-or files fetched, so it opens from an artifact anywhere.
+differential graph each frame of the candidate is coloured by how its own (self) share moved against the same
+call path in the baseline (red: larger in the candidate, blue: smaller), so callers stay neutral. Plain SVG with
+<title> tooltips; no script, no fonts or files fetched, so it opens from an artifact anywhere.
 """
 
 from __future__ import annotations
@@ -97,16 +97,19 @@ def flame_svg(stacks: Stacks, title: str) -> str:
 
 
 def differential_flame_svg(baseline: Stacks, candidate: Stacks, title: str) -> str:
-    """The candidate's flame graph, each frame coloured by its share minus the same path's baseline share."""
+    """The candidate's flame graph, each frame coloured by how its *own* (self) share moved against the same call
+    path in the baseline, so the frames that grew stand out and their callers stay neutral; the tooltip also
+    gives the inclusive shares."""
     base_totals, cand_totals = _path_totals(baseline), _path_totals(candidate)
     base_grand, cand_grand = sum(baseline.values()) or 1, sum(candidate.values()) or 1
     frames = []
     for path, x, width in _layout(candidate):
         before = base_totals.get(path, 0) / base_grand
         after = cand_totals[path] / cand_grand
-        delta = after - before
-        strength = min(abs(delta) / 0.05, 1.0)
+        own = candidate.get(path, 0) / cand_grand - baseline.get(path, 0) / base_grand
+        strength = min(abs(own) / 0.05, 1.0)
         fade = int(235 - 175 * strength)
-        colour = f"rgb(235,{fade},{fade})" if delta > 0 else f"rgb({fade},{fade},235)"
-        frames.append((path, x, width, colour, f"{path[-1]}: {before:.1%} -> {after:.1%} ({delta:+.1%})"))
+        colour = f"rgb(235,{fade},{fade})" if own > 0 else f"rgb({fade},{fade},235)"
+        tooltip = f"{path[-1]}: {before:.1%} -> {after:.1%} of samples, self {own:+.1%}"
+        frames.append((path, x, width, colour, tooltip))
     return _svg(frames, title)

@@ -91,8 +91,13 @@ def test_flame_graphs_are_well_formed_svg_with_a_frame_per_path() -> None:
     titles = [t.text for t in single.iter("{http://www.w3.org/2000/svg}title")]
     assert any(t and t.startswith("hot: 100 samples (50.0%)") for t in titles)
     diff = ET.fromstring(differential_flame_svg(base, cand, "diff"))
-    tooltips = {t.text.split(":")[0]: t.text for t in diff.iter("{http://www.w3.org/2000/svg}title") if t.text}
-    assert tooltips["hot"].endswith("(+50.0%)") and tooltips["a"].endswith("(-30.0%)")
+    svg = "{http://www.w3.org/2000/svg}"
+    frames = {g.find(f"{svg}title").text.split(":")[0]: g for g in diff.iter(f"{svg}g")}
+    assert frames["hot"].find(f"{svg}title").text.endswith("0.0% -> 50.0% of samples, self +50.0%")
+    assert frames["a"].find(f"{svg}title").text.endswith("60.0% -> 30.0% of samples, self -30.0%")
+    fill = {name: g.find(f"{svg}rect").get("fill") for name, g in frames.items()}
+    assert fill["hot"] == "rgb(235,60,60)" and fill["a"] == "rgb(60,60,235)"
+    assert fill["main"] == "rgb(235,235,235)", "a caller whose own time did not move stays neutral"
 
 
 def _canonical_of(binary: Path, args: list[str], out: Path) -> dict[str, object]:
