@@ -61,7 +61,7 @@ class PlainProgress:
             return
         key = (event.stage, event.row)
         if self.verbosity == "normal" and key == self._last and not _is_invalidation(event) \
-                and event.stage not in ("stopped", "done", "parity"):
+                and event.stage not in ("stopped", "done", "parity", "fixtures"):
             return
         self._last = key
         count = f" {event.done}/{event.total}" if event.total else ""
