@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -242,6 +242,62 @@ def _utc(unix: float | None) -> datetime | None:
     return None if unix is None else datetime.fromtimestamp(unix, UTC)
 
 
+def campaign_from_row(
+    row: sqlite3.Row | tuple[object, ...], position: Callable[[int, CampaignState, str], int | None]
+) -> CampaignView:
+    """Decode one `_COLUMNS` row; `position` gives its queue position (it needs the rest of the queue)."""
+    (
+        seq,
+        cid,
+        repo,
+        pr,
+        head,
+        base,
+        relationship,
+        rows,
+        state,
+        check_run_id,
+        comment_id,
+        requested_by,
+        trigger,
+        created_at,
+        deadline,
+        artifact_dir,
+        attempt,
+        reason,
+        conclusion,
+        config_source,
+        backend,
+        config_sha,
+        mode,
+    ) = row
+    state = CampaignState(str(state))
+    return CampaignView(
+        id=str(cid),
+        repo=str(repo),
+        pr_number=int(str(pr)),
+        head_sha=str(head),
+        base_sha=str(base),
+        relationship=str(relationship),
+        rows=None if rows is None else json.loads(str(rows)),
+        state=state,
+        check_run_id=None if check_run_id is None else int(str(check_run_id)),
+        status_comment_id=None if comment_id is None else int(str(comment_id)),
+        requested_by=str(requested_by),
+        trigger=str(trigger),
+        created_at=_utc(float(str(created_at))),
+        deadline=_utc(None if deadline is None else float(str(deadline))),
+        artifact_dir=None if artifact_dir is None else Path(str(artifact_dir)),
+        queue_position=position(int(str(seq)), state, str(backend)),
+        attempt=int(str(attempt)),
+        reason=str(reason),
+        conclusion=None if conclusion is None else str(conclusion),
+        config_source=str(config_source),
+        config_sha=None if config_sha is None else str(config_sha),
+        mode="profile" if mode == "profile" else "campaign",
+    )
+
+
 class Store(DeliveryQueue, PeopleRecords, PublicationQueue):
     """One SQLite connection guarded by a lock; cheap enough to share between the HTTP side and a worker."""
 
@@ -284,56 +340,7 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue):
     # ------------------------------------------------------------------ campaigns
 
     def _view(self, row: sqlite3.Row | tuple[object, ...]) -> CampaignView:
-        (
-            seq,
-            cid,
-            repo,
-            pr,
-            head,
-            base,
-            relationship,
-            rows,
-            state,
-            check_run_id,
-            comment_id,
-            requested_by,
-            trigger,
-            created_at,
-            deadline,
-            artifact_dir,
-            attempt,
-            reason,
-            conclusion,
-            config_source,
-            backend,
-            config_sha,
-            mode,
-        ) = row
-        state = CampaignState(str(state))
-        return CampaignView(
-            id=str(cid),
-            repo=str(repo),
-            pr_number=int(str(pr)),
-            head_sha=str(head),
-            base_sha=str(base),
-            relationship=str(relationship),
-            rows=None if rows is None else json.loads(str(rows)),
-            state=state,
-            check_run_id=None if check_run_id is None else int(str(check_run_id)),
-            status_comment_id=None if comment_id is None else int(str(comment_id)),
-            requested_by=str(requested_by),
-            trigger=str(trigger),
-            created_at=_utc(float(str(created_at))),
-            deadline=_utc(None if deadline is None else float(str(deadline))),
-            artifact_dir=None if artifact_dir is None else Path(str(artifact_dir)),
-            queue_position=self._position(int(str(seq)), state, str(backend)),
-            attempt=int(str(attempt)),
-            reason=str(reason),
-            conclusion=None if conclusion is None else str(conclusion),
-            config_source=str(config_source),
-            config_sha=None if config_sha is None else str(config_sha),
-            mode="profile" if mode == "profile" else "campaign",
-        )
+        return campaign_from_row(row, self._position)
 
     def _position(self, seq: int, state: CampaignState, backend: str) -> int | None:
         if state in ACTIVE_STATES:
