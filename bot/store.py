@@ -14,8 +14,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -226,18 +225,6 @@ _COLUMNS = (
 )
 
 
-_WRITE_LOCKS: dict[Path, threading.Lock] = {}
-_WRITE_LOCKS_GUARD = threading.Lock()
-
-
-def _write_lock(path: Path) -> threading.Lock:
-    """One in-process queue of writers per database: SQLite's own busy handler backs off by sleeping, which
-    starves a writer (the acknowledging one) behind a busy one; a lock hands over as soon as it is free."""
-    key = path.resolve()
-    with _WRITE_LOCKS_GUARD:
-        return _WRITE_LOCKS.setdefault(key, threading.Lock())
-
-
 def _utc(unix: float | None) -> datetime | None:
     return None if unix is None else datetime.fromtimestamp(unix, UTC)
 
@@ -325,17 +312,6 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue):
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, _write_lock(self.path):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
 
     # ------------------------------------------------------------------ campaigns
 

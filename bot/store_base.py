@@ -8,15 +8,37 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+_WRITE_LOCKS: dict[Path, threading.Lock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def _write_lock(path: Path) -> threading.Lock:
+    """One in-process queue of writers per database: SQLite's own busy handler backs off by sleeping, which
+    starves a writer (the acknowledging one) behind a busy one; a lock hands over as soon as it is free."""
+    key = path.resolve()
+    with _WRITE_LOCKS_GUARD:
+        return _WRITE_LOCKS.setdefault(key, threading.Lock())
 
 
 class StorePart:
-    """Declares the connection a store part works through; `bot.store.Store` provides it."""
+    """The connection a store part works through and its write transactions; `bot.store.Store` opens it."""
 
+    path: Path
     _lock: threading.RLock
     _db: sqlite3.Connection
 
-    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (BEGIN IMMEDIATE ... COMMIT, rolled back on error)."""
-        raise NotImplementedError
+        with self._lock, _write_lock(self.path):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
