@@ -164,7 +164,7 @@ def perf_script_stacks(text: str, comm: str) -> Stacks:
 
 # --- Differential tables ----------------------------------------------------------------------------------
 
-def _readable(costs: Mapping[str, int]) -> dict[str, int]:
+def readable_costs(costs: Mapping[str, int]) -> dict[str, int]:
     """Mangled -> demangled, stable names, costs of names that collapse together added up."""
     names = list(costs)
     readable: Counter[str] = Counter()
@@ -173,8 +173,8 @@ def _readable(costs: Mapping[str, int]) -> dict[str, int]:
     return dict(readable)
 
 
-def cost_table(metric: str, baseline: Mapping[str, int], candidate: Mapping[str, int]) -> CostTable:
-    before, after = _readable(baseline), _readable(candidate)
+def cost_table(metric: str, before: Mapping[str, int], after: Mapping[str, int]) -> CostTable:
+    """Costs keyed by readable names (`readable_costs`, or stacks already demangled) -> the differential table."""
     rows = [
         FunctionDelta(name=name, baseline=before.get(name, 0), candidate=after.get(name, 0))
         for name in sorted(before.keys() | after.keys())
@@ -287,7 +287,7 @@ def attribute_regression(
             arm: count_instructions(binaries[arm], args, out_dir, arm, launch)
             for arm in ARMS
         }
-        instructions = cost_table("instructions", counted["baseline"], counted["candidate"])
+        instructions = cost_table("instructions", *(readable_costs(counted[arm]) for arm in ARMS))
         files += ["baseline.callgrind.out", "candidate.callgrind.out"]
     except (FileNotFoundError, RuntimeError) as exc:
         skipped.append(f"instruction counts: {exc}")

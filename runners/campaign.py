@@ -20,7 +20,7 @@ from runners.coverage import CoverageError, check_evidence, count_evidence
 from runners.declared import check_declared_exclusions
 from runners.determinism import run_determinism
 from runners.exceptions import ExceptionFileError, load_records, verify_records
-from runners.harness import PreflightError, help_text, preflight_flags, row_args
+from runners.harness import PreflightError, preflight_flags, row_args
 from runners.lifecycles import fixture_trace, run_fixture
 from runners.parity import compare
 from runners.perf import SampleHooks, run_performance
@@ -113,6 +113,8 @@ class Prepared:
     exceptions: list[ExceptionOutcome]
     build_differences: list[str] = field(default_factory=list)
     """Build settings that differ between the arms and are not allowed by the config: the perf gate fails."""
+    help_texts: dict[Arm, str] = field(default_factory=dict)
+    """Each binary's `--help`, read once at preflight."""
 
 
 def new_report(request: CampaignRequest) -> CampaignReport:
@@ -182,17 +184,13 @@ def run_fixtures(request: CampaignRequest, prepared: Prepared, report: CampaignR
     if request.rows:
         report.skipped.append(f"Stage 6 fixtures not run: only rows {', '.join(request.rows)} were requested")
         return []
-    try:
-        help_texts = {arm: help_text(prepared.binaries[arm], request.sandbox) for arm in ARMS}
-    except (PreflightError, BinaryMismatch) as exc:
-        raise CampaignStop("fixtures", str(exc), blocking=False) from exc
     trusted = request.config_ref or prepared.shas["baseline"]
     results = []
     for fixture in fixtures:
         emit(progress, "fixtures", f"{fixture.kind}: determinism, parity, lifecycle assertions", row=fixture.id)
         try:
             result = run_fixture(
-                fixture, config=request.config, binaries=prepared.binaries, help_texts=help_texts,
+                fixture, config=request.config, binaries=prepared.binaries, help_texts=prepared.help_texts,
                 trace=lambda f: fixture_trace(f, request.repo, trusted, work / "fixture-traces"),
                 cpu_sets=correctness_cpu_sets(4), workdir=work / f"fixture-{fixture.id}",
                 evidence_dir=request.out_dir / "evidence", sandbox=request.sandbox, exceptions=prepared.exceptions,
@@ -269,7 +267,7 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
     emit(progress, "preflight", "checking every configured flag against both binaries")
     flags = sorted({flag for row in config.rows for flag in config.flags_used(row)})
     try:
-        preflight_flags(binaries, shas, flags, request.sandbox)
+        help_texts = preflight_flags(binaries, shas, flags, request.sandbox)
     except PreflightError as exc:
         raise CampaignStop("preflight", str(exc), blocking=True) from exc
     except BinaryMismatch as exc:
@@ -280,7 +278,7 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
     report.sizes.attribution = attribute_sizes(binaries["baseline"], binaries["candidate"])
     emit(progress, "sizes", report.sizes.reason)
     return Prepared(binaries=binaries, shas=shas, trace=trace, exceptions=exceptions,
-                    build_differences=differences)
+                    build_differences=differences, help_texts=help_texts)
 
 
 def _base_patch(request: CampaignRequest, trusted_ref: str, work: Path) -> Path | None:

@@ -40,16 +40,21 @@ def missing_flags(help_output: str, flags: list[str]) -> list[str]:
     return [flag for flag in flags if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_output)]
 
 
-def preflight_flags(binaries: dict[Arm, Path], shas: dict[Arm, str], flags: list[str], sandbox: Sandbox) -> None:
-    """Every flag a row uses must be accepted by both revisions before anything runs."""
+def preflight_flags(
+    binaries: dict[Arm, Path], shas: dict[Arm, str], flags: list[str], sandbox: Sandbox
+) -> dict[Arm, str]:
+    """Every flag a row uses must be accepted by both revisions before anything runs; returns each binary's help
+    so later stages (Stage 6 fixtures) check their own flags without starting the binaries again."""
     problems = []
-    for arm, binary in binaries.items():
-        for flag in missing_flags(help_text(binary, sandbox), flags):
+    texts = {arm: help_text(binary, sandbox) for arm, binary in binaries.items()}
+    for arm, text in texts.items():
+        for flag in missing_flags(text, flags):
             problems.append(f"flag {flag} is not accepted by the {arm} revision {shas[arm][:12]}")
     if problems:
         raise PreflightError(
             "; ".join(problems) + ". Stop: the protocol or campaign config needs updating for this revision."
         )
+    return texts
 
 
 def run_pinned(

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from statistics import NormalDist
 from typing import Any, Literal
 
-from runners.attribution import compare_work, cost_table, findings
+from runners.attribution import compare_work, cost_table, findings, readable_costs
 from runners.config import CampaignConfig, ExpectedEvidence, PerfConfig, RowConfig
 from runners.perf import SETUP_FIELD, arm_order, breaches, classify, finalize, make_schedule, schedule_seed
 from runners.report import (
@@ -751,7 +751,7 @@ def _attribution() -> RegressionAttribution:
         "_ZN12dynamo_bench7capture12clone_events17h1d2c3b4a59687f0eE": 143_000_000,
         "_ZN9hashbrown3map20HashMap$LT$K$C$V$GT$6insert17h4c8e2a9f1b3d7e06E": 79_000_000,
     }
-    instructions = cost_table("instructions", baseline, candidate)
+    instructions = cost_table("instructions", readable_costs(baseline), readable_costs(candidate))
     return RegressionAttribution(
         trigger="performance FAIL",
         work=compare_work(work, work),
