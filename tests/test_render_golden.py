@@ -328,3 +328,19 @@ def test_result_marker_round_trip_and_quotes_are_ignored() -> None:
     assert render.is_status_comment(render.STATUS_MARKER + "\nx") and not render.is_status_comment(
         "> " + render.STATUS_MARKER
     )
+
+
+@pytest.mark.parametrize(
+    ("method", "says"),
+    [
+        ("batch_iut", "a batch intersection–union test over 3 contiguous batches decides"),
+        ("none", "the verdict is INCONCLUSIVE (no dependence-aware method declared)"),
+    ],
+)
+def test_performance_plan_names_the_declared_dependence_method(method: str, says: str) -> None:
+    report = make_report("pass")
+    perf = report.config.perf.model_copy(update={"dependence_method": method})
+    report = report.model_copy(update={"config": report.config.model_copy(update={"perf": perf})})
+    text = render.check_run_content(report, LINKS).text
+    plan = next(line for line in text.splitlines() if "Performance plan" in line)
+    assert f"if a diagnostic breaches, {says}" in plan
