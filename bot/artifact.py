@@ -1,7 +1,8 @@
 """The campaign artifact: the complete evidence behind what the check run and the comments summarise.
 
-report.json is the verifiable record; report.md the readable page (and the only place raw output of the
-code under test is shown); samples.csv every attempted sample; schedule-<row>.json, digests.txt and plots.
+report.json is the verifiable record; report.md the readable page and report.html the one to look at (charts,
+tables; the only places raw output of the code under test is shown); samples.csv every attempted sample;
+schedule-<row>.json, digests.txt and plots.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from bot import render
 from bot.attempts import PriorAttempt
+from bot.html_report import report_html
 from bot.redact import Redactor, secret_values
 from bot.render import Links
 from runners.report import CampaignReport
@@ -112,16 +114,37 @@ def _digests_text(report: CampaignReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_report_pages(
+    report: CampaignReport,
+    out_dir: Path,
+    prior_attempts: Sequence[PriorAttempt] = (),
+    redactor: Redactor | None = None,
+) -> list[Path]:
+    """report.md and report.html, the pages people read and look at, both passed through the redactor (they
+    show raw output of the code under test, which report.json keeps exactly)."""
+    redactor = redactor or Redactor(secret_values(None, os.environ))
+    pages = {
+        "report.md": render.report_markdown(report, Links(), prior_attempts=prior_attempts),
+        "report.html": report_html(report, Links(), prior_attempts=prior_attempts),
+    }
+    written = []
+    for name, text in pages.items():
+        path = out_dir / name
+        path.write_text(redactor.redact(text), encoding="utf-8")
+        written.append(path)
+    return written
+
+
 def write_artifact(
     report: CampaignReport,
     out_dir: Path,
     prior_attempts: Sequence[PriorAttempt] = (),
     redactor: Redactor | None = None,
 ) -> list[Path]:
-    """Write the campaign artifact (report.json, report.md, samples.csv, schedules, digests, plots).
+    """Write the campaign artifact (report.json, report.md, report.html, samples.csv, schedules, digests, plots).
 
     Deterministic for a given report (apart from PNG metadata), so re-publishing rewrites the same evidence.
-    report.md, the readable page that may be shared, passes the redactor (by default: credential shapes and
+    report.md and report.html, the pages that may be shared, pass the redactor (by default: credential shapes and
     the credential variables of this process's environment); report.json stays the exact evidence that
     `kv-parity verify` recomputes.
     """
@@ -135,7 +158,7 @@ def write_artifact(
         written.append(path)
 
     put("report.json", report.model_dump_json(indent=2) + "\n")
-    put("report.md", redactor.redact(render.report_markdown(report, Links(), prior_attempts=prior_attempts)))
+    written.extend(write_report_pages(report, out_dir, prior_attempts, redactor))
     samples = out_dir / "samples.csv"
     with samples.open("w", encoding="utf-8", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=SAMPLE_COLUMNS, lineterminator="\n")

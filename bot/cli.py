@@ -95,6 +95,45 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return main_verify(Path(args.report))
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """report.html and report.md from a report.json (any schema-v1 report, however old); exit 2 naming what is
+    wrong with a missing, unreadable or invalid file."""
+    import json
+
+    from pydantic import ValidationError
+
+    from bot.artifact import write_report_pages
+
+    path = Path(args.report)
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        print(f"kv-parity report: {path}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"kv-parity report: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
+        print(f"kv-parity report: {path} is not valid JSON: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        report = CampaignReport.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "/".join(str(part) for part in first["loc"]) or "(top level)"
+        print(
+            f"kv-parity report: {path} is not a campaign report: {where}: {first['msg']}"
+            f" ({exc.error_count()} validation error{'s' if exc.error_count() != 1 else ''})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    out = Path(args.out) if args.out else path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    for written in write_report_pages(report, out):
+        print(written)
+    return 0
+
+
 def _add_campaign_arguments(campaign: argparse.ArgumentParser) -> None:
     """The options `campaign` and `profile` share."""
     campaign.add_argument("--repo", required=True, help="local git repository holding both revisions")
@@ -146,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="recompute every verdict from a report.json alone")
     verify.add_argument("report")
     verify.set_defaults(func=cmd_verify)
+
+    report = sub.add_parser("report", help="render report.html and report.md from a report.json")
+    report.add_argument("report", help="a campaign's report.json")
+    report.add_argument("--out", help="output directory (default: beside the report)")
+    report.set_defaults(func=cmd_report)
 
     sub.add_parser("serve", help="run the webhook service", add_help=False)
     sub.add_parser("publish", help="(re)publish a finished report to a pull request", add_help=False)

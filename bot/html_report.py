@@ -9,11 +9,46 @@ phone; the service's pages extend the same base (`templates/_page.html.j2`) thro
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from urllib.parse import quote, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
-from bot.render import TEMPLATES_DIR
+from bot import svg
+from bot.attempts import PriorAttempt
+from bot.render import (
+    TEMPLATES_DIR,
+    Links,
+    PublicReport,
+    RowView,
+    _gate_lines,  # private in bot/render.py; the page shows the same three gate lines as the check run
+    count,
+    diagnostics_breached,
+    headline,
+    one_line,
+    pct,
+    prose,
+    ratio,
+    raw_outputs,
+    relationship,
+    row_views,
+    short,
+    verdict_line,
+    when,
+)
+from runners.report import (
+    CampaignReport,
+    DeterminismResult,
+    HostFacts,
+    ParityResult,
+    PerfResult,
+    RowReport,
+    Sample,
+    build_setting_differences,
+    campaign_verdicts,
+)
 
 _PUNCTUATION = re.escape("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _INLINE = re.compile(rf"\\([{_PUNCTUATION}])|(`+)")
@@ -62,7 +97,17 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(inline=inline)
+    env.filters.update(
+        inline=inline,
+        prose=lambda value: inline(prose(value)),
+        ratio=ratio,
+        pct=pct,
+        count=count,
+        when=when,
+        short=short,
+        href=lambda name: artifact_href(*str(name).split("/")),
+    )
+    env.globals.update(diagnostics_breached=diagnostics_breached)
     return env
 
 
@@ -78,3 +123,237 @@ def page(title: str, body_html: Markup) -> str:
     """A complete page in the shared base: `title` is escaped, `body_html` is inserted as the caller built it
     (build it with `markupsafe.escape`/`Markup` or this module's templates, never from raw input)."""
     return _PAGE.render(title=title, body=body_html)
+
+
+# --- the report page ----------------------------------------------------------------------------------------
+
+
+def safe_url(url: str | None) -> str | None:
+    """`url` if it is an absolute http(s) URL (a `Links` field), else None: no `javascript:` or `data:` link."""
+    if not url:
+        return None
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        return None
+    if any(c in url.strip() for c in "\"'<>`\\ ") or any(ord(c) < 32 or ord(c) == 127 for c in url):
+        return None
+    return url.strip()
+
+
+def artifact_href(*segments: str) -> str | None:
+    """A relative link to a file of the artifact, each segment percent-encoded so it cannot become a scheme,
+    an absolute path or a parent directory; None when a segment is empty, `.` or `..`."""
+    if any(segment in ("", ".", "..") for segment in segments):
+        return None
+    return "/".join(quote(segment, safe="") for segment in segments)
+
+
+@dataclass(frozen=True)
+class RatioPoints:
+    """A row's pair ratios in run order: by arm order, and the attempts invalidated (and rerun)."""
+
+    baseline_first: list[tuple[float, float]]
+    candidate_first: list[tuple[float, float]]
+    invalidated: list[tuple[float, float]]
+
+
+def ratio_points(perf: PerfResult) -> RatioPoints:
+    """Each measured pair attempt's candidate/baseline ratio at the pair's position in run order.
+
+    Read from the recorded samples (every attempt is kept), so invalidated attempts are shown next to the
+    rerun that replaced them; a report without samples falls back to the final ratios in pair order.
+    """
+    orders = {plan.pair: plan.order for plan in perf.schedule}
+    attempts: dict[tuple[int, int], dict[str, Sample]] = {}
+    for sample in perf.samples:
+        if sample.kind == "measured" and sample.pair is not None:
+            attempts.setdefault((sample.pair, sample.attempt), {})[sample.arm] = sample
+    position: dict[int, int] = {}
+    points = RatioPoints([], [], [])
+    for (pair, _attempt), members in attempts.items():
+        x = float(position.setdefault(pair, len(position) + 1))
+        base, cand = members.get("baseline"), members.get("candidate")
+        if base is None or cand is None or not base.metric_ms or cand.metric_ms is None:
+            continue
+        value = cand.metric_ms / base.metric_ms
+        if "invalidated" in (base.status, cand.status):
+            points.invalidated.append((x, value))
+        elif base.status == "ok" and cand.status == "ok":
+            target = points.baseline_first if orders.get(pair) == "baseline_first" else points.candidate_first
+            target.append((x, value))
+    if not (points.baseline_first or points.candidate_first) and perf.ratios:
+        for index, value in enumerate(perf.ratios):
+            order = perf.schedule[index].order if index < len(perf.schedule) else "baseline_first"
+            target = points.baseline_first if order == "baseline_first" else points.candidate_first
+            target.append((float(index + 1), value))
+    return points
+
+
+def _reference_lines(perf: PerfResult, threshold: float) -> dict[str, float]:
+    lines = {"threshold": threshold}
+    if perf.bounds is not None:
+        applied = "" if not diagnostics_breached(perf) else " (not applied)"
+        lines[f"lower bound{applied}"] = perf.bounds.lower
+        lines["median"] = perf.bounds.median
+        lines[f"upper bound{applied}"] = perf.bounds.upper
+    return lines
+
+
+def row_charts(row_id: str, perf: PerfResult | None, threshold: float) -> list[Markup]:
+    """The ratio-per-pair chart in run order and the histogram of ratios, or a sentence saying why not."""
+    if perf is None:
+        return [Markup(svg.empty_chart(f"{row_id}: ratios", "performance was not measured on this row"))]
+    points = ratio_points(perf)
+    series = [
+        svg.Series("baseline first", points.baseline_first, line=False, colour=svg.PALETTE[0]),
+        svg.Series("candidate first", points.candidate_first, line=False, colour=svg.PALETTE[1], marker="square"),
+        svg.Series("invalidated attempt", points.invalidated, line=False, colour=svg.PALETTE[5], marker="cross"),
+    ]
+    if not any(s.points for s in series):
+        why = "no pair completed, so there is no ratio to draw" + (f" ({one_line(perf.reason, '')})"
+                                                                     if perf.reason else "")
+        return [Markup(svg.empty_chart(f"{row_id}: ratios", why))]
+    references = _reference_lines(perf, threshold)
+    scatter = svg.chart(
+        [s for s in series if s.points],
+        title=f"{row_id}: candidate / baseline per pair, run order",
+        x_label="pair (run order)",
+        y_label="ratio",
+        reference_lines=references,
+    )
+    final = [value for _, value in points.baseline_first + points.candidate_first]
+    hist = svg.histogram(
+        final,
+        title=f"{row_id}: distribution of pair ratios",
+        x_label="candidate / baseline",
+        reference_lines={name: value for name, value in references.items() if name in ("threshold", "median")},
+    )
+    return [Markup(scatter), Markup(hist)]
+
+
+def _determinism_cell(determinism: DeterminismResult | None) -> str:
+    if determinism is None:
+        return "— no evidence"
+    runs = " + ".join(str(len(determinism.digests.get(arm, []))) for arm in ("baseline", "candidate"))
+    if determinism.unstable_arms:
+        return f"❌ unstable: {', '.join(determinism.unstable_arms)} ({runs} runs)"
+    return f"✅ stable ({runs} runs{', concurrent' if determinism.concurrent else ''})"
+
+
+def _digests_short(parity: ParityResult | None) -> str:
+    if parity is None:
+        return "—"
+    return f"{parity.baseline_digest[:12]} / {parity.candidate_digest[:12]}"
+
+
+@dataclass(frozen=True)
+class RowPage:
+    """One row of the page: render.py's cells (the same words as the check run) plus what only HTML shows."""
+
+    view: RowView
+    anchor: str
+    determinism: str
+    digests_short: str
+    ratio: str
+    decision: str
+    charts: list[Markup]
+    host: HostFacts | None
+    files: list[tuple[str, str | None]] = field(default_factory=list)
+
+
+def _anchor(prefix: str, index: int, name: str) -> str:
+    return f"{prefix}-{index}-{re.sub(r'[^A-Za-z0-9_-]+', '-', name)[:40]}"
+
+
+def _ratio_cell(perf: PerfResult | None) -> str:
+    if perf is None or perf.bounds is None:
+        return "—"
+    bounds = perf.bounds
+    return f"{ratio(bounds.median)} [{ratio(bounds.lower)}, {ratio(bounds.upper)}]"
+
+
+def _decision(perf: PerfResult | None, row: RowReport | None) -> str:
+    """The one line saying which method decided and why (the dependence method's own line when it ran)."""
+    if perf is not None and perf.dependence is not None:
+        return one_line(perf.dependence.line, "")
+    if perf is not None and perf.reason:
+        return one_line(perf.reason, "")
+    return one_line(row.perf_reason, "") if row is not None else "not run"
+
+
+def row_pages(report: CampaignReport) -> list[RowPage]:
+    threshold = report.config.perf.threshold
+    pages: list[RowPage] = []
+    for index, view in enumerate(row_views(report)):
+        row = view.report
+        perf = row.performance if row is not None else None
+        attribution = row.attribution if row is not None else None
+        files = [
+            (name, artifact_href("attribution", view.id, name)) for name in (attribution.files if attribution else [])
+        ]
+        pages.append(
+            RowPage(
+                view=view,
+                anchor=_anchor("row", index, view.id),
+                determinism=_determinism_cell(row.determinism) if row is not None else "—",
+                digests_short=_digests_short(row.parity) if row is not None else "—",
+                ratio=_ratio_cell(perf),
+                decision=_decision(perf, row),
+                charts=row_charts(view.id, perf, threshold) if row is not None else [],
+                host=(row.node or (perf.placement.host if perf else None)) if row is not None else None,
+                files=files,
+            )
+        )
+    return pages
+
+
+def _gates(report: CampaignReport) -> list[tuple[str, str, str, Markup]]:
+    """(gate, verdict word, verdict cell, why) for the banner: render.py's three gates and the conclusion."""
+    verdicts = report.verdicts or campaign_verdicts(report)
+    words = (verdicts.semantic.value, verdicts.performance.value, verdicts.sizes.value)
+    gates = [
+        (gate, word, cell, inline(prose(why)))
+        for (gate, cell, why), word in zip(_gate_lines(report), words, strict=True)
+    ]
+    gates.append(
+        ("Check run conclusion", verdicts.conclusion.value, verdicts.conclusion.value, Markup(""))
+    )
+    return gates
+
+
+def report_html(
+    report: CampaignReport,
+    links: Links | None = None,
+    prior_attempts: Sequence[PriorAttempt] = (),
+    public: bool = False,
+) -> str:
+    """report.html: the verdicts, every row's table and charts, fixtures, sizes, revisions and inputs.
+
+    `public=True` renders the stripped public report (no raw output of the code under test, every reason on
+    one line), the variant a web page may serve; the artifact's page renders everything.
+    """
+    if public:
+        report = PublicReport.of(report).report
+    links = links or Links()
+    verdicts = report.verdicts or campaign_verdicts(report)
+    revisions = {r.arm: r for r in report.revisions}
+    settings = {a.arm: a.settings for a in report.artifacts if a.settings is not None}
+    return ENV.get_template("report.html.j2").render(
+        report=report,
+        verdicts=verdicts,
+        headline=headline(report),
+        verdict_line=verdict_line(report, markdown=False),
+        gates=_gates(report),
+        rows=row_pages(report),
+        fixtures=[(_anchor("fixture", i, f.id), f) for i, f in enumerate(report.fixtures)],
+        baseline=revisions.get("baseline"),
+        candidate=revisions.get("candidate"),
+        relationship=inline(relationship(report)),
+        settings=settings,
+        build_differences=build_setting_differences(settings.get("baseline"), settings.get("candidate")),
+        threshold=report.config.perf.threshold,
+        links={name: safe_url(getattr(links, name)) for name in ("artifact_url", "check_run_url", "result_url")},
+        prior_attempts=list(prior_attempts),
+        raw_outputs=[] if public else raw_outputs(report),
+        public=public,
+    )

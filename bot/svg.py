@@ -63,6 +63,11 @@ class _Frame:
         return self.bottom - (value - self.y_min) / (self.y_max - self.y_min) * (self.bottom - TOP)
 
 
+def _label(value: float) -> str:
+    """A reference value as a legend shows it: four decimals at most, no trailing zeros."""
+    return f"{value:.4f}".rstrip("0").rstrip(".") if abs(value) < 1000 else f"{value:,.0f}"
+
+
 def _num(value: float) -> str:
     """A coordinate with two decimals and no trailing zeros (stable across platforms for golden files)."""
     text = f"{value:.2f}".rstrip("0").rstrip(".")
@@ -82,7 +87,7 @@ def _padded(low: float, high: float, share: float = 0.05) -> tuple[float, float]
     return low - pad, high + pad
 
 
-TIME_STEPS = (1, 5, 15, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 7 * 86400,
+TIME_STEPS = (1, 5, 15, 60, 300, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 7 * 86400,
               14 * 86400, 30 * 86400, 91 * 86400, 182 * 86400, 365 * 86400)
 """Tick steps in seconds for a time axis, so ticks fall on whole minutes, hours and days (UTC)."""
 
@@ -135,10 +140,10 @@ def _legend_rows(items: list[tuple[str, str, str]]) -> list[list[tuple[str, str,
     return rows if rows[0] else []
 
 
-def _marker_path(kind: Marker, points: list[tuple[float, float]], frame: _Frame) -> str:
+def _marker_path(kind: Marker, pixels: list[tuple[float, float]]) -> str:
+    """One path holding a marker at each pixel position (one element however many points)."""
     parts: list[str] = []
-    for px, py in points:
-        x, y = frame.x(px), frame.y(py)
+    for x, y in pixels:
         if kind == "circle":
             parts.append(f"M{_num(x - 3)} {_num(y)}a3 3 0 1 0 6 0a3 3 0 1 0 -6 0")
         elif kind == "square":
@@ -179,7 +184,7 @@ def _axes(
             f"{escape(_tick_label(tick, y_step, False))}</text>"
         )
     if x_ticks is None:
-        x_ticks = nice_ticks(frame.x_min, frame.x_max, 4 if x_is_unix_time else 6, unix_time=x_is_unix_time)
+        x_ticks = nice_ticks(frame.x_min, frame.x_max, 6, unix_time=x_is_unix_time)
     x_step = x_ticks[1] - x_ticks[0] if len(x_ticks) > 1 else 1.0
     for tick in x_ticks:
         x = _num(frame.x(tick))
@@ -224,7 +229,13 @@ def _legend(items: list[tuple[str, str, str]], top: float) -> list[str]:
                     f'stroke-width="2"{dashed}/>'
                 )
             else:
-                out.append(f'<rect x="{_num(x + 4)}" y="{_num(y - 4)}" width="8" height="8" fill="{colour}"/>')
+                shape = kind.removeprefix("mark ")
+                marker: Marker = "cross" if shape == "cross" else "square" if shape == "square" else "circle"
+                fill = "none" if marker == "cross" else colour
+                out.append(
+                    f'<path d="{_marker_path(marker, [(x + 8, y)])}" fill="{fill}" '
+                    f'stroke="{colour}" stroke-width="1.5"/>'
+                )
             out.append(
                 f'<text x="{_num(x + 22)}" y="{_num(y)}" font-size="11" dominant-baseline="middle">'
                 f"{escape(label)}</text>"
@@ -259,8 +270,11 @@ def chart(
     xs = [x for _, pts in drawn for x, _ in pts]
     ys = [y for _, pts in drawn for _, y in pts] + [value for _, value, _, _ in references]
     colours = [s.colour or PALETTE[i % len(PALETTE)] for i, (s, _) in enumerate(drawn)]
-    legend: list[tuple[str, str, str]] = [(s.name, c, "mark") for (s, _), c in zip(drawn, colours, strict=True)]
-    legend += [(f"{name} {value:g}", colour, f"line {dash}") for name, value, colour, dash in references]
+    legend: list[tuple[str, str, str]] = [
+        (s.name, c, f"mark {s.marker or 'circle'}" if s.marker or not s.line else "line ")
+        for (s, _), c in zip(drawn, colours, strict=True)
+    ]
+    legend += [(f"{name} {_label(value)}", colour, f"line {dash}") for name, value, colour, dash in references]
     plot_bottom = HEIGHT - BOTTOM
     height = HEIGHT + _legend_height(legend) + 4
     x_min, x_max = _padded(min(xs), max(xs), 0.02)
@@ -268,14 +282,14 @@ def chart(
     frame = _Frame(x_min, x_max, y_min, y_max, plot_bottom)
     out = _svg_open(title, height)
     integer_x = not x_is_unix_time and all(float(x).is_integer() for x in xs)
-    x_ticks = nice_ticks(x_min, x_max, 4 if x_is_unix_time else 6, integer=integer_x, unix_time=x_is_unix_time)
+    x_ticks = nice_ticks(x_min, x_max, 6, integer=integer_x, unix_time=x_is_unix_time)
     out += _axes(frame, x_label, y_label, x_is_unix_time, x_ticks)
     for name, value, colour, dash in references:
         y = _num(frame.y(value))
         dashed = f' stroke-dasharray="{dash}"' if dash else ""
         out.append(
             f'<line class="reference" x1="{LEFT}" y1="{y}" x2="{WIDTH - RIGHT}" y2="{y}" stroke="{colour}" '
-            f'stroke-width="1.5"{dashed}><title>{escape(name)} {value:g}</title></line>'
+            f'stroke-width="1.5"{dashed}><title>{escape(name)} {_label(value)}</title></line>'
         )
     for (s, pts), colour in zip(drawn, colours, strict=True):
         if s.line and len(pts) > 1:
@@ -284,9 +298,10 @@ def chart(
         marker: Marker = s.marker or "circle"
         if s.marker is not None or not s.line or len(pts) == 1:
             fill = "none" if marker == "cross" else colour
+            marks = _marker_path(marker, [(frame.x(x), frame.y(y)) for x, y in pts])
             out.append(
-                f'<path class="marks" d="{_marker_path(marker, pts, frame)}" fill="{fill}" stroke="{colour}" '
-                f'stroke-width="1.5"><title>{escape(s.name)}</title></path>'
+                f'<path class="marks" d="{marks}" fill="{fill}" stroke="{colour}" stroke-width="1.5">'
+                f"<title>{escape(s.name)}</title></path>"
             )
     out += _legend(legend, plot_bottom + BOTTOM + 4)
     out.append("</svg>")
@@ -334,8 +349,8 @@ def histogram(
     counts = [0] * bins
     for value in finite:
         counts[min(bins - 1, int((value - low) / width))] += 1
-    legend: list[tuple[str, str, str]] = [("pairs per bin", PALETTE[0], "mark")]
-    legend += [(f"{name} {value:g}", colour, f"line {dash}") for name, value, colour, dash in references]
+    legend: list[tuple[str, str, str]] = [("pairs per bin", PALETTE[0], "mark square")]
+    legend += [(f"{name} {_label(value)}", colour, f"line {dash}") for name, value, colour, dash in references]
     plot_bottom = HEIGHT - BOTTOM
     height = HEIGHT + _legend_height(legend) + 4
     x_values = [low, high] + [value for _, value, _, _ in references]
@@ -359,7 +374,7 @@ def histogram(
         dashed = f' stroke-dasharray="{dash}"' if dash else ""
         out.append(
             f'<line class="reference" x1="{x}" y1="{TOP}" x2="{x}" y2="{_num(plot_bottom)}" stroke="{colour}" '
-            f'stroke-width="1.5"{dashed}><title>{escape(name)} {value:g}</title></line>'
+            f'stroke-width="1.5"{dashed}><title>{escape(name)} {_label(value)}</title></line>'
         )
     out += _legend(legend, plot_bottom + BOTTOM + 4)
     out.append("</svg>")
