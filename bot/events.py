@@ -34,6 +34,9 @@ class User(_Read):
 
 class Repo(_Read):
     full_name: str
+    private: bool = True
+    """A payload without it (GitHub always sends it) counts as private: a details page is never made for it
+    by mistake."""
 
 
 class Label(_Read):

@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.store import CampaignView, Store
+from bot.store_pages import NOT_COMPARABLE, BaselinePoint
 
 
 def _campaign_lines(store: Store, campaign: CampaignView) -> list[str]:
@@ -28,6 +30,23 @@ def _campaign_lines(store: Store, campaign: CampaignView) -> list[str]:
     return lines
 
 
+def _baseline_lines(points: list[BaselinePoint]) -> list[str]:
+    """Per row, per node label, one line per campaign: when, merge base, median, field, samples."""
+    lines: list[str] = []
+    for row in sorted({p.row_id for p in points}):
+        lines.append(f"row {row} (merge-base median of valid samples; {NOT_COMPARABLE})")
+        of_row = [p for p in points if p.row_id == row]
+        for label in sorted({p.node_label for p in of_row}):
+            lines.append(f"  node {label}")
+            lines.extend(
+                f"    {datetime.fromtimestamp(p.measured_unix, UTC):%Y-%m-%d %H:%M:%S} base {p.base_sha[:12]} "
+                f"{p.median:.4f} {p.unit} ({p.timing_field}, n={p.samples}) campaign {p.campaign_id}"
+                for p in of_row
+                if p.node_label == label
+            )
+    return lines
+
+
 def history_main(argv: Sequence[str]) -> int:
     """0 when something was found and printed, 1 when nothing matched, 2 for an unreadable database."""
     parser = argparse.ArgumentParser(prog="kv-parity history", description=__doc__)
@@ -37,7 +56,13 @@ def history_main(argv: Sequence[str]) -> int:
     what.add_argument("--pr", metavar="OWNER/NAME#N", help="a pull request's campaigns, newest first")
     what.add_argument("--delivery", help="a webhook delivery's status and the campaigns it created")
     what.add_argument("--rejected", action="store_true", help="deliveries refused as malformed, with why")
+    what.add_argument(
+        "--baseline", metavar="OWNER/NAME", help="the merge-base timing of each row over time, per node label"
+    )
+    parser.add_argument("--row", help="with --baseline: only this row")
     args = parser.parse_args(list(argv))
+    if args.row and not args.baseline:
+        parser.error("--row goes with --baseline")
     if not args.db.is_file():
         print(f"kv-parity history: no database at {args.db}", file=sys.stderr)
         return 2
@@ -62,6 +87,8 @@ def _lines(store: Store, args: argparse.Namespace) -> list[str]:
         if not repo or not number.isdigit():
             raise SystemExit(f"kv-parity history: --pr wants OWNER/NAME#N, got {args.pr!r}")
         return [line for c in store.for_pr(repo, int(number)) for line in _campaign_lines(store, c)]
+    if args.baseline:
+        return _baseline_lines(store.baseline_history(args.baseline, args.row))
     if args.delivery:
         status = store.delivery_status(args.delivery)
         if status is None:

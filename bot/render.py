@@ -390,6 +390,8 @@ class Links:
     artifact_url: str | None = None
     check_run_url: str | None = None
     result_url: str | None = None
+    details_url: str | None = None
+    """The campaign's details page (or its Actions run): shown as "Details" when known."""
 
 
 @dataclass(frozen=True)

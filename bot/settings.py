@@ -112,6 +112,18 @@ class Settings(BaseModel):
     """Least time between two API polls of one campaign's workflow run (each poll costs requests from the
     installation's rate limit)."""
 
+    public_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
+    """Base URL at which browsers reach `kv-parity serve` (e.g. `https://kv-parity.example.com`). When set, each
+    campaign's report page is served at `{public_url}/c/{token}`, each pull request's list of campaigns at
+    `{public_url}/pr/{token}` (with a merge-base timing history per row), and linked as the check run's
+    details_url and as "Details" in the comments. None (the default): no page route answers anything but
+    404 and no page URL is published."""
+    pages_for_private_repositories: bool = False
+    """A page is guarded only by its unguessable URL (there is no GitHub login in front of it), so anyone the
+    link reaches can read it. By default a private repository (the webhook's `repository.private`) gets no
+    page and no link; set true only if the service is reachable solely by people allowed to read the
+    repository."""
+
     @model_validator(mode="after")
     def _one_auth_mode(self) -> Settings:
         """Exactly one way to authenticate, so there is never doubt about which identity acts."""

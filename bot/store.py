@@ -1,6 +1,7 @@
 """SQLite (WAL) state of the bot: campaigns and their transitions here; deliveries (dedupe + work queue) in
 `bot.store_deliveries`; fork approvals, seen heads and refusals in `bot.store_people`; pending publications in
-`bot.store_publications`. `Store` composes them over one connection.
+`bot.store_publications`; details-page tokens and merge-base history in `bot.store_pages`. `Store` composes them
+over one connection.
 
 Every campaign transition is written, with its reason and time, before the side effect it stands for
 (start a process, kill it, publish), so after a crash the store says what was meant to happen and the
@@ -26,6 +27,8 @@ from pydantic import BaseModel, ConfigDict
 from bot.attempts import PriorAttempt
 from bot.store_deliveries import SCHEMA as DELIVERIES_SCHEMA
 from bot.store_deliveries import Delivery, DeliveryQueue
+from bot.store_pages import SCHEMA as PAGES_SCHEMA
+from bot.store_pages import PageRecords
 from bot.store_people import SCHEMA as PEOPLE_SCHEMA
 from bot.store_people import PeopleRecords
 from bot.store_publications import SCHEMA as PUBLICATIONS_SCHEMA
@@ -124,6 +127,9 @@ class CampaignView(BaseModel):
     mode: Literal["campaign", "profile"] = "campaign"
     """`profile`: requested with `/parity profile` (correctness, then attribution; no performance gate)."""
     """The base branch's tip the config and determinism patch were read at (None: recorded before it was kept)."""
+    details_url: str | None = None
+    """Where a person follows the campaign (its details page, or its Actions run): set by the lifecycle for
+    the publisher, never stored."""
 
 
 @dataclass(frozen=True)
@@ -285,7 +291,7 @@ def campaign_from_row(
     )
 
 
-class Store(DeliveryQueue, PeopleRecords, PublicationQueue):
+class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords):
     """One SQLite connection guarded by a lock; cheap enough to share between the HTTP side and a worker."""
 
     def __init__(self, path: Path, *, power_safe: bool = True, busy_timeout: float = 30.0) -> None:
@@ -303,7 +309,7 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if power_safe else 'NORMAL'}")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(DELIVERIES_SCHEMA + _SCHEMA + PEOPLE_SCHEMA + PUBLICATIONS_SCHEMA)
+        self._db.executescript(DELIVERIES_SCHEMA + _SCHEMA + PEOPLE_SCHEMA + PUBLICATIONS_SCHEMA + PAGES_SCHEMA)
         present = {str(row[1]) for row in self._db.execute("PRAGMA table_info(campaigns)")}
         for column, kind in _ADDED_COLUMNS.items():
             if column not in present:

@@ -20,8 +20,7 @@ import pytest
 from bot.dispatch.local import process_alive
 from bot.store import CampaignState
 from runners.report import CampaignReport
-from tests.fakes.github_api import FakeGitHub
-from tests.test_server_e2e import BOT, ROOT, TOKEN, Env, service
+from tests.service_fixtures import Env, service, standin_env
 from tests.webhooks import (
     CONFIG_TOML,
     REPO,
@@ -64,15 +63,8 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture()
 def env(tmp_path: Path, history: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    with FakeGitHub() as fake:
-        fake.add_token(TOKEN, BOT)
-        fake.add_repo(REPO, history["repo"])
-        fake.add_pull(REPO, 1, history["head"], "feature", "main")
-        fake.add_pull(REPO, 2, history["fork1"], "fork", "main", head_repo_full_name="contributor/widgets")
-        fake.set_permission(REPO, "maintainer", "write")
-        fake.set_permission(REPO, "reader", "read")
-        yield Env(tmp_path, fake, **history)
+    with standin_env(tmp_path, history, monkeypatch, config_pulls=False) as found:
+        yield found
 
 
 def _fork_event(env: Env, action: str, head: str, **kwargs: Any) -> dict[str, Any]:
