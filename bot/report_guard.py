@@ -2,11 +2,14 @@
 
 A report comes back from jobs that ran pull-request code, so its identity fields are claims, not facts: a
 build script can rewrite the manifest to name another pull request's head and collect a success check run
-there. Before anything is published, the report's campaign id, head SHA, baseline SHA and rows are compared
-with what the bot itself dispatched; the first difference is refused, naming the field and both values.
+there. Before anything is published, the report's campaign id, head SHA, baseline SHA, rows and mode are
+compared with what the bot itself dispatched; the first difference is refused, naming the field and both values
+(a profile report must not stand in for a campaign's performance verdict, nor the other way round).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +28,8 @@ class DispatchedCampaign(BaseModel):
     rows: list[str] | None = None
     """The rows asked for; None (or empty) means every row of the config."""
     pr_number: int = Field(ge=1)
+    mode: Literal["campaign", "profile"] = "campaign"
+    """`profile` for `/parity profile`: correctness and attribution, no performance gate."""
 
 
 class ReportMismatch(ValueError):
@@ -59,6 +64,8 @@ def check_report_matches(report: CampaignReport, expected: DispatchedCampaign) -
     base = _revision(report, "baseline")
     if base != expected.base_sha:
         raise ReportMismatch("base SHA", base, expected.base_sha)
+    if report.mode != expected.mode:
+        raise ReportMismatch("mode", report.mode, expected.mode)
     wanted = set(expected.rows) if expected.rows else None
     configured = [row.id for row in report.config.rows]
     asked = [row_id for row_id in configured if wanted is None or row_id in wanted]

@@ -9,13 +9,14 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runners import __version__
 from runners.attribution import attribute_regression, sandbox_launcher
 from runners.build import BuildError, ProtocolMismatch, build_artifact, toolchain
-from runners.config import CampaignConfig, RowConfig
+from runners.config import CampaignConfig, LifecycleFixture, RowConfig
 from runners.coverage import CoverageError, check_evidence, count_evidence
 from runners.declared import check_declared_exclusions
 from runners.determinism import run_determinism
@@ -171,36 +172,59 @@ def run_campaign(request: CampaignRequest, progress: ProgressSink | None = None)
     return report
 
 
-def run_fixtures(request: CampaignRequest, prepared: Prepared, report: CampaignReport, work: Path,
-                 progress: ProgressSink | None) -> list[FixtureReport]:
-    """Stage 6 after the rows: each configured fixture on both revisions (full campaigns only)."""
-    fixtures = request.config.fixtures
-    if request.profile_only:
-        report.skipped.append("Stage 6 fixtures not run: a profile was requested")
-        return []
-    if not fixtures:
-        report.skipped.append("Stage 6 forced rare-lifecycle fixtures: none configured")
-        return []
-    if request.rows:
-        report.skipped.append(f"Stage 6 fixtures not run: only rows {', '.join(request.rows)} were requested")
-        return []
-    trusted = request.config_ref or prepared.shas["baseline"]
+def fixtures_not_run(config: CampaignConfig, profile_only: bool, rows: list[str] | None) -> str | None:
+    """Why Stage 6 does not run in this campaign (its `skipped` line), None when it does. One rule for the
+    single-machine campaign and the Actions plan: fixtures belong to full campaigns only."""
+    if profile_only:
+        return "Stage 6 fixtures not run: a profile was requested"
+    if not config.fixtures:
+        return "Stage 6 forced rare-lifecycle fixtures: none configured"
+    if rows:
+        return f"Stage 6 fixtures not run: only rows {', '.join(rows)} were requested"
+    return None
+
+
+def unsupported_fixture_lines(results: list[FixtureReport]) -> list[str]:
+    """An UNSUPPORTED fixture is skipped coverage, listed with its reason."""
+    return [f"Stage 6 fixture {r.id}: UNSUPPORTED, {r.reason}"
+            for r in results if r.status == FixtureStatus.UNSUPPORTED]
+
+
+def run_fixture_set(config: CampaignConfig, *, binaries: dict[Arm, Path], help_texts: dict[Arm, str],
+                    exceptions: list[ExceptionOutcome], trace: Callable[[LifecycleFixture], Path], work: Path,
+                    evidence_dir: Path, sandbox: Sandbox, progress: ProgressSink | None) -> list[FixtureReport]:
+    """Stage 6 on two pinned binaries, every configured fixture in config order; shared by the campaign and the
+    Actions fixtures job, which differ only in where a fixture's trace comes from. A re-hash mismatch stops."""
     results = []
-    for fixture in fixtures:
+    for fixture in config.fixtures:
         emit(progress, "fixtures", f"{fixture.kind}: determinism, parity, lifecycle assertions", row=fixture.id)
         try:
             result = run_fixture(
-                fixture, config=request.config, binaries=prepared.binaries, help_texts=prepared.help_texts,
-                trace=lambda f: fixture_trace(f, request.repo, trusted, work / "fixture-traces"),
+                fixture, config=config, binaries=binaries, help_texts=help_texts, trace=trace,
                 cpu_sets=correctness_cpu_sets(4), workdir=work / f"fixture-{fixture.id}",
-                evidence_dir=request.out_dir / "evidence", sandbox=request.sandbox, exceptions=prepared.exceptions,
+                evidence_dir=evidence_dir, sandbox=sandbox, exceptions=exceptions,
             )
         except BinaryMismatch as exc:
             raise CampaignStop(f"fixture {fixture.id}", str(exc), blocking=False) from exc
         emit(progress, "fixtures", f"{result.status.value}: {result.reason}", row=fixture.id)
-        if result.status == FixtureStatus.UNSUPPORTED:
-            report.skipped.append(f"Stage 6 fixture {fixture.id}: UNSUPPORTED, {result.reason}")
         results.append(result)
+    return results
+
+
+def run_fixtures(request: CampaignRequest, prepared: Prepared, report: CampaignReport, work: Path,
+                 progress: ProgressSink | None) -> list[FixtureReport]:
+    """Stage 6 after the rows: each configured fixture on both revisions (full campaigns only)."""
+    reason = fixtures_not_run(request.config, request.profile_only, request.rows)
+    if reason is not None:
+        report.skipped.append(reason)
+        return []
+    trusted = request.config_ref or prepared.shas["baseline"]
+    results = run_fixture_set(
+        request.config, binaries=prepared.binaries, help_texts=prepared.help_texts, exceptions=prepared.exceptions,
+        trace=lambda f: fixture_trace(f, request.repo, trusted, work / "fixture-traces"), work=work,
+        evidence_dir=request.out_dir / "evidence", sandbox=request.sandbox, progress=progress,
+    )
+    report.skipped.extend(unsupported_fixture_lines(results))
     return results
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runners import __version__
 from runners.build import store_binary
@@ -26,18 +26,24 @@ from runners.campaign import (
     CampaignRequest,
     CampaignStop,
     Prepared,
+    fixtures_not_run,
     new_report,
     prepare,
+    run_fixture_set,
     run_row,
     selected_rows,
+    unsupported_fixture_lines,
 )
 from runners.config import (
     DEFAULT_CONFIG_PATH,
     CampaignConfig,
     ConfigError,
+    LifecycleFixture,
     RowConfig,
     resolve_config,
 )
+from runners.harness import PreflightError, help_text
+from runners.lifecycles import FixtureTraceError, fixture_trace
 from runners.placement import host_facts
 from runners.progress import ProgressSink
 from runners.report import (
@@ -46,6 +52,8 @@ from runners.report import (
     Arm,
     CampaignReport,
     ExceptionOutcome,
+    FixtureReport,
+    FixtureStatus,
     HostFacts,
     RowReport,
     StopRecord,
@@ -64,6 +72,10 @@ MATRIX_NAME = "matrix.json"
 BINARY_DIR = "bin"
 ROW_SUFFIX = ".row.json"
 REPORT_NAME = "report.json"
+FIXTURES_ROW = "stage6-fixtures"
+"""The matrix entry (and `kv-parity row --row`) that runs every Stage 6 fixture of a full campaign."""
+FIXTURE_DIR = "fixtures"
+FIXTURES_SUFFIX = ".fixtures.json"
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -83,6 +95,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class FixtureInput(_Model):
+    """One Stage 6 fixture's trace as a trusted job produced it (generator, or the file at the config ref),
+    already checked against the config's SHA-256; `problem` says why it could not be, and the fixture stops."""
+
+    id: str
+    trace_file: str | None = None
+    """Relative to the plan or dist directory: fixtures/<id>.trace.jsonl."""
+    trace_sha256: str | None = None
+    problem: str | None = None
+
+
 class BuildManifest(_Model):
     """Everything `prepare` established on the builder, so every row node reuses it instead of redoing it.
 
@@ -99,14 +122,20 @@ class BuildManifest(_Model):
     report: CampaignReport
     exceptions: list[ExceptionOutcome]
     """Exception records as verified on the builder (their regression tests ran against both binaries)."""
+    fixtures: list[FixtureInput] = Field(default_factory=list)
+    """Stage 6 fixtures the `stage6-fixtures` job runs (config order, traces in fixtures/); empty when the
+    campaign runs none (the report's `skipped` says why)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> BuildManifest:
         if self.report.campaign_id != self.campaign_id:
             raise ValueError(f"campaign_id {self.campaign_id} differs from the report's "
                              f"{self.report.campaign_id}")
-        if self.report.rows or self.report.verdicts is not None:
-            raise ValueError("a build manifest carries no rows and no verdicts: row jobs and merge add them")
+        if self.report.rows or self.report.verdicts is not None or self.report.fixtures:
+            raise ValueError("a build manifest carries no rows, fixtures or verdicts: row jobs and merge add them")
+        configured = [fixture.id for fixture in self.report.config.fixtures]
+        if self.fixtures and [fixture.id for fixture in self.fixtures] != configured:
+            raise ValueError(f"fixtures {[f.id for f in self.fixtures]} are not the config's {configured}")
         return self
 
     @property
@@ -133,6 +162,22 @@ class RowResult(_Model):
     report: RowReport
 
 
+class FixturesResult(_Model):
+    """Every Stage 6 fixture as run on one node, with the checksums that node verified before its first process;
+    merge checks it like a row result (campaign id, binaries, fixture ids and traces against the manifest)."""
+
+    schema_version: str = SCHEMA_VERSION
+    report_schema_version: str = REPORT_SCHEMA_VERSION
+    campaign_id: str
+    binary_sha256: dict[Arm, str]
+    fixture_trace_sha256: dict[str, str]
+    """SHA-256 of each staged fixture trace (fixtures whose trace could not be produced have none)."""
+    node: HostFacts
+    started_unix: float
+    ended_unix: float
+    fixtures: list[FixtureReport]
+
+
 # --- pure helpers -------------------------------------------------------------------------------------------
 
 
@@ -140,13 +185,66 @@ def _rows_arg(value: str | None) -> list[str] | None:
     return [name.strip() for name in value.split(",") if name.strip()] if value else None
 
 
+def campaign_matrix(config: CampaignConfig, rows: list[str], fixtures: bool) -> dict[str, list[dict[str, object]]]:
+    """The Actions matrix: one entry per selected row on that row's runner labels, plus `stage6-fixtures` on the
+    first row's labels when the campaign runs fixtures (fixtures need correctness CPUs only, no quiet node)."""
+    by_id = {row.id: row for row in config.rows}
+    include: list[dict[str, object]] = [{"row": row_id, "runs_on": list(by_id[row_id].runner_labels)}
+                                        for row_id in rows]
+    if fixtures:
+        include.append({"row": FIXTURES_ROW, "runs_on": list(by_id[rows[0]].runner_labels)})
+    return {"include": include}
+
+
 def row_matrix(manifest: BuildManifest) -> dict[str, list[dict[str, object]]]:
-    """The Actions matrix: one entry per selected row, on that row's runner labels; none after a stop."""
+    """The manifest's matrix (`campaign_matrix`); none after a stop."""
     if manifest.report.stopped is not None:
         return {"include": []}
-    by_id = {row.id: row for row in manifest.config.rows}
-    return {"include": [{"row": row_id, "runs_on": list(by_id[row_id].runner_labels)}
-                        for row_id in manifest.rows]}
+    return campaign_matrix(manifest.config, manifest.rows, bool(manifest.fixtures))
+
+
+def materialise_fixture_traces(config: CampaignConfig, repo: Path, trusted_ref: str, out: Path) -> list[FixtureInput]:
+    """Each fixture's trace, made on a trusted job (generator, or the file at the trusted ref) and checked against
+    the config's SHA-256, into out/fixtures/; no file a pull request controls decides a fixture's input. A trace
+    that cannot be produced is recorded as the fixture's problem (it stops, as on the single-machine path)."""
+    if FIXTURES_ROW in {row.id for row in config.rows}:
+        raise ConfigError(f"row id {FIXTURES_ROW!r} is reserved for the Stage 6 fixtures job; rename the row")
+    inputs: list[FixtureInput] = []
+    for fixture in config.fixtures:
+        target = out / FIXTURE_DIR / f"{fixture.id}.trace.jsonl"
+        try:
+            path = fixture_trace(fixture, repo, trusted_ref, out / FIXTURE_DIR)
+        except (FixtureTraceError, RevisionError, OSError) as exc:
+            target.unlink(missing_ok=True)
+            problem = str(exc) if isinstance(exc, FixtureTraceError) else \
+                f"fixture {fixture.id}: trace {fixture.trace.describe()}: {exc}"
+            inputs.append(FixtureInput(id=fixture.id, problem=problem))
+            continue
+        path.chmod(0o444)
+        inputs.append(FixtureInput(id=fixture.id, trace_file=f"{FIXTURE_DIR}/{path.name}",
+                                   trace_sha256=fixture.trace.sha256))
+    return inputs
+
+
+def copy_fixture_traces(inputs: list[FixtureInput], config: CampaignConfig, source: Path, out: Path) -> None:
+    """Carry the plan's fixture traces into the dist directory, re-hashed: the copy must be the declared file."""
+    declared = {fixture.id: fixture.trace.sha256 for fixture in config.fixtures}
+    for item in inputs:
+        if item.trace_file is None:
+            continue
+        target = out / item.trace_file
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(source / item.trace_file, target)
+        except OSError as exc:
+            raise Refusal(f"fixture {item.id}: trace {source / item.trace_file} cannot be copied: "
+                          f"{exc.strerror}") from exc
+        actual = sha256_file(target)
+        if actual != item.trace_sha256 or actual != declared.get(item.id):
+            target.unlink()
+            raise Refusal(f"fixture {item.id}: trace SHA-256 mismatch: plan {item.trace_sha256}, config "
+                          f"{declared.get(item.id)}, file {actual}")
+        target.chmod(0o444)
 
 
 def checksum_mismatches(expected: dict[Arm, str], seen: dict[Arm, str]) -> list[str]:
@@ -192,9 +290,70 @@ def merge_refusals(manifest: BuildManifest, results: dict[Path, RowResult]) -> l
     return problems
 
 
-def merge_results(manifest: BuildManifest, results: dict[Path, RowResult]) -> CampaignReport:
-    """The campaign report: the manifest's prepare evidence, rows in config order, verdicts recomputed."""
-    problems = merge_refusals(manifest, results)
+def fixtures_refusals(manifest: BuildManifest, results: dict[Path, FixturesResult]) -> list[str]:
+    """Why these fixtures results must not join the report: each names the file and the field."""
+    problems: list[str] = []
+    if results and not manifest.fixtures:
+        problems.append(f"{', '.join(map(str, results))}: this campaign runs no Stage 6 fixtures")
+        return problems
+    if len(results) > 1:
+        problems.append(f"the Stage 6 fixtures have {len(results)} results ({', '.join(map(str, results))}): "
+                        "one job runs them all")
+    expected = manifest.binary_sha256()
+    planned = [item.id for item in manifest.fixtures]
+    traces = {item.id: item.trace_sha256 for item in manifest.fixtures if item.trace_sha256 is not None}
+    frozen = {fixture.id: fixture for fixture in manifest.config.fixtures}
+    for path, result in results.items():
+        versions = (result.schema_version, result.report_schema_version)
+        if versions != (manifest.schema_version, manifest.report_schema_version):
+            problems.append(f"mixed schema versions: {path} has {'/'.join(versions)}, the manifest has "
+                            f"{manifest.schema_version}/{manifest.report_schema_version}")
+        if result.campaign_id != manifest.campaign_id:
+            problems.append(f"mixed campaign ids: {path} belongs to campaign {result.campaign_id}, "
+                            f"the manifest to {manifest.campaign_id}")
+        problems.extend(f"{path}: {line}" for line in checksum_mismatches(expected, result.binary_sha256))
+        ran = [fixture.id for fixture in result.fixtures]
+        if ran != planned:
+            problems.append(f"{path}: fixture ids {ran} differ from the manifest's {planned}")
+        if result.fixture_trace_sha256 != traces:
+            problems.append(f"{path}: fixture_trace_sha256 {result.fixture_trace_sha256} differs from the "
+                            f"manifest's {traces}")
+        for fixture in result.fixtures:
+            config = frozen.get(fixture.id)
+            if config is None:
+                continue
+            declared = {"kind": config.kind, "args": list(config.args), "trace": config.trace.describe(),
+                        "trace_sha256": config.trace.sha256}
+            problems.extend(
+                f"{path}: fixture {fixture.id}: {name} is {getattr(fixture, name)!r}, the manifest's frozen "
+                f"config says {value!r}"
+                for name, value in declared.items() if getattr(fixture, name) != value
+            )
+            if fixture.exceptions != manifest.exceptions:
+                problems.append(f"{path}: fixture {fixture.id}: exceptions are not the ones the manifest verified")
+    return problems
+
+
+def _merged_fixtures(manifest: BuildManifest, results: dict[Path, FixturesResult]) -> list[FixtureReport]:
+    """The fixtures in config order; without a result each is STOPPED naming the missing job (never PASS)."""
+    if not manifest.fixtures or manifest.report.stopped is not None:
+        return []
+    if results:
+        [result] = results.values()
+        return list(result.fixtures)
+    reason = (f"no result from the {FIXTURES_ROW} job: it failed, was refused or was cancelled before writing "
+              "one (the runner logs say why), so this fixture was not checked")
+    return [FixtureReport(id=f.id, kind=f.kind, args=list(f.args), trace=f.trace.describe(),
+                          trace_sha256=f.trace.sha256, status=FixtureStatus.STOPPED, reason=reason)
+            for f in manifest.config.fixtures]
+
+
+def merge_results(manifest: BuildManifest, results: dict[Path, RowResult],
+                  fixtures: dict[Path, FixturesResult] | None = None) -> CampaignReport:
+    """The campaign report: the manifest's prepare evidence, rows and fixtures in config order, verdicts
+    recomputed. A fixtures result that is missing leaves every fixture STOPPED, so semantic parity cannot PASS."""
+    fixtures = fixtures or {}
+    problems = merge_refusals(manifest, results) + fixtures_refusals(manifest, fixtures)
     if problems:
         raise Refusal("refusing to merge:\n  " + "\n  ".join(problems))
     by_row = {result.report.row.id: result.report for result in results.values()}
@@ -207,11 +366,10 @@ def merge_results(manifest: BuildManifest, results: dict[Path, RowResult]) -> Ca
             reason=f"no row result for {', '.join(missing)}: the row job failed, was refused or was "
                    "cancelled before writing one; the runner logs say why",
         )
-    if report.config.fixtures and not report.fixtures:
-        report.skipped.append(
-            f"Stage 6 fixtures ({', '.join(f.id for f in report.config.fixtures)}): not run on the Actions path "
-            "yet; the single-machine campaign and the local backend run them"
-        )
+    report.fixtures = _merged_fixtures(manifest, fixtures)
+    report.skipped.extend(unsupported_fixture_lines(report.fixtures))
+    if report.fixtures and not fixtures:
+        report.skipped.append(f"Stage 6 fixtures without a result: {', '.join(f.id for f in report.fixtures)}")
     report.verdicts = campaign_verdicts(report)
     return report
 
@@ -279,17 +437,34 @@ def load_row_result(path: Path, manifest: BuildManifest) -> RowResult:
         raise DistributedError(f"{path}: invalid row result: {exc}") from exc
 
 
-def find_row_results(paths: Sequence[Path]) -> list[Path]:
-    """Row result files given directly or found under directories (one downloaded artifact per row)."""
-    found: list[Path] = []
+def load_fixtures_result(path: Path, manifest: BuildManifest) -> FixturesResult:
+    """Like a row result: schema versions first, so a mixed version is named, not a parse error."""
+    raw = _read(path)
+    versions = _versions_of(path, raw)
+    expected = (manifest.schema_version, manifest.report_schema_version)
+    if versions != expected:
+        raise Refusal(f"refusing to merge: mixed schema versions: {path} has {versions}, "
+                      f"the manifest has {expected}")
+    try:
+        return FixturesResult.model_validate(raw)
+    except ValidationError as exc:
+        raise DistributedError(f"{path}: invalid fixtures result: {exc}") from exc
+
+
+def find_results(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """Row result files and fixtures result files, given directly or found under directories (one downloaded
+    artifact per job); a file given directly is a fixtures result only by its suffix."""
+    rows: list[Path] = []
+    fixtures: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found.extend(sorted(path.rglob(f"*{ROW_SUFFIX}")))
+            rows.extend(sorted(path.rglob(f"*{ROW_SUFFIX}")))
+            fixtures.extend(sorted(path.rglob(f"*{FIXTURES_SUFFIX}")))
         elif path.is_file():
-            found.append(path)
+            (fixtures if path.name.endswith(FIXTURES_SUFFIX) else rows).append(path)
         else:
-            print(f"kv-parity merge: {path} does not exist; no row results from it", file=sys.stderr)
-    return found
+            print(f"kv-parity merge: {path} does not exist; no results from it", file=sys.stderr)
+    return rows, fixtures
 
 
 def _copy_row_evidence(result_path: Path, out: Path) -> None:
@@ -298,7 +473,7 @@ def _copy_row_evidence(result_path: Path, out: Path) -> None:
     if source.resolve() == out.resolve():
         return
     for entry in source.iterdir():
-        if entry.name.endswith(ROW_SUFFIX):
+        if entry.name.endswith((ROW_SUFFIX, FIXTURES_SUFFIX)):
             continue
         if entry.is_dir():
             shutil.copytree(entry, out / entry.name, dirs_exist_ok=True)
@@ -315,6 +490,7 @@ def build_manifest(request: CampaignRequest, work: Path, out: Path,
     report = new_report(request)
     rows = selected_rows(request, report)
     exceptions: list[ExceptionOutcome] = []
+    fixtures: list[FixtureInput] = []
     try:
         prepared = prepare(request, report, work, progress)
     except CampaignStop as stop:
@@ -324,8 +500,14 @@ def build_manifest(request: CampaignRequest, work: Path, out: Path,
         (out / BINARY_DIR).mkdir(parents=True, exist_ok=True)
         for arm in ARMS:
             store_binary(prepared.binaries[arm], out / BINARY_DIR / prepared.binaries[arm].name)
+        skip = fixtures_not_run(request.config, request.profile_only, request.rows)
+        if skip is None:
+            fixtures = materialise_fixture_traces(request.config, request.repo,
+                                                  request.config_ref or prepared.shas["baseline"], out)
+        else:
+            report.skipped.append(skip)
     return BuildManifest(campaign_id=request.campaign_id, rows=[row.id for row in rows], report=report,
-                         exceptions=exceptions)
+                         exceptions=exceptions, fixtures=fixtures)
 
 
 def build_main(argv: Sequence[str]) -> int:
@@ -373,7 +555,8 @@ def build_main(argv: Sequence[str]) -> int:
             repo=repo, base=args.base, head=args.head, config=config, config_source=config_source,
             out_dir=out, rows=_rows_arg(args.rows), trace_path=Path(args.trace) if args.trace else None,
             determinism_patch=Path(args.determinism_patch) if args.determinism_patch else None,
-            sandbox=sandbox, **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
+            sandbox=sandbox, config_ref=args.config_ref,
+            **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
         )
         manifest = build_manifest(request, work, out, PlainProgress())
     except (ConfigError, RevisionError) as exc:
@@ -411,13 +594,9 @@ def runnable_row(manifest: BuildManifest, row_id: str) -> RowConfig:
     return next(row for row in manifest.config.rows if row.id == row_id)
 
 
-def stage_inputs(manifest: BuildManifest, manifest_dir: Path, trace_source: Path,
-                 work: Path) -> tuple[Prepared, dict[Arm, str], str]:
-    """Copy both binaries and cut the trace slice onto node-local storage, and verify every checksum.
-
-    The checksums are of the staged copies, the files that will actually run; nothing runs before all match.
-    Returns what `run_row` needs, the binaries' SHA-256 and the slice's SHA-256.
-    """
+def stage_binaries(manifest: BuildManifest, manifest_dir: Path, work: Path) -> tuple[dict[Arm, Path], dict[Arm, str]]:
+    """Copy both binaries onto node-local storage and verify their checksums (of the copies, the files that will
+    actually run); a mismatch is refused before anything runs."""
     staged: dict[Arm, Path] = {}
     seen: dict[Arm, str] = {}
     problems: list[str] = []
@@ -436,6 +615,17 @@ def stage_inputs(manifest: BuildManifest, manifest_dir: Path, trace_source: Path
     problems.extend(checksum_mismatches(manifest.binary_sha256(), seen))
     if problems:
         raise Refusal("; ".join(problems))
+    return staged, seen
+
+
+def stage_inputs(manifest: BuildManifest, manifest_dir: Path, trace_source: Path,
+                 work: Path) -> tuple[Prepared, dict[Arm, str], str]:
+    """Copy both binaries and cut the trace slice onto node-local storage, and verify every checksum.
+
+    The checksums are of the staged copies, the files that will actually run; nothing runs before all match.
+    Returns what `run_row` needs, the binaries' SHA-256 and the slice's SHA-256.
+    """
+    staged, seen = stage_binaries(manifest, manifest_dir, work)
     recorded = manifest.report.trace
     if recorded is None:
         raise Refusal("the manifest has no trace evidence, so the trace cannot be verified")
@@ -471,11 +661,102 @@ def run_manifest_row(manifest: BuildManifest, manifest_dir: Path, row_id: str, t
     request = CampaignRequest(repo=manifest_dir, base=prepared.shas["baseline"],
                               head=prepared.shas["candidate"], config=manifest.config,
                               config_source=manifest.report.config_source, out_dir=out,
-                              campaign_id=manifest.campaign_id, sandbox=sandbox)
+                              campaign_id=manifest.campaign_id, sandbox=sandbox,
+                              profile_only=manifest.report.mode == "profile")
     out.mkdir(parents=True, exist_ok=True)
     row_report = run_row(request, prepared, row, work, progress)
     return RowResult(campaign_id=manifest.campaign_id, binary_sha256=seen, trace_slice_sha256=slice_sha,
                      node=node, started_unix=started, ended_unix=round(time.time(), 3), report=row_report)
+
+
+def stage_fixture_traces(manifest: BuildManifest, manifest_dir: Path, work: Path) -> dict[str, Path]:
+    """Copy every fixture trace the manifest carries onto node-local storage and re-hash the copy against the
+    manifest's digest; a mismatch is refused naming the fixture and both digests before any process runs."""
+    staged: dict[str, Path] = {}
+    problems: list[str] = []
+    for item in manifest.fixtures:
+        if item.trace_file is None:
+            continue
+        source, target = manifest_dir / item.trace_file, work / FIXTURE_DIR / Path(item.trace_file).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(source, target)
+        except OSError as exc:
+            problems.append(f"fixture {item.id}: trace {source} cannot be staged: {exc.strerror}")
+            continue
+        target.chmod(0o444)
+        actual = sha256_file(target)
+        if actual != item.trace_sha256:
+            problems.append(f"fixture {item.id}: trace SHA-256 mismatch: manifest {item.trace_sha256}, "
+                            f"staged copy {actual}")
+        staged[item.id] = target
+    if problems:
+        raise Refusal("; ".join(problems))
+    return staged
+
+
+def run_manifest_fixtures(manifest: BuildManifest, manifest_dir: Path, work: Path, out: Path,
+                          progress: ProgressSink | None = None, sandbox: Sandbox | None = None) -> FixturesResult:
+    """Stage and verify both binaries and every fixture trace, then run the single-machine campaign's own
+    Stage 6 (`run_fixture_set`). Raises CampaignStop when a binary's re-hash fails before a process starts."""
+    sandbox = sandbox or Sandbox.default()
+    if manifest.report.stopped is not None:
+        stop = manifest.report.stopped
+        raise DistributedError(f"the build stopped at {stop.stage} ({stop.reason}); no fixture can run")
+    if not manifest.fixtures:
+        raise DistributedError("this campaign runs no Stage 6 fixtures (the manifest lists none)")
+    binaries, seen = stage_binaries(manifest, manifest_dir, work)
+    traces = stage_fixture_traces(manifest, manifest_dir, work)
+    expected = manifest.binary_sha256()
+    for arm, path in binaries.items():
+        sandbox.pin(path, arm, expected[arm])
+    problems = {item.id: item.problem for item in manifest.fixtures if item.problem is not None}
+
+    def trace(fixture: LifecycleFixture) -> Path:
+        if fixture.id in traces:
+            return traces[fixture.id]
+        raise FixtureTraceError(problems.get(fixture.id) or f"fixture {fixture.id}: no trace in the manifest")
+
+    node = host_facts()
+    started = round(time.time(), 3)
+    try:
+        help_texts = {arm: help_text(path, sandbox) for arm, path in binaries.items()}
+    except PreflightError as exc:
+        raise CampaignStop("fixtures", str(exc), blocking=False) from exc
+    except BinaryMismatch as exc:
+        raise CampaignStop("fixtures", str(exc), blocking=False) from exc
+    out.mkdir(parents=True, exist_ok=True)
+    reports = run_fixture_set(manifest.config, binaries=binaries, help_texts=help_texts,
+                              exceptions=manifest.exceptions, trace=trace, work=work, evidence_dir=out / "evidence",
+                              sandbox=sandbox, progress=progress)
+    return FixturesResult(campaign_id=manifest.campaign_id, binary_sha256=seen,
+                          fixture_trace_sha256={i: sha256_file(p) for i, p in traces.items()}, node=node,
+                          started_unix=started, ended_unix=round(time.time(), 3), fixtures=reports)
+
+
+def _fixtures_main(args: argparse.Namespace, manifest: BuildManifest, manifest_path: Path, sandbox: Sandbox) -> int:
+    """`kv-parity row --row stage6-fixtures`: every fixture on this node -> OUT/stage6-fixtures.fixtures.json."""
+    out = Path(args.out)
+    work = _scratch(args.work, "kv-parity-fixtures-")
+    try:
+        result = run_manifest_fixtures(manifest, manifest_path.parent, work, out, PlainProgress(), sandbox)
+    except Refusal as exc:
+        print(f"kv-parity row: refusing to run the Stage 6 fixtures: {exc}; no harness process was started",
+              file=sys.stderr)
+        return EXIT_REFUSED
+    except CampaignStop as stop:
+        print(f"kv-parity row: stopped the Stage 6 fixtures: {stop.record.reason}", file=sys.stderr)
+        return EXIT_REFUSED
+    except DistributedError as exc:
+        print(f"kv-parity row: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        if not args.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+    _write_json(out / f"{FIXTURES_ROW}{FIXTURES_SUFFIX}", result.model_dump_json(indent=2))
+    print(f"Stage 6 fixtures on {result.node.hostname}: "
+          + ", ".join(f"{f.id} {f.status.value}" for f in result.fixtures))
+    return EXIT_OK
 
 
 def row_main(argv: Sequence[str]) -> int:
@@ -486,7 +767,8 @@ def row_main(argv: Sequence[str]) -> int:
     """
     parser = argparse.ArgumentParser(prog="kv-parity row", description=row_main.__doc__)
     parser.add_argument("--manifest", required=True, help="the build's manifest.json (binaries in its bin/)")
-    parser.add_argument("--row", required=True, help="row id to run on this node")
+    parser.add_argument("--row", required=True,
+                        help=f"row id to run on this node, or {FIXTURES_ROW} for every Stage 6 fixture")
     parser.add_argument("--out", required=True, help="directory for the row result and its evidence")
     parser.add_argument("--trace", help="node-local trace overriding the config's (checksum still verified)")
     parser.add_argument("--work", help="node-local parent of the staging directory")
@@ -498,10 +780,13 @@ def row_main(argv: Sequence[str]) -> int:
     try:
         sandbox = check_sandbox(args.sandbox)
         manifest = load_manifest(manifest_path)
-        runnable_row(manifest, args.row)
+        if args.row != FIXTURES_ROW:
+            runnable_row(manifest, args.row)
     except (DistributedError, SandboxUnavailable) as exc:
         print(f"kv-parity row: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.row == FIXTURES_ROW:
+        return _fixtures_main(args, manifest, manifest_path, sandbox)
     out = Path(args.out)
     trace_source = Path(args.trace) if args.trace else Path(manifest.config.trace.path)
     work = _scratch(args.work, "kv-parity-row-")
@@ -537,15 +822,17 @@ def merge_main(argv: Sequence[str]) -> int:
     parser.add_argument("--manifest", required=True, help="the build's manifest.json")
     parser.add_argument("--out", required=True, help="directory for report.json and the rows' evidence")
     parser.add_argument("results", nargs="*", type=Path,
-                        help=f"row result files, or directories searched for *{ROW_SUFFIX}")
+                        help=f"row and fixtures result files, or directories searched for *{ROW_SUFFIX} and "
+                             f"*{FIXTURES_SUFFIX}")
     args = parser.parse_args(list(argv))
 
     out = Path(args.out)
     try:
         manifest = load_manifest(Path(args.manifest))
-        paths = find_row_results(args.results)
-        results = {path: load_row_result(path, manifest) for path in paths}
-        report = merge_results(manifest, results)
+        row_paths, fixture_paths = find_results(args.results)
+        results = {path: load_row_result(path, manifest) for path in row_paths}
+        fixtures = {path: load_fixtures_result(path, manifest) for path in fixture_paths}
+        report = merge_results(manifest, results, fixtures)
     except Refusal as exc:
         print(f"kv-parity merge: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -553,7 +840,7 @@ def merge_main(argv: Sequence[str]) -> int:
         print(f"kv-parity merge: {exc}", file=sys.stderr)
         return EXIT_USAGE
     out.mkdir(parents=True, exist_ok=True)
-    for path in results:
+    for path in [*results, *fixtures]:
         _copy_row_evidence(path, out)
     _write_json(out / REPORT_NAME, report.model_dump_json(indent=2))
     assert report.verdicts is not None

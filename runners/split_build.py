@@ -19,12 +19,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runners import __version__
 from runners.build import BuildError, ProtocolMismatch, build_artifact, store_binary, toolchain
-from runners.campaign import STANDING_SKIPS
+from runners.campaign import STANDING_SKIPS, fixtures_not_run
 from runners.config import DEFAULT_CONFIG_PATH, PROFILES_DIR, CampaignConfig, ConfigError, parse_config
 from runners.distributed import (
     BINARY_DIR,
@@ -35,11 +36,15 @@ from runners.distributed import (
     MATRIX_NAME,
     BuildManifest,
     DistributedError,
+    FixtureInput,
     Refusal,
     _read,
     _rows_arg,
     _scratch,
     _write_json,
+    campaign_matrix,
+    copy_fixture_traces,
+    materialise_fixture_traces,
     row_matrix,
 )
 from runners.exceptions import ExceptionFileError, load_records, verify_records
@@ -68,6 +73,8 @@ PLAN_SCHEMA = "kv-parity.plan.v1"
 ARM_BUILD_SCHEMA = "kv-parity.arm-build.v1"
 PLAN_NAME = "plan.json"
 ARM_BUILD_NAME = "build.json"
+Mode = Literal["campaign", "profile"]
+MODES: tuple[str, ...] = get_args(Mode)
 
 
 class _Model(BaseModel):
@@ -90,6 +97,12 @@ class Plan(_Model):
     unselected_rows: list[str]
     relationship: str
     merge_base: str | None
+    mode: Mode = "campaign"
+    """`profile` (`/parity profile`): rows check correctness and are profiled; no performance gate, no fixtures."""
+    fixtures: list[FixtureInput] = Field(default_factory=list)
+    """Stage 6 fixtures this campaign runs, their traces made here in PLAN/fixtures/ (none when not run)."""
+    fixtures_not_run: str | None = None
+    """Why the campaign runs no Stage 6 fixtures (the single-machine rule: full campaigns only)."""
 
     def sha(self, arm: Arm) -> str:
         return self.base_sha if arm == "baseline" else self.head_sha
@@ -118,8 +131,9 @@ class ArmBuild(_Model):
 
 
 def make_plan(repo: Path, config_ref: str, base: str, head: str, rows: list[str] | None, campaign_id: str,
-              profile: str | None = None) -> Plan:
-    """Pin the revisions and read the config from the trusted ref (or a shipped profile); runs no PR code."""
+              profile: str | None = None, mode: Mode = "campaign", out: Path | None = None) -> Plan:
+    """Pin the revisions and read the config from the trusted ref (or a shipped profile); runs no PR code.
+    With `out`, a full campaign's fixture traces are made there (generator, or the file at the config ref)."""
     ref_sha = resolve_sha(repo, config_ref)
     if profile is not None:
         path = PROFILES_DIR / f"{profile}.toml"
@@ -139,11 +153,13 @@ def make_plan(repo: Path, config_ref: str, base: str, head: str, rows: list[str]
     selected = config.select_rows(rows)
     base_sha, head_sha = resolve_sha(repo, base), resolve_sha(repo, head)
     related, merge_base = relationship(repo, base_sha, head_sha)
+    skip = fixtures_not_run(config, mode == "profile", rows)
+    fixtures = materialise_fixture_traces(config, repo, ref_sha, out) if skip is None and out is not None else []
     return Plan(campaign_id=campaign_id, base_sha=base_sha, head_sha=head_sha, config_ref=ref_sha,
                 config_source=source, config_text=text, config_sha256=hashlib.sha256(text.encode()).hexdigest(),
                 config=config, rows=[row.id for row in selected],
                 unselected_rows=[row.id for row in config.rows if row not in selected],
-                relationship=related, merge_base=merge_base)
+                relationship=related, merge_base=merge_base, mode=mode, fixtures=fixtures, fixtures_not_run=skip)
 
 
 def plan_main(argv: Sequence[str]) -> int:
@@ -158,24 +174,34 @@ def plan_main(argv: Sequence[str]) -> int:
     parser.add_argument("--campaign-id", required=True)
     parser.add_argument("--out", required=True, help="plan directory")
     parser.add_argument("--github-output", help="append `matrix=` and `row_count=` lines to this file")
+    parser.add_argument("--mode", default="campaign",
+                        help=f"{' or '.join(MODES)} (the workflow's `mode` input; profile: correctness and "
+                             "attribution per row, no performance gate)")
     args = parser.parse_args(list(argv))
+    if args.mode not in MODES:
+        print(f"kv-parity plan: mode {args.mode!r} is not one of {', '.join(MODES)}: dispatch the workflow with "
+              "mode=campaign (the default) or mode=profile", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(args.out)
     try:
         plan = make_plan(Path(args.repo), args.config_ref, args.base, args.head, _rows_arg(args.rows),
-                         args.campaign_id, args.profile)
+                         args.campaign_id, args.profile, args.mode, out)
     except (ConfigError, RevisionError) as exc:
         print(f"kv-parity plan: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    out = Path(args.out)
     _write_json(out / PLAN_NAME, plan.model_dump_json(indent=2))
-    by_id = {row.id: row for row in plan.config.rows}
-    matrix = {"include": [{"row": row_id, "runs_on": list(by_id[row_id].runner_labels)} for row_id in plan.rows]}
+    matrix = campaign_matrix(plan.config, plan.rows, bool(plan.fixtures))
     compact = json.dumps(matrix, separators=(",", ":"))
     _write_json(out / MATRIX_NAME, compact)
     if args.github_output:
         with Path(args.github_output).open("a", encoding="utf-8") as handle:
-            handle.write(f"matrix={compact}\nrow_count={len(plan.rows)}\n")
-    print(f"campaign {plan.campaign_id}: baseline {plan.base_sha[:12]}, candidate {plan.head_sha[:12]}, "
-          f"rows {', '.join(plan.rows)}")
+            handle.write(f"matrix={compact}\nrow_count={len(matrix['include'])}\n")
+    fixtures = f"; Stage 6 fixtures {', '.join(f.id for f in plan.fixtures)}" if plan.fixtures else ""
+    print(f"campaign {plan.campaign_id} ({plan.mode}): baseline {plan.base_sha[:12]}, candidate "
+          f"{plan.head_sha[:12]}, rows {', '.join(plan.rows)}{fixtures}")
+    for item in plan.fixtures:
+        if item.problem is not None:
+            print(f"fixture {item.id} will stop: {item.problem}")
     return EXIT_OK
 
 
@@ -355,8 +381,9 @@ def arm_build_main(argv: Sequence[str]) -> int:
 
 
 def assemble_manifest(plan: Plan, plan_sha: str, arm_dirs: dict[Arm, Path], trace_source: Path,
-                      out: Path) -> BuildManifest:
-    """The build manifest from the plan and both checked arm builds; copies the binaries into out/bin."""
+                      out: Path, plan_dir: Path) -> BuildManifest:
+    """The build manifest from the plan and both checked arm builds; copies the binaries into out/bin and the
+    plan's fixture traces (re-hashed) into out/fixtures."""
     builds = {arm: _checked_arm(arm_dirs[arm], arm, plan, plan_sha) for arm in ARMS}
     config = plan.config
     report = CampaignReport(
@@ -368,8 +395,10 @@ def assemble_manifest(plan: Plan, plan_sha: str, arm_dirs: dict[Arm, Path], trac
         determinism_patch_sha256=builds["baseline"].determinism_patch_sha256,
         toolchain=builds["baseline"].toolchain, exclusions=list(config.harness.exclusions),
         skipped=[*STANDING_SKIPS, *([f"rows not selected for this campaign: {', '.join(plan.unselected_rows)}"]
-                                   if plan.unselected_rows else [])],
+                                   if plan.unselected_rows else []),
+                 *([plan.fixtures_not_run] if plan.fixtures_not_run else [])],
         exception_records=builds["candidate"].exception_records, sandbox=builds["candidate"].sandbox,
+        mode=plan.mode,
     )
     report.stopped = next((b.stopped for b in builds.values() if b.stopped is not None), None)
     if report.stopped is None and builds["baseline"].determinism_patch_sha256 != \
@@ -395,8 +424,10 @@ def assemble_manifest(plan: Plan, plan_sha: str, arm_dirs: dict[Arm, Path], trac
                                  gated_build_differences(report))
         report.sizes.attribution = attribute_sizes(
             *(out / BINARY_DIR / report.artifact(arm).binary_name for arm in ("baseline", "candidate")))
+        copy_fixture_traces(plan.fixtures, config, plan_dir, out)
     return BuildManifest(campaign_id=plan.campaign_id, rows=plan.rows, report=report,
-                         exceptions=builds["candidate"].exceptions)
+                         exceptions=builds["candidate"].exceptions,
+                         fixtures=plan.fixtures if report.stopped is None else [])
 
 
 def manifest_main(argv: Sequence[str]) -> int:
@@ -418,7 +449,8 @@ def manifest_main(argv: Sequence[str]) -> int:
         trace = Path(args.trace) if args.trace else Path(plan.config.trace.path)
         out.mkdir(parents=True, exist_ok=True)
         manifest = assemble_manifest(plan, plan_sha, {"baseline": Path(args.baseline),
-                                                      "candidate": Path(args.candidate)}, trace, out)
+                                                      "candidate": Path(args.candidate)}, trace, out,
+                                     Path(args.plan))
     except Refusal as exc:
         print(f"kv-parity manifest: refusing: {exc}", file=sys.stderr)
         return EXIT_REFUSED
