@@ -338,6 +338,9 @@ def _parser() -> argparse.ArgumentParser:
         "--expect-rows", default="", help="comma-separated rows that were dispatched (empty: every row)"
     )
     parser.add_argument(
+        "--expect-mode", default="campaign", choices=("campaign", "profile"), help="the mode that was dispatched"
+    )
+    parser.add_argument(
         "--artifact-url", help="where the artifact is browsable (Actions artifact or a base URL)"
     )
     parser.add_argument(
@@ -366,6 +369,7 @@ def _expected(args: argparse.Namespace) -> DispatchedCampaign:
         base_sha=args.expect_base,
         rows=rows or None,
         pr_number=args.pr,
+        mode=args.expect_mode,
     )
 
 

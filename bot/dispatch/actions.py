@@ -41,7 +41,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -112,11 +112,14 @@ def dispatch_inputs(
     pr_number: int,
     *,
     config_ref: str | None = None,
+    mode: Literal["campaign", "profile"] = "campaign",
 ) -> dict[str, str]:
-    """The campaign workflow's inputs: all strings (the API refuses anything else), six of GitHub's 25.
+    """The campaign workflow's inputs: all strings (the API refuses anything else), at most seven of GitHub's 25.
     `config_ref` is the trusted commit the plan job reads the config at (the base branch's tip; default the
-    base SHA), never the head."""
-    return {
+    base SHA), never the head. `mode=profile` is sent for `/parity profile` only: a campaign relies on the
+    input's default, so a copy of the workflow from before `mode` existed keeps accepting campaigns (GitHub
+    refuses unknown inputs) and refuses, loudly, only the profile it cannot run."""
+    inputs = {
         "campaign_id": campaign_id,
         "base_sha": base_sha,
         "head_sha": head_sha,
@@ -124,6 +127,9 @@ def dispatch_inputs(
         "config_ref": config_ref or base_sha,
         "pr_number": str(pr_number),
     }
+    if mode != "campaign":
+        inputs["mode"] = mode
+    return inputs
 
 
 @dataclass(frozen=True)
@@ -299,6 +305,8 @@ def read_report(directory: Path, campaign: CampaignView, source: str) -> Campaig
     wanted = {"baseline": campaign.base_sha, "candidate": campaign.head_sha}
     if revisions != wanted:
         raise ArtifactError(f"{source}: report.json compares {revisions}, not this campaign's {wanted}")
+    if report.mode != campaign.mode:
+        raise ArtifactError(f"{source}: report.json is a {report.mode} report, this campaign asked for {campaign.mode}")
     problems = verify_report(report)
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
@@ -403,7 +411,8 @@ class ActionsBackend:
     def _dispatch(self, api: ActionsApi, campaign: CampaignView, rows: list[str] | None) -> _Dispatch:
         dispatched_at = self._now()
         inputs = dispatch_inputs(
-            campaign.id, campaign.base_sha, campaign.head_sha, rows, campaign.pr_number, config_ref=campaign.config_sha
+            campaign.id, campaign.base_sha, campaign.head_sha, rows, campaign.pr_number, config_ref=campaign.config_sha,
+            mode=campaign.mode,
         )
         api.dispatch_workflow(self.workflow, self.ref, inputs)
         log.info("campaign %s: dispatched %s@%s with %s", campaign.id, self.workflow, self.ref, inputs)
