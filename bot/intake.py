@@ -229,13 +229,6 @@ class Intake:
         pr, original = self._campaign_pr(intent.pr, intent.campaign_id)
         if pr is None:
             return f"ignored: check run of unknown campaign {intent.campaign_id}"
-        if intent.profile and self.backend_name != "local":
-            word = self.settings.command_word
-            reason = f"`{word} profile` runs on the local backend; this service uses {self.backend_name}"
-            fix = ("run `kv-parity profile` on a bare-metal node, or use the attribution a failing performance gate "
-                   "adds to its report by itself")
-            services.publisher.reply(pr, "refused", reason=reason, fix=fix)
-            return f"invalid: {reason}"
         rows = (
             intent.rows if intent.rows is not None else (tuple(original.rows) if original and original.rows else None)
         )

@@ -23,6 +23,7 @@ import pytest
 from bot import render
 from bot.dispatch.actions import (
     REPORT_ARTIFACT,
+    RUN_NAME,
     ActionsBackend,
     ArtifactError,
     combine_retry,
@@ -250,6 +251,43 @@ def test_dispatch_then_a_verified_artifact_is_published(service: Service) -> Non
     assert done.artifact_dir is not None
     assert (done.artifact_dir / "vllm-disagg" / "schedule.json").is_file(), "the rows' evidence is kept"
     assert (done.artifact_dir / "report.md").is_file(), "the publisher wrote the full artifact"
+
+
+def test_a_profile_request_dispatches_mode_profile_and_publishes_the_profile(service: Service) -> None:
+    """`/parity profile` is no longer refused on the actions backend: the workflow runs it (its `mode` input)."""
+    service.fake.add_workflow(REPO, WORKFLOW, name="kv-parity campaign", inputs=(*INPUTS, "mode"), run_name=RUN_NAME)
+    assert post(service.url, "issue_comment", comment_event("/parity profile")).status_code == 202
+    [dispatch] = service.wait_dispatches(1)
+    campaign = service.wait_state(S.RUNNING)
+    assert campaign.mode == "profile"
+    assert dispatch["inputs"] == {
+        "campaign_id": campaign.id,
+        "base_sha": service.history.base,
+        "head_sha": service.history.head,
+        "rows": "",
+        "config_ref": service.history.main2,
+        "pr_number": "1",
+        "mode": "profile",
+    }
+    profile = make_report("profile").model_copy(
+        update={"campaign_id": campaign.id, "revisions": report_for(campaign.id, service.history.base,
+                                                                    service.history.head).revisions})
+    service.finish_run(dispatch["run_id"], "success", ok_jobs(["vllm-disagg", "sglang-disagg"]), profile)
+    done = service.wait_state(S.COMPLETED)
+    service.wait_published(done.id, "finished")
+    assert not any("runs on the local backend" in c["body"] for c in service.fake.comments(REPO, 1))
+    assert len(service.result_comments(done.id)) == 1
+
+
+def test_a_campaign_report_for_a_profile_request_is_errored_naming_the_mode(service: Service) -> None:
+    service.fake.add_workflow(REPO, WORKFLOW, name="kv-parity campaign", inputs=(*INPUTS, "mode"), run_name=RUN_NAME)
+    assert post(service.url, "issue_comment", comment_event("/parity profile")).status_code == 202
+    [dispatch] = service.wait_dispatches(1)
+    campaign = service.wait_state(S.RUNNING)
+    report = report_for(campaign.id, service.history.base, service.history.head)
+    service.finish_run(dispatch["run_id"], "success", ok_jobs(["vllm-disagg", "sglang-disagg"]), report)
+    errored = service.wait_state(S.ERRORED)
+    assert "is a campaign report, this campaign asked for profile" in errored.reason
 
 
 def test_a_tampered_report_is_refused_and_reported_as_errored(service: Service) -> None:

@@ -160,7 +160,37 @@ def test_campaign_dispatch_inputs() -> None:
     assert isinstance(dispatch, dict)
     inputs = dispatch.get("inputs", {})
     assert len(inputs) <= DISPATCH_INPUT_LIMIT, f"{len(inputs)} inputs; GitHub accepts {DISPATCH_INPUT_LIMIT}"
-    assert {"campaign_id", "base_sha", "head_sha", "rows", "config_ref", "pr_number"} <= set(inputs)
+    assert {"campaign_id", "base_sha", "head_sha", "rows", "config_ref", "pr_number", "mode"} <= set(inputs)
+    assert all(spec.get("type") == "string" for spec in inputs.values()), "the dispatch API sends strings"
+    assert inputs["mode"]["default"] == "campaign" and inputs["mode"]["required"] is False
+
+
+def test_the_mode_input_reaches_scripts_only_through_env_and_the_plan_validates_it() -> None:
+    """`mode` is free text a dispatcher chooses: it is read once, into env, and `kv-parity plan --mode` refuses
+    anything but campaign or profile; the publish job expects the same mode of the report."""
+    workflow = _load(CAMPAIGN)
+    assert workflow["env"]["MODE"] == "${{ inputs.mode || 'campaign' }}"
+    jobs = _jobs(workflow)
+    assert "inputs.mode" not in yaml.safe_dump(jobs), "only the workflow env reads the input"
+    users = {name: [step["run"] for step in _steps(job) if "$MODE" in step.get("run", "")] for name, job in
+             jobs.items()}
+    assert {name: len(runs) for name, runs in users.items() if runs} == {"plan": 1, "publish": 1}
+    assert '--mode "$MODE"' in users["plan"][0] and "kv-parity plan" in users["plan"][0]
+    assert '--expect-mode "$MODE"' in users["publish"][0]
+
+
+def test_the_stage6_fixtures_entry_is_a_rows_job_with_no_secret_and_no_output() -> None:
+    """The fixtures run the candidate binary like a row: the same job (its entry comes from the plan's matrix
+    only, never from the workflow text), no permissions, no token, no secret, no outputs."""
+    jobs = _jobs(_load(CAMPAIGN))
+    runners = [name for name, job in jobs.items() if "kv-parity row" in _script(job)]
+    assert runners == ["rows"]
+    rows = jobs["rows"]
+    assert rows["permissions"] == {} and "outputs" not in rows
+    text = yaml.safe_dump(rows)
+    assert "secrets." not in text and "github.token" not in text and "vars." not in text
+    assert rows.get("env") == {"ROW": "${{ matrix.row }}"}
+    assert "stage6-fixtures" not in yaml.safe_dump(jobs), "the entry is the plan's decision, not the workflow's"
 
 
 def test_campaign_runs_one_row_per_matrix_job_and_one_campaign_per_pr() -> None:
@@ -292,6 +322,7 @@ def test_publish_refuses_a_report_that_is_not_the_dispatched_campaign() -> None:
         "--expect-head": "HEAD_SHA",
         "--expect-base": "BASE_SHA",
         "--expect-rows": "ROWS",
+        "--expect-mode": "MODE",
     }
     env = {**workflow["env"], **publish.get("env", {}), **step.get("env", {})}
     assert env["CAMPAIGN_ID"] == "${{ inputs.campaign_id || github.run_id }}"
