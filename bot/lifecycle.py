@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -24,6 +24,7 @@ from bot.attempts import PriorAttempt
 from bot.dispatch.base import Backend, RunHandle, StartError
 from bot.github import BotIdentity, GitHubRetryLaterError, Interrupted, PullInfo
 from bot.intake import Intake
+from bot.pages import Pages
 from bot.resolve import RevisionSource
 from bot.settings import Settings
 from bot.store import ACTIVE_STATES, LIVE_STATES, CampaignState, CampaignView, Delivery, Store
@@ -73,6 +74,13 @@ class Publisher(Protocol):
         ...
 
 
+@runtime_checkable
+class RunPages(Protocol):
+    """A backend whose runs have a page of their own (the Actions backend: the workflow run)."""
+
+    def run_url(self, campaign: CampaignView) -> str | None: ...
+
+
 class RepoApi(RevisionSource, Protocol):
     """The reads the lifecycle makes through `bot.github.GitHubGateway`."""
 
@@ -111,6 +119,7 @@ class Lifecycle:
         self.backend = backend
         self.services = services
         self.clock = clock
+        self.pages = Pages(store, settings)
         self.intake = Intake(store, settings, backend.name, services, self, clock=clock)
 
     # ------------------------------------------------------------------ deliveries
@@ -118,6 +127,14 @@ class Lifecycle:
     def handle(self, delivery: Delivery) -> str:
         """Act on one stored delivery (see `bot.intake`); returns the outcome recorded with it."""
         return self.intake.handle(delivery)
+
+    def linked(self, campaign: CampaignView) -> CampaignView:
+        """The campaign with its details_url for the publisher: its details page when pages are served (and
+        it may have one), else its Actions run's page, else None (the publisher falls back to the artifact)."""
+        url = self.pages.details_url(campaign)
+        if url is None and isinstance(self.backend, RunPages):
+            url = self.backend.run_url(campaign)
+        return campaign.model_copy(update={"details_url": url})
 
     # ------------------------------------------------------------------ endings
 
@@ -226,9 +243,10 @@ class Lifecycle:
         result = self.backend.poll(campaign, RunHandle.model_validate_json(raw))
         if result.progress:
             publisher = self.services(campaign.repo).publisher
+            linked = self.linked(campaign)
             for event in result.progress:
                 try:
-                    publisher.progress(campaign, event)
+                    publisher.progress(linked, event)
                 except Exception:
                     log.exception("campaign %s: publishing progress failed", campaign.id)
         if not result.running:
@@ -267,7 +285,7 @@ class Lifecycle:
         if campaign.check_run_id is not None:
             return campaign
         try:
-            self.store.set_check_run(campaign.id, publisher.open_check_run(campaign))
+            self.store.set_check_run(campaign.id, publisher.open_check_run(self.linked(campaign)))
         except Exception:
             log.exception("campaign %s: opening the check run failed; retrying later", campaign.id)
         return self.store.require(campaign.id)
@@ -286,7 +304,7 @@ class Lifecycle:
         if self.store.published_position(campaign.id) == position:
             return
         try:
-            comment_id = publisher.queued(campaign, position)
+            comment_id = publisher.queued(self.linked(campaign), position)
         except Exception:
             log.exception("campaign %s: publishing the queue position failed", campaign.id)
             return
@@ -326,8 +344,12 @@ class Lifecycle:
                 report = CampaignReport.model_validate_json((campaign.artifact_dir / "report.json").read_text())
             except (OSError, ValidationError) as exc:
                 raise RuntimeError(f"report of completed campaign {campaign.id} unreadable: {exc}") from exc
+            self.pages.finished(campaign, report)
             publisher.finished(
-                campaign, report, campaign.artifact_dir, prior_attempts=self.store.prior_attempts(campaign.id)
+                self.linked(campaign),
+                report,
+                campaign.artifact_dir,
+                prior_attempts=self.store.prior_attempts(campaign.id),
             )
         else:
-            publisher.ended(campaign, publication.state, publication.reason)
+            publisher.ended(self.linked(campaign), publication.state, publication.reason)

@@ -125,6 +125,7 @@ class Publisher:
             artifact_url=artifact_url,
             check_run_url=f"{self._web}/{campaign.repo}/runs/{run_id}" if run_id else None,
             result_url=result_url,
+            details_url=campaign.details_url,
         )
 
     # --- lifecycle steps
@@ -210,7 +211,7 @@ class Publisher:
             command_word = self.settings.command_word
             content = render.check_run_content(report, links, command_word, prior_attempts)
             self.check_runs.complete(
-                campaign, run_id, report.verdicts.conclusion.value, content, links.artifact_url
+                campaign, run_id, report.verdicts.conclusion.value, content, links.details_url or links.artifact_url
             )
             result = self.comments.post_result(
                 campaign, render.result_comment(report, links, command_word, prior_attempts)
@@ -220,7 +221,7 @@ class Publisher:
                 render.status_comment(
                     campaign,
                     "finished",
-                    Links(links.artifact_url, links.check_run_url, result.html_url),
+                    Links(links.artifact_url, links.check_run_url, result.html_url, links.details_url),
                     command_word,
                     report=report,
                 ),
@@ -238,7 +239,8 @@ class Publisher:
             links = self._links(campaign, check_run_id=run_id)
             if run_id is not None:
                 content = render.ended_content(campaign, state, reason, links, self.settings.command_word)
-                self.check_runs.complete(campaign, run_id, STATE_CONCLUSIONS[state], content, links.artifact_url)
+                details = links.details_url or links.artifact_url
+                self.check_runs.complete(campaign, run_id, STATE_CONCLUSIONS[state], content, details)
             self.comments.upsert_status(
                 campaign,
                 render.status_comment(

@@ -39,6 +39,7 @@ from bot.dispatch.local import LocalBackend
 from bot.events import HANDLED_EVENTS, PayloadError, parse_event
 from bot.github import AppAuth, GitHubGateway, GitHubRetryLaterError, Interrupted, TokenAuth
 from bot.lifecycle import Lifecycle, Publisher, RepoServices
+from bot.pages import page_routes
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store import Delivery, Store
 
@@ -404,7 +405,8 @@ def create_app(
     publisher_factory: PublisherFactory = default_publisher,
     backend: Backend | None = None,
 ) -> Starlette:
-    """The webhook app; its lifespan opens the store and runs the worker (app.state.store/.worker).
+    """The webhook app; its lifespan opens the store and runs the worker (app.state.store/.worker). With
+    `settings.public_url` it also serves the details pages (`bot.pages`); without, no page route exists.
 
     Raises DatabaseError (naming the path) when the database cannot be opened.
     """
@@ -493,10 +495,10 @@ def create_app(
             ingest.store.close()
             store.close()
 
-    app = Starlette(
-        routes=[Route("/webhook", webhook, methods=["POST"]), Route("/healthz", health, methods=["GET"])],
-        lifespan=lifespan,
-    )
+    routes = [Route("/webhook", webhook, methods=["POST"]), Route("/healthz", health, methods=["GET"])]
+    if settings.public_url is not None:
+        routes += page_routes(lifecycle.pages)
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.state.store = store
     app.state.worker = worker
     return app

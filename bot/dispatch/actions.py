@@ -49,6 +49,7 @@ from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.github import ArtifactTooLargeError, GitHubError, WorkflowJobInfo, WorkflowRunInfo
 from bot.store import CampaignView
 from runners.config import ConfigError
+from runners.distributed import FIXTURES_ROW
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport, campaign_verdicts
 from runners.verify import verify_report
@@ -74,7 +75,9 @@ FIND_RUN_SECONDS = 600.0
 MAX_ARTIFACT_BYTES = 512 * 1024 * 1024
 """Bound on both the downloaded zip and everything unpacked from it."""
 MAX_ARTIFACT_FILES = 10_000
-_PER_RUN_FIELDS = frozenset({"rows", "stopped", "verdicts", "created_unix", "skipped"})
+_PER_RUN_FIELDS = frozenset({"rows", "stopped", "verdicts", "created_unix", "skipped", "fixtures"})
+"""`fixtures`: a retry asks for rows only (a `rows=` subset runs no Stage 6 fixtures), so the combined report keeps
+the first run's fixtures, made from the same binaries."""
 _EVIDENCE_FIELDS = tuple(name for name in CampaignReport.model_fields if name not in _PER_RUN_FIELDS)
 """Report fields two runs must share for their rows to form one campaign (build, trace, config, revisions)."""
 
@@ -532,7 +535,9 @@ class ActionsBackend:
         failed = [job for job in jobs if job.status == "completed" and job.conclusion not in OK_CONCLUSIONS]
         lost: dict[str, str] = {}
         for job in failed:
-            message = lost_runner(job) if job.name.startswith(ROW_JOB_PREFIX) else None
+            # A lost fixtures job is not retried: a retry is a `rows=` subset, which runs no fixtures.
+            retryable = job.name.startswith(ROW_JOB_PREFIX) and job.name != ROW_JOB_PREFIX + FIXTURES_ROW
+            message = lost_runner(job) if retryable else None
             if message is not None:
                 lost[job.name] = message
         retried = len(state.dispatches) > 1

@@ -1,0 +1,350 @@
+"""Details pages behind the check run: a campaign's report, a pull request's campaigns, a row's merge-base history.
+
+`kv-parity serve` answers them only when `public_url` is set, at URLs that carry a random token
+(`{public_url}/c/{token}`, `{public_url}/pr/{token}`, `{public_url}/pr/{token}/rows/{row}`); an unknown token is a
+plain 404. A page is as public as a comment: it shows the public rendering of the report (no raw output of the
+code under test) passed through the publisher's redactor, and a private repository gets no page unless the
+operator opted in (`pages_for_private_repositories`).
+
+The report a page shows is the public, redacted report JSON kept in the service's database when the campaign
+finishes, not a path into the campaign's work directory: the work directory holds raw output and may be cleaned
+up, while the kept copy is exactly what may be shown, redacted once with the secrets the service knows.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from markupsafe import Markup, escape
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from bot.events import PayloadError, parse_event
+from bot.html_report import page, report_html
+from bot.publish import web_url
+from bot.redact import Redactor, secret_values
+from bot.render import ENDED_STATES, Links, PublicReport, one_line
+from bot.settings import Settings
+from bot.store import CampaignState, CampaignView, Store
+from bot.store_pages import NOT_COMPARABLE, BaselinePoint, CampaignPage
+from bot.svg import line_chart
+from runners.report import CampaignReport, RowReport, campaign_verdicts
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data: 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+"""Every page response (a 404 too): no script at all, nothing fetched, no referrer carrying the token away."""
+PR_PAGE_CAMPAIGNS = 100
+
+
+def _private(store: Store, campaign_id: str) -> bool:
+    """Whether the campaign's repository was private, from the delivery that requested it; unknown = private."""
+    delivery = store.delivery_of_campaign(campaign_id)
+    if delivery is None:
+        return True
+    try:
+        return parse_event(*delivery).repository.private
+    except PayloadError:
+        return True
+
+
+def _redacted(value: Any, redactor: Redactor) -> Any:
+    if isinstance(value, str):
+        return redactor.redact(value)
+    if isinstance(value, list):
+        return [_redacted(item, redactor) for item in value]
+    if isinstance(value, dict):
+        return {key: _redacted(item, redactor) for key, item in value.items()}
+    return value
+
+
+def page_report(report: CampaignReport, redactor: Redactor) -> CampaignReport:
+    """What a page may show: the public report (raw output emptied, reasons on one line), every string redacted."""
+    if report.verdicts is None:
+        report = report.model_copy(update={"verdicts": campaign_verdicts(report)})
+    public = PublicReport.of(report).report
+    return CampaignReport.model_validate(_redacted(public.model_dump(mode="json"), redactor))
+
+
+def node_label(row: RowReport) -> str:
+    """The row's runner labels, CPU model and hostname: what makes two baseline figures comparable."""
+    host = row.node or (row.performance.placement.host if row.performance else None)
+    parts = [",".join(row.row.runner_labels)]
+    if host is not None:
+        parts += [host.cpu_model, host.hostname]
+    return " · ".join(parts)
+
+
+def baseline_points(campaign: CampaignView, report: CampaignReport) -> list[BaselinePoint]:
+    """Each measured row's merge-base figure: the median over the baseline's valid measured samples (an
+    invalidated attempt's samples do not count, whichever arm was invalidated)."""
+    points = []
+    for row in report.rows:
+        perf = row.performance
+        if perf is None:
+            continue
+        invalid = {(i.pair, i.attempt) for i in perf.invalidations}
+        values = [
+            s.metric_ms
+            for s in perf.samples
+            if s.kind == "measured"
+            and s.arm == "baseline"
+            and s.status == "ok"
+            and s.metric_ms is not None
+            and (s.pair, s.attempt) not in invalid
+        ]
+        if not values:
+            continue
+        points.append(
+            BaselinePoint(
+                repo=campaign.repo,
+                row_id=row.row.id,
+                campaign_id=campaign.id,
+                node_label=node_label(row),
+                base_sha=campaign.base_sha,
+                measured_unix=report.created_unix,
+                median=statistics.median(values),
+                timing_field=perf.timing_field,
+                unit="ms",
+                samples=len(values),
+            )
+        )
+    return points
+
+
+class Pages:
+    """Which campaign has a page and at which URL, and what is kept when it finishes (used by the lifecycle)."""
+
+    def __init__(self, store: Store, settings: Settings, environ: Mapping[str, str] | None = None) -> None:
+        self.store = store
+        self.settings = settings
+        self.base = settings.public_url.rstrip("/") if settings.public_url else None
+        self.redactor = Redactor(secret_values(settings, os.environ if environ is None else environ))
+        self.web = web_url(settings.api_base_url)
+
+    def page_of(self, campaign: CampaignView) -> CampaignPage | None:
+        """The campaign's page record, made on first use while pages are on (None while they are off)."""
+        if self.base is None:
+            return None
+        found = self.store.campaign_page(campaign.id)
+        if found is not None:
+            return found
+        private = _private(self.store, campaign.id)
+        allowed = not private or self.settings.pages_for_private_repositories
+        return self.store.record_campaign_page(campaign.id, private=private, with_page=allowed)
+
+    def details_url(self, campaign: CampaignView) -> str | None:
+        found = self.page_of(campaign)
+        return None if found is None or found.token is None else self.campaign_url(found.token)
+
+    def campaign_url(self, token: str) -> str:
+        return f"{self.base}/c/{token}"
+
+    def pr_url(self, token: str) -> str:
+        return f"{self.base}/pr/{token}"
+
+    def row_url(self, pr_token: str, row_id: str) -> str:
+        return f"{self.base}/pr/{pr_token}/rows/{quote(row_id, safe='')}"
+
+    def finished(self, campaign: CampaignView, report: CampaignReport) -> None:
+        """Keep the merge-base figures (always) and the page's report (when the campaign has a page)."""
+        self.store.record_baselines(baseline_points(campaign, report))
+        found = self.page_of(campaign)
+        if found is not None and found.token is not None:
+            self.store.keep_page_report(campaign.id, page_report(report, self.redactor).model_dump_json())
+
+
+# --- views ---------------------------------------------------------------------------------------------------
+
+
+def _when(unix: float | None) -> str:
+    return "—" if unix is None else datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _with_nav(document: str, nav: Markup) -> str:
+    """The report page with the service's navigation at the top of its body."""
+    head, tag, rest = document.partition("<body>")
+    if not tag:
+        raise ValueError("report page without a <body>")
+    return f"{head}{tag}\n{nav}{rest}"
+
+
+class PageViews:
+    """The HTML of each page, from the store; every page passes through the redactor once more."""
+
+    def __init__(self, pages: Pages) -> None:
+        self.pages = pages
+        self.store = pages.store
+
+    def _nav(self, campaign: CampaignView) -> Markup:
+        pr_token = self.store.pr_token(campaign.repo, campaign.pr_number)
+        if pr_token is None:
+            return Markup("")
+        rows = sorted({p.row_id for p in self.store.baseline_history(campaign.repo)})
+        links = [f'<a href="{escape(self.pages.pr_url(pr_token))}">All campaigns of this pull request</a>']
+        links += [
+            f'<a href="{escape(self.pages.row_url(pr_token, row))}">merge-base history of {escape(row)}</a>'
+            for row in rows
+        ]
+        return Markup(f'<nav class="toc">{" ".join(links)}</nav>')
+
+    def campaign(self, campaign_id: str) -> str:
+        campaign = self.store.require(campaign_id)
+        found = self.store.campaign_page(campaign_id)
+        nav = self._nav(campaign)
+        check_run = f"{self.pages.web}/{campaign.repo}/runs/{campaign.check_run_id}" if campaign.check_run_id else None
+        if found is not None and found.report_json is not None:
+            try:
+                report = CampaignReport.model_validate_json(found.report_json)
+            except ValidationError as exc:
+                raise RuntimeError(f"kept report of campaign {campaign_id} unreadable: {exc}") from exc
+            document = report_html(
+                report,
+                links=Links(check_run_url=check_run),
+                prior_attempts=self.store.prior_attempts(campaign_id),
+                public=True,
+            )
+            return self.pages.redactor.redact(_with_nav(document, nav))
+        title = f"kv-parity {campaign.id}"
+        facts = Markup(
+            f"<p>Campaign <code>{escape(campaign.id)}</code> of {escape(campaign.repo)}#{campaign.pr_number}: "
+            f"head <code>{escape(campaign.head_sha[:12])}</code> against "
+            f"<code>{escape(campaign.base_sha[:12])}</code>, requested by {escape(campaign.requested_by)} "
+            f"({escape(campaign.trigger)}).</p>"
+        )
+        state = campaign.state
+        if state in (CampaignState.REQUESTED, CampaignState.DISPATCHED, CampaignState.RUNNING):
+            what = Markup(f"<h1>{'Queued' if state == CampaignState.REQUESTED else 'Running'}</h1>")
+            what += Markup("<p>The report appears here when the campaign finishes.</p>")
+        elif state == CampaignState.COMPLETED:
+            semantic, performance = self.store.verdicts_of([campaign_id]).get(campaign_id, (None, None))
+            what = Markup(
+                f"<h1>Completed</h1><p>semantic {escape(semantic or '—')} · performance "
+                f"{escape(performance or '—')}. Its report was not kept for this page (it finished before pages "
+                "were served); it is in the campaign artifact.</p>"
+            )
+        else:
+            label = ENDED_STATES.get(state.value, ("", state.value))[1]
+            what = Markup(
+                f"<h1>{escape(label)}</h1><p>The campaign ended without a report: "
+                f"{escape(one_line(campaign.reason))}</p>"
+            )
+        body = nav + what + facts
+        if check_run:
+            body += Markup(f'<p><a href="{escape(check_run)}">Check run</a></p>')
+        return self.pages.redactor.redact(page(title, body))
+
+    def pull_request(self, repo: str, pr_number: int, pr_token: str) -> str:
+        campaigns = self.store.for_pr(repo, pr_number, limit=PR_PAGE_CAMPAIGNS)
+        ids = [c.id for c in campaigns]
+        tokens = self.store.page_tokens(ids)
+        verdicts = self.store.verdicts_of(ids)
+        rows = []
+        for c in campaigns:
+            name = escape(c.id)
+            cell = f'<a href="{escape(self.pages.campaign_url(tokens[c.id]))}">{name}</a>' if c.id in tokens else name
+            semantic, performance = verdicts.get(c.id, (None, None))
+            rows.append(
+                f"<tr><td><code>{cell}</code></td><td><code>{escape(c.head_sha[:7])}</code></td>"
+                f"<td>{escape(c.trigger)}</td><td>{escape(c.requested_by)}</td><td>{escape(c.state.value)}</td>"
+                f'<td class="verdict-{escape(semantic or "NOT_RUN")}">{escape(semantic or "—")}</td>'
+                f'<td class="verdict-{escape(performance or "NOT_RUN")}">{escape(performance or "—")}</td>'
+                f"<td>{_when(c.created_at.timestamp())}</td></tr>"
+            )
+        history = sorted({p.row_id for p in self.store.baseline_history(repo)})
+        body = Markup(f"<h1>kv-parity · {escape(repo)}#{pr_number}</h1><p>Campaigns, newest first.</p>")
+        body += Markup(
+            '<div class="scroll"><table><thead><tr><th>campaign</th><th>head</th><th>trigger</th><th>who</th>'
+            "<th>state</th><th>semantic</th><th>performance</th><th>requested</th></tr></thead><tbody>"
+            + "".join(rows)
+            + "</tbody></table></div>"
+        )
+        if history:
+            links = " ".join(
+                f'<a href="{escape(self.pages.row_url(pr_token, row))}">{escape(row)}</a>' for row in history
+            )
+            body += Markup(f'<h2>Merge-base timing over time</h2><nav class="toc">{links}</nav>')
+        return self.pages.redactor.redact(page(f"kv-parity {repo}#{pr_number}", body))
+
+    def row(self, repo: str, pr_number: int, pr_token: str, row_id: str) -> str | None:
+        points = self.store.baseline_history(repo, row_id)
+        if not points:
+            return None
+        series: dict[str, list[tuple[float, float]]] = {}
+        for p in points:
+            series.setdefault(p.node_label, []).append((p.measured_unix, p.median))
+        fields = sorted({f"{p.timing_field} ({p.unit})" for p in points})
+        chart = line_chart(
+            series,
+            title=f"Merge-base median of row {row_id}",
+            x_label="campaign time (UTC)",
+            y_label=f"median {', '.join(fields)}",
+            x_is_unix_time=True,
+        )
+        table = "".join(
+            f"<tr><td>{_when(p.measured_unix)}</td><td>{escape(p.node_label)}</td>"
+            f"<td><code>{escape(p.base_sha[:12])}</code></td><td><code>{escape(p.campaign_id)}</code></td>"
+            f'<td class="num">{p.median:.4g} {escape(p.unit)}</td><td>{escape(p.timing_field)}</td>'
+            f'<td class="num">{p.samples}</td></tr>'
+            for p in points
+        )
+        body = Markup(
+            f'<nav class="toc"><a href="{escape(self.pages.pr_url(pr_token))}">{escape(repo)}#{pr_number}</a></nav>'
+            f"<h1>Merge-base timing of row {escape(row_id)}</h1>"
+            f'<p class="note"><strong>{escape(NOT_COMPARABLE)}</strong></p>'
+            f"<p>Each point is one campaign's median over the merge base's valid measured samples of the row.</p>"
+            f'<figure class="chart">{chart}</figure>'
+            '<div class="scroll"><table><thead><tr><th>when</th><th>node label</th><th>base</th><th>campaign</th>'
+            '<th class="num">median</th><th>field</th><th class="num">n</th></tr></thead><tbody>'
+            f"{table}</tbody></table></div>"
+        )
+        return self.pages.redactor.redact(page(f"kv-parity {repo} row {row_id}", body))
+
+
+# --- routes --------------------------------------------------------------------------------------------------
+
+
+def _not_found() -> Response:
+    return PlainTextResponse("Not Found", status_code=404, headers=SECURITY_HEADERS)
+
+
+def _html(text: str) -> Response:
+    return HTMLResponse(text, headers=SECURITY_HEADERS)
+
+
+def page_routes(pages: Pages) -> list[Route]:
+    """The page routes `bot.server.create_app` mounts when `public_url` is set (none otherwise)."""
+    views = PageViews(pages)
+    store = pages.store
+
+    def campaign_page(request: Request) -> Response:
+        campaign_id = store.campaign_of_token(str(request.path_params["token"]))
+        return _not_found() if campaign_id is None else _html(views.campaign(campaign_id))
+
+    def pr_page(request: Request) -> Response:
+        token = str(request.path_params["token"])
+        found = store.pr_of_token(token)
+        return _not_found() if found is None else _html(views.pull_request(*found, token))
+
+    def row_page(request: Request) -> Response:
+        token = str(request.path_params["token"])
+        found = store.pr_of_token(token)
+        text = None if found is None else views.row(*found, token, str(request.path_params["row_id"]))
+        return _not_found() if text is None else _html(text)
+
+    return [
+        Route("/c/{token}", campaign_page, methods=["GET"]),
+        Route("/pr/{token}", pr_page, methods=["GET"]),
+        Route("/pr/{token}/rows/{row_id}", row_page, methods=["GET"]),
+    ]
