@@ -35,6 +35,7 @@ from bot.github import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInfo
 from bot.server import create_app
 from bot.settings import Settings
 from bot.store import CampaignState, CampaignView, Store
+from runners.distributed import FIXTURES_ROW
 from runners.report import CampaignReport, CheckConclusion, Revision, StopRecord, campaign_verdicts
 from tests.fakes.github_api import FakeGitHub
 from tests.report_factory import make_report
@@ -401,6 +402,20 @@ def test_a_row_printing_the_lost_runner_message_is_not_retried(service: Service)
     assert len(service.fake.dispatches(REPO)) == 1
 
 
+def test_a_lost_fixtures_job_is_not_retried_as_rows(service: Service) -> None:
+    """A retry is a `rows=` subset, which runs no Stage 6 fixtures: a lost fixtures job ends the campaign."""
+    service.label()
+    [first] = service.wait_dispatches(1)
+    campaign = service.wait_state(S.RUNNING)
+    full = report_for(campaign.id, service.history.base, service.history.head)
+    jobs: list[Job] = [*ok_jobs(["vllm-disagg", "sglang-disagg"])[:-1], (f"row {FIXTURES_ROW}", "lost", [LOST]),
+                       (PUBLISH, "success", [])]
+    service.finish_run(first["run_id"], "failure", jobs, full)
+    ended = service.wait_state(S.ERRORED)
+    assert f"job 'row {FIXTURES_ROW}' concluded failure" in ended.reason, ended.reason
+    assert len(service.fake.dispatches(REPO)) == 1
+
+
 def test_cancel_command_cancels_the_workflow_run(service: Service) -> None:
     service.label()
     [dispatch] = service.wait_dispatches(1)
@@ -567,6 +582,15 @@ def test_rows_of_different_builds_are_never_combined() -> None:
         combine_retry(first, rebuilt, ["sglang-disagg"], None)
     with pytest.raises(ArtifactError, match="no result for rows sglang-disagg"):
         combine_retry(first, only_rows(full, [], missing_stop=False), ["sglang-disagg"], None)
+
+
+def test_a_retry_of_rows_keeps_the_first_runs_stage6_fixtures() -> None:
+    """The retry is a `rows=` subset (no fixtures run); the combined report keeps the first run's fixtures."""
+    full = make_report("stage6").model_copy(update={"campaign_id": "kvp-000000000001"})
+    first = only_rows(full, ["vllm-disagg"], missing_stop=True)
+    retry = only_rows(full.model_copy(update={"fixtures": []}), ["sglang-disagg"], missing_stop=False)
+    combined = combine_retry(first, retry, ["sglang-disagg"], None)
+    assert combined.fixtures == full.fixtures and combined.verdicts == full.verdicts
 
 
 class _StubApi:
