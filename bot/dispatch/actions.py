@@ -358,6 +358,8 @@ def combine_retry(
 class _Dispatch(BaseModel):
     dispatched_at: datetime
     run_id: int | None = None
+    html_url: str | None = None
+    """The run's page on GitHub, once the run was found."""
     lost: list[str] = []
     """Rows whose runner was lost in this run (and were retried)."""
 
@@ -452,6 +454,16 @@ class ActionsBackend:
             return None
         return self._handle(campaign, state.dispatches[0])
 
+    def run_url(self, campaign: CampaignView) -> str | None:
+        """The page of the campaign's workflow run (its first run, where the report is made), once GitHub
+        created it: the check run's details_url when the service serves no details pages."""
+        if campaign.artifact_dir is None:
+            return None
+        state = _load(campaign.artifact_dir.parent)
+        if state is None or state.campaign_id != campaign.id:
+            return None
+        return next((d.html_url for d in state.dispatches if d.html_url), None)
+
     # ------------------------------------------------------------------ poll
 
     def poll(self, campaign: CampaignView, handle: RunHandle) -> PollResult:
@@ -502,6 +514,7 @@ class ActionsBackend:
             _save(work, state)
             return None
         current.run_id = run.id
+        current.html_url = run.html_url
         _save(work, state)
         return run
 
