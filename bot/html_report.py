@@ -222,6 +222,9 @@ def row_charts(row_id: str, perf: PerfResult | None, threshold: float) -> list[M
         reference_lines=references,
     )
     final = [value for _, value in points.baseline_first + points.candidate_first]
+    if not final:
+        why = "no pair completed, only invalidated attempts, so there is no ratio to count"
+        return [Markup(scatter), Markup(svg.empty_chart(f"{row_id}: distribution of pair ratios", why))]
     hist = svg.histogram(
         final,
         title=f"{row_id}: distribution of pair ratios",

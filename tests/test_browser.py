@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from tests.report_factory import OUTCOMES
 from tests.test_html_report import HOSTILE_LINKS, pwned_report
 
 GOLDEN = Path(__file__).parent / "golden" / "html"
-PHONE = {"width": 390, "height": 844, "mobile": True}
+PHONE: dict[str, Any] = {"width": 390, "height": 844, "mobile": True}
 
 CHARTS = """[...document.querySelectorAll('svg')].map(svg => ({
     title: svg.getAttribute('aria-label'),
@@ -46,8 +47,9 @@ def browser() -> Iterator[Browser]:
         yield running
 
 
-def load(browser: Browser, path: Path, **viewport: object) -> PageResult:
-    page = browser.open(path.resolve().as_uri(), **viewport)  # type: ignore[arg-type]
+def load(browser: Browser, path: Path, width: int = 1280, height: int = 900, mobile: bool = False) -> PageResult:
+    """Open `path` and assert it loaded cleanly: no exception, no console error, nothing fetched off disk."""
+    page = browser.open(path.resolve().as_uri(), width=width, height=height, mobile=mobile)
     assert page.exceptions == [], page.exceptions
     assert page.console_errors == [], page.console_errors
     offline = [url for url in page.requests if not url.startswith(("file:", "data:"))]

@@ -18,7 +18,7 @@ import pytest
 from bot import svg
 from bot.artifact import write_artifact
 from bot.cli import main
-from bot.html_report import artifact_href, inline, page, report_html, safe_url
+from bot.html_report import artifact_href, inline, page, report_html, row_charts, safe_url
 from bot.redact import Redactor
 from bot.render import Links, code, md
 from runners.report import CampaignReport, StopRecord
@@ -139,6 +139,19 @@ def test_a_row_without_ratios_says_why_instead_of_an_empty_chart() -> None:
     html = report_html(make_report("blocked_timing_field"))
     assert 'class="chart-empty"' in html
     assert "no pair completed" in html
+
+
+def test_a_row_with_only_invalidated_attempts_shows_them_and_says_why_there_is_no_histogram() -> None:
+    perf = make_report("pass").rows[0].performance
+    assert perf is not None
+    blocked = perf.model_copy(update={
+        "samples": [sample.model_copy(update={"status": "invalidated"}) for sample in perf.samples],
+        "ratios": [],
+    })
+    scatter, histogram = row_charts("r", blocked, 1.05)
+    assert 'class="marks"' in scatter and "invalidated attempt" in scatter
+    assert "baseline first" not in scatter
+    assert 'class="chart-empty"' in histogram and "only invalidated attempts" in histogram
 
 
 def test_prior_attempts_and_https_links_are_shown() -> None:
