@@ -7,16 +7,20 @@ comment body) and report.md pass through `Redactor.redact`; `RedactingGateway` w
 publishing path can skip it.
 
 Matching survives the renderers' escaping: a secret is also found with a backslash or zero-width space
-between any two of its characters and with its whitespace collapsed, since `md()` does exactly that.
+between any two of its characters and with its whitespace collapsed, since `md()` does exactly that, and in
+its HTML-escaped forms (`&lt;`, `&amp;`, `&#39;`/`&#x27;`, `&#34;`/`&quot;`), since report.html and the served
+pages escape it that way.
 """
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from markupsafe import escape
 from pydantic import BaseModel, SecretStr
 
 from bot.github import BotIdentity, CheckAction, CheckConclusion, CheckOutput, CheckStatus, CommentInfo
@@ -52,11 +56,17 @@ def _pattern(secret: str) -> str:
     return collapsed
 
 
+def _html_forms(secret: str) -> set[str]:
+    """How Jinja2/markupsafe and `html.escape` write `secret` into a page, where that differs from it."""
+    return {str(escape(secret)), html.escape(secret, quote=True)} - {secret}
+
+
 class Redactor:
     """Replaces configured secret values and credential shapes by `[redacted]`."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         values = {value.strip() for value in secrets if len(value.strip()) >= MIN_SECRET_LENGTH}
+        values |= {escaped for value in values for escaped in _html_forms(value)}
         # Longest first, so a whole key is replaced before one of its lines is.
         ordered = sorted(values, key=len, reverse=True)
         self._secret: re.Pattern[str] | None = (

@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 from pydantic import SecretStr
 
 from bot import render
@@ -241,6 +243,15 @@ def test_redaction_survives_escaping(rendered: str, secret: str) -> None:
     out = Redactor([secret] if secret else []).redact(rendered)
 
     assert REDACTED in out and "abc" not in out and "secret-login" not in out and "MIIE" not in out
+
+
+@pytest.mark.parametrize("secret", ["p<ss&w'rd\"42", "a&b<c>d'e"])
+def test_redaction_finds_html_escaped_secrets(secret: str) -> None:
+    """report.html and the served pages escape a secret's `<&'"` before the redactor sees the page."""
+    pages = [f"<td>{escape(secret)}</td>", f"<p>{html.escape(secret, quote=True)}</p>", f"raw {secret}"]
+
+    for page in pages:
+        assert Redactor([secret]).redact(page).count(REDACTED) == 1, page
 
 
 def test_short_values_are_not_redacted_on_their_own() -> None:
