@@ -59,16 +59,18 @@ class CheckRunWriter:
             status="queued",
             output=_output(content),
             actions=[RERUN, CANCEL],
+            details_url=campaign.details_url,
         )
         self._ids[campaign.id] = run_id
         return run_id
 
-    def running(self, run_id: int, content: CheckRunContent, started: bool) -> None:
+    def running(self, run_id: int, content: CheckRunContent, started: bool, details_url: str | None) -> None:
         self.gateway.update_check_run(
             run_id,
             status="in_progress" if started else "queued",
             output=_output(content),
             actions=[RERUN, CANCEL],
+            details_url=details_url,
         )
 
     def due(self, campaign: CampaignView, events: Sequence[ProgressEvent]) -> ProgressView | None:

@@ -163,7 +163,7 @@ class Publisher:
                 content = render.progress_content(
                     campaign, progress, links, self.settings.command_word, position=position
                 )
-                self.check_runs.running(run_id, content, started)
+                self.check_runs.running(run_id, content, started, campaign.details_url)
             body = render.status_comment(
                 campaign, "running" if started else "queued", links, self.settings.command_word, position=position
             )
@@ -184,7 +184,7 @@ class Publisher:
             content = render.progress_content(
                 campaign, view, self._links(campaign, check_run_id=run_id), self.settings.command_word
             )
-            self.check_runs.running(run_id, content, started=True)
+            self.check_runs.running(run_id, content, started=True, details_url=campaign.details_url)
 
     def finished(
         self,

@@ -131,7 +131,7 @@ def test_pages_are_off_by_default_no_route_no_link_but_history_is_kept(env: Env)
         svc.post("pull_request", _label(env), private=False, delivery="label")
         [done] = svc.finished()
         assert svc.check_run(done)["details_url"] is None, "no page, no artifact URL: nothing to link"
-        assert not any("[Details]" in body for body in svc.comments())
+        assert not any("/c/" in body for body in svc.comments())
         for path in ("/c/x", "/pr/x", "/pr/x/rows/vllm-disagg", f"/c/{'A' * 43}"):
             assert httpx.get(svc.url + path).status_code == 404
         assert svc.store.campaign_page(done.id) is None and svc.store.pr_token(REPO, 1) is None
@@ -150,7 +150,9 @@ def test_the_check_runs_details_url_opens_the_public_redacted_report(env: Env) -
         assert details is not None and details.startswith(f"{PUBLIC}/c/")
         token = details.removeprefix(f"{PUBLIC}/c/")
         assert len(token) >= 43 and done.id not in token, "a random token, not the campaign id"
-        assert any(f"[Details]({details})" in body for body in svc.comments()), "result and status link it"
+        bodies = svc.comments()
+        assert any(f"[Report page with charts]({details})" in body for body in bodies), "the result links it"
+        assert any(f"[report page]({details})" in body for body in bodies), "the status comment links it"
         page = svc.open(details)
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         _assert_headers(page)
@@ -173,7 +175,7 @@ def test_a_private_repository_gets_no_page_and_no_link_unless_opted_in(env: Env)
         svc.post("pull_request", _label(env), private=True, delivery="private")
         [done] = svc.finished()
         assert svc.check_run(done)["details_url"] is None
-        assert not any("[Details]" in body for body in svc.comments())
+        assert not any("/c/" in body for body in svc.comments())
         page = svc.store.campaign_page(done.id)
         assert page is not None and page.private and page.token is None and page.report_json is None
         assert svc.store.pr_token(REPO, 1) is None

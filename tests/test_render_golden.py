@@ -29,6 +29,7 @@ LINKS = Links(
     artifact_url=ARTIFACT_URL,
     check_run_url=f"https://github.com/{REPO}/runs/1001",
     result_url=f"https://github.com/{REPO}/pull/512#issuecomment-2002",
+    details_url="https://kv-parity.example.org/c/3nT0k3n-unguessable",
 )
 ENDED = {
     "cancelled": "cancelled by @alice with `/parity cancel`",
