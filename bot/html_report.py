@@ -23,9 +23,9 @@ from bot.render import (
     Links,
     PublicReport,
     RowView,
-    _gate_lines,  # private in bot/render.py; the page shows the same three gate lines as the check run
     count,
     diagnostics_breached,
+    gate_lines,
     headline,
     one_line,
     pct,
@@ -57,7 +57,7 @@ _INLINE = re.compile(rf"\\([{_PUNCTUATION}])|(`+)")
 def inline(markdown: str) -> Markup:
     """HTML for one line of bot/render.py's cell Markdown (backslash escapes and `code spans` only).
 
-    The Markdown cells (`row_views`, `_gate_lines`, `prose`) are reused so the page says exactly what the
+    The Markdown cells (`row_views`, `gate_lines`, `prose`) are reused so the page says exactly what the
     check run says; their text is escaped for HTML after the Markdown escapes are undone, so no input can
     produce a tag. Code spans follow CommonMark: a run of N backticks closes at the next run of exactly N.
     """
@@ -316,7 +316,7 @@ def _gates(report: CampaignReport) -> list[tuple[str, str, str, Markup]]:
     words = (verdicts.semantic.value, verdicts.performance.value, verdicts.sizes.value)
     gates = [
         (gate, word, cell, inline(prose(why)))
-        for (gate, cell, why), word in zip(_gate_lines(report), words, strict=True)
+        for (gate, cell, why), word in zip(gate_lines(report), words, strict=True)
     ]
     gates.append(
         ("Check run conclusion", verdicts.conclusion.value, verdicts.conclusion.value, Markup(""))

@@ -569,7 +569,7 @@ def row_views(report: CampaignReport) -> list[RowView]:
     return views
 
 
-def _gate_lines(report: CampaignReport) -> list[tuple[str, str, str]]:
+def gate_lines(report: CampaignReport) -> list[tuple[str, str, str]]:
     """(gate, verdict cell, why) for the three independent gates."""
     verdicts = report.verdicts or campaign_verdicts(report)
     threshold = report.config.perf.threshold
@@ -669,7 +669,7 @@ def _context(
         "conclusion": verdicts.conclusion.value,
         "headline": headline(report),
         "verdict_line": verdict_line(report),
-        "gates": _gate_lines(report),
+        "gates": gate_lines(report),
         "rows": row_views(report),
         "baseline": revisions.get("baseline", unpinned["baseline"]),
         "candidate": revisions.get("candidate", unpinned["candidate"]),
