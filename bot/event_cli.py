@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from bot.authz import cached_lookup
 from bot.commands import FULL_SHA
@@ -103,6 +103,7 @@ def _view(
     created_at: datetime,
     config_source: str = "",
     reason: str = "",
+    mode: Literal["campaign", "profile"] = "campaign",
 ) -> CampaignView:
     """A campaign as the publisher sees it; a run's title does not carry the base, which no reply shows."""
     return CampaignView(
@@ -126,6 +127,7 @@ def _view(
         reason=reason,
         conclusion=None,
         config_source=config_source,
+        mode=mode,
     )
 
 
@@ -190,6 +192,7 @@ class ActionsOnly:
             requested_by=f"run {run.id}",
             trigger="workflow_dispatch",
             created_at=run.created_at,
+            mode=title.mode,
         )
 
     def _end_runs(self, runs: list[tuple[WorkflowRunInfo, RunTitle]], state: str, reason: str) -> list[str]:
@@ -268,14 +271,23 @@ class ActionsOnly:
             reply(intent.pr, "refused", reason=reason, fix=f"review the head, then comment `{rerun}`")
             return f"invalid: {reason}"
         return self._launch(
-            intent.pr, pull.head_sha, pull.base_ref, intent.rows, intent.trigger, intent.requested_by
+            intent.pr, pull.head_sha, pull.base_ref, intent.rows, intent.trigger, intent.requested_by,
+            mode="profile" if intent.profile else "campaign",
         )
 
     def _launch(
-        self, pr: int, head_sha: str, base_ref: str, rows: tuple[str, ...] | None, trigger: str, requested_by: str
+        self,
+        pr: int,
+        head_sha: str,
+        base_ref: str,
+        rows: tuple[str, ...] | None,
+        trigger: str,
+        requested_by: str,
+        mode: Literal["campaign", "profile"] = "campaign",
     ) -> str:
         """Pin base = merge base, check the config at the base branch's tip, then dispatch exactly this head
-        with `config_ref` = that tip (the workflow's plan job reads the config there, never at the head)."""
+        with `config_ref` = that tip (the workflow's plan job reads the config there, never at the head).
+        `mode=profile` (`/parity profile`) checks correctness and attributes instead of gating performance."""
         resolution = resolve(self.api, head_sha, base_ref, self.settings.config_path)
         wanted = list(rows) if rows else None
         campaign = _view(
@@ -292,6 +304,7 @@ class ActionsOnly:
             created_at=datetime.fromtimestamp(self.clock(), UTC),
             config_source=resolution.config_source,
             reason=f"requested by @{requested_by} ({trigger})",
+            mode=mode,
         )
         if resolution.config is None:
             self.publisher.ended(campaign, "config_error", resolution.error or "no usable campaign config")
@@ -304,12 +317,13 @@ class ActionsOnly:
             return f"invalid: {exc}"
         live = self._runs(pr)
         for run, title in live:
-            if title.head_sha == head_sha and sorted(title.rows or []) == sorted(wanted or []):
+            same_rows = sorted(title.rows or []) == sorted(wanted or [])
+            if title.head_sha == head_sha and same_rows and title.mode == mode:
                 self.publisher.reply(pr, "duplicate", campaign=self._run_view(run, title))
                 return f"duplicate of {title.campaign_id}"
         self._end_runs(live, "superseded", f"superseded by campaign {campaign.id} for head {head_sha[:12]}")
         inputs = dispatch_inputs(
-            campaign.id, resolution.base_sha, head_sha, wanted, pr, config_ref=resolution.config_sha
+            campaign.id, resolution.base_sha, head_sha, wanted, pr, config_ref=resolution.config_sha, mode=mode
         )
         self.api.dispatch_workflow(self.settings.actions_workflow, self.settings.actions_ref, inputs)
         self.publisher.queued(campaign, 0)

@@ -32,6 +32,8 @@ TRIGGER = ROOT / ".github" / "workflows" / "kv-parity-trigger.yml"
 CAMPAIGN_WORKFLOW = ROOT / ".github" / "workflows" / "kv-parity-campaign.yml"
 WORKFLOW = "kv-parity-campaign.yml"
 INPUTS = ("campaign_id", "base_sha", "head_sha", "rows", "config_ref", "pr_number")
+WORKFLOW_INPUTS = (*INPUTS, "mode")
+"""The campaign workflow also declares `mode` (default `campaign`), sent only for `/parity profile`."""
 TOKEN = "ghs_github_token"
 APP_ID = 15368
 INSTALLATION_ID = 31
@@ -86,7 +88,7 @@ def serve_repo(fake: FakeGitHub, history: History) -> None:
     fake.register_app(APP_ID, "unused", "github-actions")
     fake.add_installation(INSTALLATION_ID, APP_ID, [REPO])
     fake.add_installation_token(TOKEN, INSTALLATION_ID)
-    fake.add_workflow(REPO, WORKFLOW, name="kv-parity campaign", inputs=INPUTS, run_name=RUN_NAME)
+    fake.add_workflow(REPO, WORKFLOW, name="kv-parity campaign", inputs=WORKFLOW_INPUTS, run_name=RUN_NAME)
     fake.add_pull(REPO, 1, history.head, "feature", "main")
     fake.add_pull(REPO, 2, history.fork1, "fork", "main", head_repo_full_name="contributor/widgets")
     fake.add_pull(REPO, 3, history.legacy_head, "legacy-feature", "legacy")
@@ -160,11 +162,12 @@ def actions(tmp_path: Path, history: History) -> Iterator[Actions]:
         yield Actions(fake, history, tmp_path)
 
 
-def assert_valid_dispatch(dispatch: dict[str, Any]) -> dict[str, str]:
+def assert_valid_dispatch(dispatch: dict[str, Any], mode: str | None = None) -> dict[str, str]:
     inputs: dict[str, str] = dispatch["inputs"]
     assert dispatch["workflow"] == WORKFLOW and dispatch["ref"] == "main"
     assert len(inputs) <= MAX_INPUTS and all(isinstance(value, str) for value in inputs.values())
-    assert set(inputs) == set(INPUTS)
+    assert set(inputs) == set(INPUTS) | ({"mode"} if mode else set())
+    assert inputs.get("mode") == mode
     assert re.fullmatch(r"kvp-[0-9a-f]{12}", inputs["campaign_id"])
     return inputs
 
@@ -237,6 +240,22 @@ def test_rerun_with_rows_dispatches_those_rows_and_a_second_request_is_a_duplica
     assert actions.comment("/parity rerun rows=nope") == 0
     assert len(actions.dispatches()) == 1
     assert "unknown rows" in actions.replies()[-1] and "nope" in actions.replies()[-1]
+
+
+def test_profile_dispatches_mode_profile_and_only_a_second_profile_is_its_duplicate(actions: Actions) -> None:
+    assert actions.comment("/parity rerun") == 0
+    assert actions.comment("/parity profile") == 0
+    campaign, profile = actions.dispatches()
+    assert_valid_dispatch(campaign)
+    inputs = assert_valid_dispatch(profile, mode="profile")
+    title = parse_run_title(actions.fake.run(profile["run_id"])["display_title"])
+    assert title is not None and (title.campaign_id, title.mode) == (inputs["campaign_id"], "profile")
+    first = parse_run_title(actions.fake.run(campaign["run_id"])["display_title"])
+    assert first is not None and first.mode == "campaign", "a title without a mode value is a campaign"
+
+    assert actions.comment("/parity profile") == 0
+    assert len(actions.dispatches()) == 2, "the same head, rows and mode: a duplicate"
+    assert inputs["campaign_id"] in actions.replies()[-1] and "not starting a second one" in actions.replies()[-1]
 
 
 def test_rows_are_checked_against_the_base_branch_tips_config_not_the_merge_bases(

@@ -60,11 +60,15 @@ REPORT_ARTIFACT = "kv-parity-report"
 """Artifact the campaign workflow's publish job uploads (report.json and the rows' evidence)."""
 ROW_JOB_PREFIX = "row "
 """Row jobs are named `row <row id>` in the campaign workflow."""
-RUN_NAME = "kv-parity ${{ inputs.campaign_id }} #${{ inputs.pr_number }} ${{ inputs.head_sha }} rows=${{ inputs.rows }}"
+RUN_NAME = (
+    "kv-parity ${{ inputs.campaign_id }} #${{ inputs.pr_number }} ${{ inputs.head_sha }} rows=${{ inputs.rows }}"
+    " mode=${{ inputs.mode }}"
+)
 """The campaign workflow's `run-name`: it makes a run's display title say which campaign, pull request, head
 and rows it is for, which is how Actions-only mode (no database) finds a pull request's runs."""
 RUN_TITLE = re.compile(
-    r"^kv-parity (?P<campaign>\S+) #(?P<pr>\d+) (?P<head>[0-9a-f]{40}) rows=(?P<rows>[a-z0-9_.,-]*)$"
+    r"^kv-parity (?P<campaign>\S+) #(?P<pr>\d+) (?P<head>[0-9a-f]{40}) rows=(?P<rows>[a-z0-9_.,-]*)"
+    r"(?: mode=(?P<mode>campaign|profile|))?$"
 )
 LIVE_STATUSES = ("requested", "pending", "waiting", "queued", "in_progress")
 """Run statuses before `completed`."""
@@ -141,6 +145,8 @@ class RunTitle:
     pr_number: int
     head_sha: str
     rows: list[str] | None
+    mode: Literal["campaign", "profile"] = "campaign"
+    """A title without `mode=` (a workflow copy from before the input) or with it empty is a campaign."""
 
 
 def parse_run_title(title: str) -> RunTitle | None:
@@ -149,7 +155,8 @@ def parse_run_title(title: str) -> RunTitle | None:
     if match is None:
         return None
     rows = [row for row in match["rows"].split(",") if row]
-    return RunTitle(match["campaign"], int(match["pr"]), match["head"], rows or None)
+    mode: Literal["campaign", "profile"] = "profile" if match["mode"] == "profile" else "campaign"
+    return RunTitle(match["campaign"], int(match["pr"]), match["head"], rows or None, mode)
 
 
 def lost_runner(job: WorkflowJobInfo) -> str | None:
