@@ -329,11 +329,13 @@ def report_html(
     links: Links | None = None,
     prior_attempts: Sequence[PriorAttempt] = (),
     public: bool = False,
+    nav: Markup | None = None,
 ) -> str:
     """report.html: the verdicts, every row's table and charts, fixtures, sizes, revisions and inputs.
 
     `public=True` renders the stripped public report (no raw output of the code under test, every reason on
-    one line), the variant a web page may serve; the artifact's page renders everything.
+    one line), the variant a web page may serve; the artifact's page renders everything. `nav` is the serving
+    page's own navigation, shown above the banner.
     """
     if public:
         report = PublicReport.of(report).report
@@ -359,4 +361,5 @@ def report_html(
         prior_attempts=list(prior_attempts),
         raw_outputs=[] if public else raw_outputs(report),
         public=public,
+        nav=nav,
     )

@@ -172,14 +172,6 @@ def _when(unix: float | None) -> str:
     return "—" if unix is None else datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _with_nav(document: str, nav: Markup) -> str:
-    """The report page with the service's navigation at the top of its body."""
-    head, tag, rest = document.partition("<body>")
-    if not tag:
-        raise ValueError("report page without a <body>")
-    return f"{head}{tag}\n{nav}{rest}"
-
-
 class PageViews:
     """The HTML of each page, from the store; every page passes through the redactor once more."""
 
@@ -214,8 +206,9 @@ class PageViews:
                 links=Links(check_run_url=check_run),
                 prior_attempts=self.store.prior_attempts(campaign_id),
                 public=True,
+                nav=nav,
             )
-            return self.pages.redactor.redact(_with_nav(document, nav))
+            return self.pages.redactor.redact(document)
         title = f"kv-parity {campaign.id}"
         facts = Markup(
             f"<p>Campaign <code>{escape(campaign.id)}</code> of {escape(campaign.repo)}#{campaign.pr_number}: "
