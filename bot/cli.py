@@ -54,7 +54,8 @@ def _finish(report: CampaignReport, out: Path) -> int:
     written = write_artifact(report, out)
     assert report.verdicts is not None
     print(report.verdicts.summary)
-    print(f"report: {out / 'report.json'} ({len(written)} artifact files)")
+    print(f"open {out / 'report.html'} (charts and evidence; report.md and report.json beside it, "
+          f"{len(written)} artifact files in all)")
     return EXIT_FOR_CONCLUSION[report.verdicts.conclusion]
 
 

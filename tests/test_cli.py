@@ -24,7 +24,8 @@ def test_demo_semantic_change_fails_and_its_report_verifies(tmp_path: Path) -> N
     data = json.loads(report.read_text())
     assert data["verdicts"]["conclusion"] == "failure"
     assert data["rows"][0]["parity"]["differences_total"] > 0
-    assert (out / "campaign" / "report.md").is_file()
+    assert (out / "campaign" / "report.md").is_file() and (out / "campaign" / "report.html").is_file()
+    assert done.stdout.splitlines()[-1].startswith("open demo/campaign/report.html "), "the file to open"
 
     assert run("verify", str(report)).returncode == 0
     data["rows"][0]["semantic"] = "PASS"
