@@ -23,7 +23,6 @@ import pytest
 from bot import render
 from bot.dispatch.actions import (
     REPORT_ARTIFACT,
-    RUN_NAME,
     ActionsBackend,
     ArtifactError,
     combine_retry,
@@ -256,7 +255,6 @@ def test_dispatch_then_a_verified_artifact_is_published(service: Service) -> Non
 
 def test_a_profile_request_dispatches_mode_profile_and_publishes_the_profile(service: Service) -> None:
     """`/parity profile` is no longer refused on the actions backend: the workflow runs it (its `mode` input)."""
-    service.fake.add_workflow(REPO, WORKFLOW, name="kv-parity campaign", inputs=(*INPUTS, "mode"), run_name=RUN_NAME)
     assert post(service.url, "issue_comment", comment_event("/parity profile")).status_code == 202
     [dispatch] = service.wait_dispatches(1)
     campaign = service.wait_state(S.RUNNING)
@@ -281,7 +279,6 @@ def test_a_profile_request_dispatches_mode_profile_and_publishes_the_profile(ser
 
 
 def test_a_campaign_report_for_a_profile_request_is_errored_naming_the_mode(service: Service) -> None:
-    service.fake.add_workflow(REPO, WORKFLOW, name="kv-parity campaign", inputs=(*INPUTS, "mode"), run_name=RUN_NAME)
     assert post(service.url, "issue_comment", comment_event("/parity profile")).status_code == 202
     [dispatch] = service.wait_dispatches(1)
     campaign = service.wait_state(S.RUNNING)
@@ -289,6 +286,18 @@ def test_a_campaign_report_for_a_profile_request_is_errored_naming_the_mode(serv
     service.finish_run(dispatch["run_id"], "success", ok_jobs(["vllm-disagg", "sglang-disagg"]), report)
     errored = service.wait_state(S.ERRORED)
     assert "is a campaign report, this campaign asked for profile" in errored.reason
+
+
+def test_without_pages_the_check_run_links_the_workflow_run(service: Service) -> None:
+    """Pages off (the default): the check run's details_url is the campaign's workflow run (issue 14)."""
+    service.label()
+    [dispatch] = service.wait_dispatches(1)
+    campaign = service.wait_state(S.RUNNING)
+    report = report_for(campaign.id, service.history.base, service.history.head)
+    service.finish_run(dispatch["run_id"], "success", ok_jobs(["vllm-disagg", "sglang-disagg"]), report)
+    service.wait_published(service.wait_state(S.COMPLETED).id, "finished")
+    [check_run] = service.fake.check_runs(REPO)
+    assert check_run["details_url"] == f"https://github.com/{REPO}/actions/runs/{dispatch['run_id']}"
 
 
 def test_a_tampered_report_is_refused_and_reported_as_errored(service: Service) -> None:

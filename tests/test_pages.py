@@ -17,23 +17,19 @@ from typing import Any
 import httpx
 import pytest
 
-from bot.dispatch.actions import REPORT_ARTIFACT
 from bot.history import history_main
 from bot.pages import SECURITY_HEADERS, Pages
 from bot.server import create_app, default_publisher
-from bot.settings import Settings
 from bot.store import CampaignState, CampaignView, Store
 from bot.store_pages import NOT_COMPARABLE
 from runners.report import CampaignReport
 from tests.browser import Browser
-from tests.fakes.github_api import FakeGitHub
 from tests.service_fixtures import Env, standin_env, widgets_history
 from tests.webhooks import (
     REPO,
     SECRET,
     comment_event,
     post,
-    pull_request_event,
     register_test_app,
     serve_app,
     wait_until,
@@ -234,54 +230,6 @@ def test_pull_request_page_lists_campaigns_newest_first_and_row_history_has_one_
     assert [line.split("campaign ")[-1] for line in out[2:]] == [first.id, second.id]
     assert all(f"base {env.base[:12]}" in line and " ms (" in line for line in out[2:])
     assert history_main(["--db", str(env.tmp / "bot.sqlite3"), "--baseline", "other/repo"]) == 1
-
-
-# ----------------------------------------------------------------- Actions mode
-
-
-def test_in_actions_mode_without_pages_the_check_run_links_the_workflow_run(tmp_path: Path) -> None:
-    from tests.test_actions_backend import ok_jobs, report_for, zipped
-    from tests.test_event_cli import TOKEN, WORKFLOW, make_history, serve_repo
-
-    (tmp_path / "widgets").mkdir()
-    history = make_history(tmp_path / "widgets")
-    with FakeGitHub() as fake:
-        serve_repo(fake, history)
-        settings = Settings.model_validate(
-            {
-                "webhook_secret": SECRET,
-                "token": TOKEN,
-                "api_base_url": fake.url,
-                "api_seconds_between_requests": 0,
-                "api_seconds_between_writes": 0,
-                "repo": REPO,
-                "bot_login": "github-actions[bot]",
-                "db_path": tmp_path / "bot.sqlite3",
-                "work_dir": tmp_path / "work",
-                "backend": "actions",
-                "actions_workflow": WORKFLOW,
-                "actions_poll_seconds": 0,
-                "poll_interval_seconds": 0.05,
-            }
-        )
-        app = create_app(settings)
-        with serve_app(app) as url:
-            store: Store = app.state.store
-            label = pull_request_event(
-                "labeled", head_sha=history.head, base_sha=history.main2, label="kv-parity", labels=("kv-parity",)
-            )
-            assert post(url, "pull_request", label).status_code == 202
-            [dispatch] = wait_until(lambda: fake.dispatches(REPO), "dispatched")
-            [campaign] = wait_until(lambda: [c for c in store.for_pr(REPO, 1) if c.state == S.RUNNING], "running")
-            run_id = dispatch["run_id"]
-            for name, conclusion, _ in ok_jobs(["vllm-disagg", "sglang-disagg"]):
-                fake.add_job(run_id, name, conclusion=conclusion, annotations=[])
-            report = report_for(campaign.id, history.base, history.head)
-            fake.add_artifact(run_id, REPORT_ARTIFACT, zipped({"report.json": report.model_dump_json().encode()}))
-            fake.set_run_status(run_id, "completed", "success")
-            wait_until(lambda: ("finished", "done") in store.publications(campaign.id), "published")
-        [check_run] = fake.check_runs(REPO)
-    assert check_run["details_url"] == f"https://github.com/{REPO}/actions/runs/{run_id}"
 
 
 # ----------------------------------------------------------------- the runner these tests use
