@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from runners.campaign import CampaignRequest, run_campaign
-from runners.config import CampaignConfig, DeterminismConfig
-from runners.demo import commit_change, set_knobs
+from runners.config import CampaignConfig, DeterminismConfig, RowConfig
+from runners.demo import commit_change, init_fixture_repo, set_knobs
 from runners.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict
 from runners.revisions import checkout_state
 
 AGG_ROW = "vllm-agg"
 DISAGG_ROW = "vllm-disagg"
+ROOMY_ROW = "vllm-agg-no-pressure"
 
 
 def quick(config: CampaignConfig, **trace: object) -> CampaignConfig:
@@ -47,13 +48,34 @@ def back_to_main(repo: Path) -> None:
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "main"], check=True)
 
 
-def test_identical_revisions_pass_with_equal_digests(fixture_repo: Path, campaign_config: CampaignConfig,
-                                                     demo_trace: Path, tmp_path: Path) -> None:
-    branch(fixture_repo, "feature")
-    head = commit_change(fixture_repo, "reword comments", touch_comment=True)
-    back_to_main(fixture_repo)
-    report = campaign(fixture_repo, head, quick(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
+def _without_pressure(row: RowConfig) -> RowConfig:
+    """The aggregated row with so many KV blocks that no request is ever preempted: the pressure edge is missed."""
+    args = list(row.args)
+    args[args.index("--num-gpu-blocks") + 1] = "1000000"
+    return row.model_copy(update={"id": ROOMY_ROW, "args": args})
 
+
+@pytest.fixture(scope="module")
+def comment_only(tmp_path_factory: pytest.TempPathFactory, campaign_config: CampaignConfig,
+                 demo_trace: Path) -> tuple[CampaignReport, Path]:
+    """One campaign of a comment-only change over two rows, the demo's aggregated row and the same row without
+    pressure; the tests below read different facts off it (one campaign, one build per revision)."""
+    root = tmp_path_factory.mktemp("comment-only")
+    repo = root / "repo"
+    init_fixture_repo(repo)
+    branch(repo, "feature")
+    head = commit_change(repo, "reword comments", touch_comment=True)
+    back_to_main(repo)
+    config = quick(campaign_config)
+    config = config.model_copy(update={"rows": [*config.rows, _without_pressure(config.rows[0])]})
+    report = campaign(repo, head, config, demo_trace, root / "out", [AGG_ROW, ROOMY_ROW])
+    assert [row.row.id for row in report.rows] == [AGG_ROW, ROOMY_ROW]
+    return report, root / "out"
+
+
+def test_identical_revisions_pass_with_equal_digests(comment_only: tuple[CampaignReport, Path],
+                                                     campaign_config: CampaignConfig) -> None:
+    report, out = comment_only
     assert report.relationship == "ancestor"
     row = report.rows[0]
     assert row.semantic == SemanticVerdict.PASS
@@ -67,8 +89,18 @@ def test_identical_revisions_pass_with_equal_digests(fixture_repo: Path, campaig
     assert {a.arm: a.features for a in report.artifacts} == {"baseline": ["replay-bench"],
                                                               "candidate": ["replay-bench"]}
     assert report.trace is not None and report.trace.count == campaign_config.trace.count
-    assert not (tmp_path / "out" / "work").exists(), "temporary traces, binaries and worktrees are cleaned up"
-    assert not (tmp_path / "out" / "evidence").exists(), "matching full reports are not kept"
+    assert not (out / "work").exists(), "temporary traces, binaries and worktrees are cleaned up"
+    assert not (out / "evidence").exists(), "matching full reports are not kept"
+
+
+def test_row_without_pressure_fails_coverage(comment_only: tuple[CampaignReport, Path]) -> None:
+    report, _ = comment_only
+    result = report.rows[1]
+    assert result.row.id == ROOMY_ROW
+    assert result.parity is not None and result.parity.identical
+    assert result.semantic == SemanticVerdict.FAIL
+    assert any("missing lifecycle evidence" in r and "pressure" in r for r in result.semantic_reasons)
+    assert result.perf_verdict == PerfVerdict.NOT_RUN
 
 
 def test_entropy_leak_fails_as_unstable_revision(fixture_repo: Path, campaign_config: CampaignConfig,
@@ -219,21 +251,6 @@ def test_crashing_harness_fails_with_stderr_tail(fixture_repo: Path, campaign_co
     assert row.determinism is not None
     crashed = [run for run in row.determinism.runs if run.arm == "candidate"]
     assert all(run.exit_code not in (0, None) and "panicked" in run.stderr_tail for run in crashed)
-
-
-def test_row_without_pressure_fails_coverage(fixture_repo: Path, campaign_config: CampaignConfig,
-                                             demo_trace: Path, tmp_path: Path) -> None:
-    config = quick(campaign_config)
-    row = config.rows[0]
-    args = list(row.args)
-    args[args.index("--num-gpu-blocks") + 1] = "1000000"
-    roomy = row.model_copy(update={"args": args})
-    config = config.model_copy(update={"rows": [roomy, *config.rows[1:]]})
-    report = campaign(fixture_repo, "main", config, demo_trace, tmp_path / "out", [AGG_ROW])
-    result = report.rows[0]
-    assert result.parity is not None and result.parity.identical
-    assert result.semantic == SemanticVerdict.FAIL
-    assert any("missing lifecycle evidence" in r and "pressure" in r for r in result.semantic_reasons)
 
 
 def test_determinism_patch_from_the_base_is_applied_identically_to_both(

@@ -124,13 +124,6 @@ def test_a_failed_evidence_invocation_is_a_product_failure() -> None:
                                   ["product failure: candidate declared-exclusion evidence invocation exited 3"])
 
 
-def _short(config: CampaignConfig) -> CampaignConfig:
-    """A short performance gate (30 pairs: equal dependence batches large enough for a bound): these tests are about
-    correctness, but a PASS row must still reach performance."""
-    short = quick(config)
-    return short.model_copy(update={"perf": short.perf.model_copy(update={"pairs": 30})})
-
-
 def _harness_declaring(repo: Path, message: str, **knobs: str) -> str:
     """Both revisions carry the harness behaviour (committed to main); the head only rewords a comment."""
     commit_change(repo, message, knobs=dict(knobs))
@@ -150,10 +143,11 @@ def test_a_fourth_declared_pointer_under_a_null_parent_passes_and_is_listed(
     head = _harness_declaring(fixture_repo, "declare the planner's report path like the real harness",
                               DECLARED_EXCLUSIONS=f"{THREE},{PLANNER}")
 
-    report = campaign(fixture_repo, head, _short(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
+    report = campaign(fixture_repo, head, quick(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
 
     row = report.rows[0]
     assert row.semantic == SemanticVerdict.PASS, row.semantic_reasons
+    assert row.performance is not None, "a PASS row still reaches the performance gate (quick: 10 pairs)"
     assert report.exclusions == list(PROTOCOL_EXCLUSIONS)
     declared = row.declared_exclusions
     assert declared is not None and declared.declared["candidate"] == [*PROTOCOL_EXCLUSIONS, PLANNER]
@@ -169,7 +163,7 @@ def test_a_value_the_harness_really_strips_stops_the_row_naming_it(
     head = _harness_declaring(fixture_repo, "declare and strip the mean TTFT",
                               DECLARED_EXCLUSIONS=f"{THREE},{STRIPPED}", STRIP_FROM_CANONICAL=STRIPPED)
 
-    report = campaign(fixture_repo, head, _short(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
+    report = campaign(fixture_repo, head, quick(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
 
     row = report.rows[0]
     assert row.parity is not None and row.parity.identical, "both arms strip it: the digests alone would pass"
@@ -189,10 +183,11 @@ def test_declaring_fewer_than_the_three_still_drops_exactly_the_three(
         fixture_repo: Path, campaign_config: CampaignConfig, demo_trace: Path, tmp_path: Path) -> None:
     head = _harness_declaring(fixture_repo, "declare only the wall time", DECLARED_EXCLUSIONS="/summary/wall_time_ms")
 
-    report = campaign(fixture_repo, head, _short(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
+    report = campaign(fixture_repo, head, quick(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
 
     row = report.rows[0]
     assert row.semantic == SemanticVerdict.PASS, row.semantic_reasons
+    assert row.performance is not None, "a PASS row still reaches the performance gate"
     assert row.determinism is not None and row.determinism.unstable_arms == [], (
         "the host-speed rates the harness did not declare were still dropped, or every digest would differ")
     pointers = _by_pointer(row.declared_exclusions)

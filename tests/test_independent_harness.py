@@ -132,10 +132,11 @@ handoffs = {rows}
 placements = {{ prefill = {{ immediate = {rows}, queued = 0 }}, decode = {{ immediate = {rows}, queued = 0 }} }}
 active_workers = {{ prefill = 2, decode = 2 }}
 
+# The gate's plumbing on a harness it was not written for, not its power: ten pairs (two batches of five when a
+# diagnostic breaches), a verdict that must not be FAIL on a comment-only change.
 [perf]
 warmups_per_arm = 2
-pairs = 30
-dependence_batches = 3
+pairs = 10
 
 # Stage 6 on a 60-row trace committed at the base. Measured: 54 of 60 requests queue at threshold 0.8 of 400
 # blocks on one worker; 200 blocks with 8 sequences give 3 preemptions, each re-admitted. No handoff_ordering
