@@ -21,6 +21,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -122,7 +123,7 @@ class Browser:
 
     def __enter__(self) -> Browser:
         binary = chromium_path()
-        self._profile = tempfile.TemporaryDirectory(prefix="kv-parity-chromium-")
+        self._profile = tempfile.TemporaryDirectory(prefix="kv-parity-chromium-", ignore_cleanup_errors=True)
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
         # Four new descriptors take the lowest free numbers, so 3 and 4 are open here and pass_fds may name
@@ -142,6 +143,7 @@ class Browser:
                 stderr=subprocess.DEVNULL,
                 pass_fds=(3, 4),
                 preexec_fn=onto_3_and_4,
+                start_new_session=True,
             )
         finally:
             os.close(to_child)
@@ -157,16 +159,22 @@ class Browser:
         self.close()
 
     def close(self) -> None:
-        process, self._process = self._process, None
+        """Ask Chromium to close (it was never asked before: the process was forgotten first, so every close
+        waited out the 10 s timeout), then end whatever is left of its process group before removing the
+        profile its helper processes write to."""
+        process = self._process
         if process is None:
             return
         with contextlib.suppress(BrowserError):
             self.call("Browser.close", timeout=5.0)
+        self._process = None
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         os.close(self._send_fd)
         if self._profile is not None:
             self._profile.cleanup()
