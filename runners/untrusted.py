@@ -1,0 +1,95 @@
+"""Reading what pull-request code could have written, without letting it choose what the bot opens.
+
+A directory handed to the sandbox is the sandbox's: anything in it may be a symlink to a root-only file, a FIFO
+that blocks the reader, or a file grown to fill the disk. The trusted side reads such paths only through these
+functions: the last component is opened with `O_NOFOLLOW | O_NONBLOCK`, every parent below the trusted root is
+checked not to be a link, the result must be a regular file, and it is read up to a bound. Nothing is ever moved
+out of a sandbox directory in place (a rename would carry an attacker's inode into a trusted directory): it is
+copied, by content. Writing never goes into a sandbox directory at all.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+DEFAULT_MAX_BYTES = 256 << 20
+"""Above any output a harness legitimately writes (a 5,000-request canonical line is a few MB)."""
+
+
+class UntrustedFileError(RuntimeError):
+    """A file the sandbox could have written is not a plain, bounded regular file: the message names it."""
+
+
+def _check_parents(path: Path, root: Path | None) -> None:
+    if root is None:
+        return
+    root = root.resolve()
+    relative = path.relative_to(root) if path.is_absolute() else path
+    current = root
+    for part in relative.parts[:-1]:
+        current = current / part
+        if current.is_symlink():
+            raise UntrustedFileError(f"{current} is a symbolic link; refusing to read through it")
+
+
+def read_bytes(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, root: Path | None = None) -> bytes:
+    """The bytes of `path`, which must be a regular file (never followed if a link) of at most `max_bytes`.
+
+    `root` is the trusted directory `path` lies in (the process's output dir's parent, say): no component
+    between it and the file may be a link either."""
+    _check_parents(path, root)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == 40:  # ELOOP: the last component is a symlink
+            raise UntrustedFileError(f"{path} is a symbolic link; refusing to follow it") from error
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UntrustedFileError(f"{path} is not a regular file (mode {stat.filemode(info.st_mode)})")
+        if info.st_size > max_bytes:
+            raise UntrustedFileError(f"{path} is {info.st_size} bytes, over the {max_bytes}-byte bound")
+        chunks: list[bytes] = []
+        remaining = max_bytes + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:
+            raise UntrustedFileError(f"{path} grew past the {max_bytes}-byte bound while it was read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, root: Path | None = None) -> str:
+    """`read_bytes` decoded as UTF-8 (a decoding error is the caller's malformed-output failure)."""
+    return read_bytes(path, max_bytes=max_bytes, root=root).decode("utf-8")
+
+
+def copy_out(source: Path, destination: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
+             root: Path | None = None) -> None:
+    """Copy a sandbox-written file into a trusted directory by content; `destination` must not exist yet."""
+    data = read_bytes(source, max_bytes=max_bytes, root=root)
+    fd = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def symlinks_under(top: Path) -> list[Path]:
+    """Every symbolic link at or below `top` (walked without following links): an uploaded artifact holds none."""
+    found: list[Path] = [top] if top.is_symlink() else []
+    if found:
+        return found
+    for current, dirs, files in os.walk(top, followlinks=False):
+        for name in (*dirs, *files):
+            candidate = Path(current) / name
+            if candidate.is_symlink():
+                found.append(candidate)
+    return sorted(found)
