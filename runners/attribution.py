@@ -13,15 +13,18 @@ Raw captures are kept as files speedscope and the Firefox Profiler open (callgri
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from runners import untrusted
 from runners.flamegraph import Stacks, differential_flame_svg, flame_svg
 from runners.placement import pinned_argv
 from runners.report import ARMS, Arm, CostTable, FunctionDelta, RegressionAttribution, WorkComparison, WorkCounter
@@ -34,6 +37,9 @@ FINDING_FLOOR = 0.005
 """Movers below this share of the baseline total are not findings: randomly seeded hash maps and address-space
 layout move a binary's own instruction count by about 0.1% between identical runs."""
 PERF_FREQUENCY_HZ = 1999
+CAPTURE_MAX_BYTES = 4 << 30
+"""Bound on a profiler's capture read back from the sandbox (perf.data with DWARF stacks is ~32 MB per
+sampled second); a larger one is refused, recorded in `skipped`."""
 Launcher = Callable[[list[str], list[Path]], tuple[list[str], dict[str, str] | None]]
 """(argv, directories it must write) -> (argv, environment) that start it: the sandbox and CPU pinning."""
 
@@ -45,7 +51,8 @@ def bare_launcher(argv: list[str], writable: list[Path]) -> tuple[list[str], dic
 
 def sandbox_launcher(sandbox: Sandbox, cpu_set: list[int]) -> Launcher:
     """Start each profiled process like a performance sample: in the sandbox, pinned to the row's CPU set, with
-    its own /proc (valgrind reads it) and the capture directory writable."""
+    its own /proc (valgrind reads it) and the process's own capture directory writable. The profiler (valgrind,
+    `perf record`) is the command the sandbox starts, so it writes its capture as the sandbox user."""
 
     def launch(argv: list[str], writable: list[Path]) -> tuple[list[str], dict[str, str] | None]:
         run = sandbox.harness_run(argv)
@@ -223,39 +230,67 @@ def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> subpr
     return completed
 
 
-def _timed_args(args: list[str], out_dir: Path, label: str) -> list[str]:
+def _timed_args(args: list[str], own: Path, label: str) -> list[str]:
     """The row's argv as in a performance sample: one iteration, its own timings file (each start writes anew)."""
-    return [*args, "--iterations", "1", "--timings-jsonl", str(out_dir / f"{label}.timings.jsonl")]
+    return [*args, "--iterations", "1", "--timings-jsonl", str(own / f"{label}.timings.jsonl")]
 
 
-def count_instructions(binary: Path, args: list[str], out_dir: Path, arm: str, launch: Launcher) -> dict[str, int]:
-    """One run under callgrind; self instruction count per mangled function."""
+def _own_dir(scratch: Path, label: str) -> Path:
+    """A fresh directory for one profiled process: the only place it (and the profiler inside the sandbox with
+    it) may write. The bot never writes there and reads back only through `runners.untrusted`."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    own = scratch / label
+    own.mkdir()
+    return own
+
+
+def count_instructions(binary: Path, args: list[str], scratch: Path, out_dir: Path, arm: str,
+                       launch: Launcher) -> dict[str, int]:
+    """One run under callgrind (inside the sandbox, writing its capture into its own directory); the capture is
+    copied into `out_dir`, then the self instruction count per mangled function is read from that copy."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise FileNotFoundError("valgrind is not installed")
-    out_file = out_dir / f"{arm}.callgrind.out"
-    argv, env = launch([valgrind, "--tool=callgrind", "--demangle=no", f"--callgrind-out-file={out_file}",
-                        str(binary), *_timed_args(args, out_dir, f"{arm}.callgrind")], [out_dir])
+    own = _own_dir(scratch, f"{arm}.callgrind")
+    capture = own / "callgrind.out"
+    argv, env = launch([valgrind, "--tool=callgrind", "--demangle=no", f"--callgrind-out-file={capture}",
+                        str(binary), *_timed_args(args, own, f"{arm}.callgrind")], [own])
     _run(argv, f"callgrind of {binary.name}", env)
-    return callgrind_self_costs(out_file.read_text(encoding="utf-8", errors="replace"))
+    kept = out_dir / f"{arm}.callgrind.out"
+    untrusted.copy_out(capture, kept, max_bytes=CAPTURE_MAX_BYTES, root=scratch)
+    return callgrind_self_costs(kept.read_text(encoding="utf-8", errors="replace"))
 
 
-def sample_stacks(binary: Path, args: list[str], out_dir: Path, label: str, launch: Launcher) -> Stacks:
+def sample_stacks(binary: Path, args: list[str], scratch: Path, out_dir: Path, label: str,
+                  launch: Launcher) -> Stacks:
     """One run under `perf record` (cpu-clock, user space, DWARF unwinding); folded stacks of the harness.
 
-    perf itself runs outside the sandbox and follows the sandboxed harness it starts; the `perf script` text
-    (which speedscope and the Firefox Profiler open) is kept, the binary perf.data is not."""
+    perf record runs inside the sandbox with the harness, as the sandbox user, and writes perf.data into the
+    process's own directory; the bot copies it out by content into a private directory of its own and runs
+    `perf script` there. Only the `perf script` text (which speedscope and the Firefox Profiler open) is kept
+    in `out_dir`; the binary perf.data is not."""
     perf = shutil.which("perf")
     if perf is None:
         raise FileNotFoundError("perf (linux-perf) is not installed")
-    data_file, script_file = out_dir / f"{label}.perf.data", out_dir / f"{label}.perf-script.txt"
-    argv, env = launch([str(binary), *_timed_args(args, out_dir, f"{label}.perf")], [out_dir])
-    _run([perf, "record", "-q", "--all-user", "-e", "cpu-clock", "-F", str(PERF_FREQUENCY_HZ),
-          "--call-graph", "dwarf,16384", "-o", str(data_file), "--", *argv], f"perf record of {binary.name}", env)
-    script = _run([perf, "script", "-i", str(data_file), "-F", "comm,ip,sym", "--no-demangle"], "perf script")
-    script_file.write_text(script.stdout, encoding="utf-8")
-    data_file.unlink()
+    own = _own_dir(scratch, f"{label}.perf")
+    capture = own / "perf.data"
+    argv, env = launch([perf, "record", "-q", "--all-user", "-e", "cpu-clock", "-F", str(PERF_FREQUENCY_HZ),
+                        "--call-graph", "dwarf,16384", "-o", str(capture), "--", str(binary),
+                        *_timed_args(args, own, f"{label}.perf")], [own])
+    _run(argv, f"perf record of {binary.name} (needs kernel.perf_event_paranoid <= 2 for the sandbox user)", env)
+    with tempfile.TemporaryDirectory(prefix="kv-parity-perf-") as private:
+        data = Path(private) / "perf.data"
+        untrusted.copy_out(capture, data, max_bytes=CAPTURE_MAX_BYTES, root=scratch)
+        script = _run([perf, "script", "-i", str(data), "-F", "comm,ip,sym", "--no-demangle"], "perf script")
+    _write_new(out_dir / f"{label}.perf-script.txt", script.stdout)
     return perf_script_stacks(script.stdout, binary.name[:15])
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Create a file of the bot's own in a trusted directory: never through a link, never over an existing file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def attribute_regression(
@@ -264,17 +299,22 @@ def attribute_regression(
     canonical: Mapping[Arm, Mapping[str, Any]] | None,
     out_dir: Path,
     *,
+    scratch: Path,
     trigger: str,
     launch: Launcher,
     perf_runs: int = 3,
 ) -> RegressionAttribution:
-    """Run the protocol's investigation for one row; every capture lands in `out_dir`.
+    """Run the protocol's investigation for one row; every kept capture lands in `out_dir`.
 
     `binaries` maps "baseline"/"candidate" to the campaign's verified executables; `args` is the row's argv
     after the binary (one iteration and a fresh timings file are added per start); `canonical` holds both
-    arms' canonical reports when the caller kept them. A missing profiler is recorded in `skipped`, never fatal.
+    arms' canonical reports when the caller kept them. Each profiled process gets its own fresh directory
+    under `scratch`, the only directories handed to the sandbox; `out_dir` is the bot's alone (never bound
+    into a sandbox) and must lie outside `scratch`. A missing profiler is recorded in `skipped`, never fatal.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.resolve().is_relative_to(scratch.resolve()):
+        raise ValueError(f"attribution output {out_dir} lies inside the sandbox's scratch directory {scratch}")
     skipped: list[str] = []
     files: list[str] = []
     work = compare_work(canonical["baseline"], canonical["candidate"]) if canonical else None
@@ -284,7 +324,7 @@ def attribute_regression(
     instructions: CostTable | None = None
     try:
         counted = {
-            arm: count_instructions(binaries[arm], args, out_dir, arm, launch)
+            arm: count_instructions(binaries[arm], args, scratch, out_dir, arm, launch)
             for arm in ARMS
         }
         instructions = cost_table("instructions", *(readable_costs(counted[arm]) for arm in ARMS))
@@ -297,20 +337,17 @@ def attribute_regression(
         stacks: dict[str, Counter[tuple[str, ...]]] = {"baseline": Counter(), "candidate": Counter()}
         for run in range(perf_runs):
             for arm in ("baseline", "candidate") if run % 2 == 0 else ("candidate", "baseline"):
-                stacks[arm].update(sample_stacks(binaries[arm], args, out_dir, f"{arm}.{run}", launch))
+                stacks[arm].update(sample_stacks(binaries[arm], args, scratch, out_dir, f"{arm}.{run}", launch))
                 files.append(f"{arm}.{run}.perf-script.txt")
         readable = {arm: _demangle_stacks(stacks[arm]) for arm in stacks}
         leaf_costs = {arm: _leaf_costs(readable[arm]) for arm in readable}
         samples = cost_table("cpu-clock samples", leaf_costs["baseline"], leaf_costs["candidate"])
         for arm in ("baseline", "candidate"):
-            (out_dir / f"{arm}.flame.svg").write_text(flame_svg(readable[arm], f"{arm}: cpu-clock samples"),
-                                                      encoding="utf-8")
+            _write_new(out_dir / f"{arm}.flame.svg", flame_svg(readable[arm], f"{arm}: cpu-clock samples"))
             files.append(f"{arm}.flame.svg")
-        (out_dir / "differential.flame.svg").write_text(
-            differential_flame_svg(readable["baseline"], readable["candidate"],
-                                   "candidate vs baseline (red: larger share in candidate, blue: smaller)"),
-            encoding="utf-8",
-        )
+        _write_new(out_dir / "differential.flame.svg", differential_flame_svg(
+            readable["baseline"], readable["candidate"],
+            "candidate vs baseline (red: larger share in candidate, blue: smaller)"))
         files.append("differential.flame.svg")
     except (FileNotFoundError, RuntimeError) as exc:
         skipped.append(f"sampled profile: {exc}")

@@ -388,7 +388,8 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         emit(progress, "attribution", "profiling both arms on the row's CPU (requested)", row=row.id)
         report.attribution = attribute_regression(
             prepared.binaries, args, {arm: outcome.canonical[arm].data for arm in ARMS},
-            request.out_dir / "attribution" / row.id, trigger="requested",
+            request.out_dir / "attribution" / row.id, scratch=work / f"attribution-{row.id}",
+            trigger="requested",
             launch=sandbox_launcher(request.sandbox, perf_placement().cpu_set),
         )
         return report
@@ -412,7 +413,8 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         emit(progress, "attribution", "profiling both arms on the row's CPU (after the gate decided)", row=row.id)
         report.attribution = attribute_regression(
             prepared.binaries, args, {arm: outcome.canonical[arm].data for arm in ARMS},
-            request.out_dir / "attribution" / row.id, trigger="performance FAIL",
+            request.out_dir / "attribution" / row.id, scratch=work / f"attribution-{row.id}",
+            trigger="performance FAIL",
             launch=sandbox_launcher(request.sandbox, placement.cpu_set),
         )
     return report

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT_MAX_BYTES = 256 << 20
@@ -34,11 +35,8 @@ def _check_parents(path: Path, root: Path | None) -> None:
             raise UntrustedFileError(f"{current} is a symbolic link; refusing to read through it")
 
 
-def read_bytes(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, root: Path | None = None) -> bytes:
-    """The bytes of `path`, which must be a regular file (never followed if a link) of at most `max_bytes`.
-
-    `root` is the trusted directory `path` lies in (the process's output dir's parent, say): no component
-    between it and the file may be a link either."""
+def _open_regular(path: Path, max_bytes: int, root: Path | None) -> int:
+    """A read-only descriptor of `path`, checked to be a regular file (never a link) within the bound."""
     _check_parents(path, root)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -46,24 +44,37 @@ def read_bytes(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, root: Path | N
         if error.errno == 40:  # ELOOP: the last component is a symlink
             raise UntrustedFileError(f"{path} is a symbolic link; refusing to follow it") from error
         raise
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UntrustedFileError(f"{path} is not a regular file (mode {stat.filemode(info.st_mode)})")
-        if info.st_size > max_bytes:
-            raise UntrustedFileError(f"{path} is {info.st_size} bytes, over the {max_bytes}-byte bound")
-        chunks: list[bytes] = []
-        remaining = max_bytes + 1
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        data = b"".join(chunks)
-        if len(data) > max_bytes:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise UntrustedFileError(f"{path} is not a regular file (mode {stat.filemode(info.st_mode)})")
+    if info.st_size > max_bytes:
+        os.close(fd)
+        raise UntrustedFileError(f"{path} is {info.st_size} bytes, over the {max_bytes}-byte bound")
+    return fd
+
+
+def _chunks(fd: int, path: Path, max_bytes: int) -> Iterator[bytes]:
+    """The file's content in chunks, refusing it once it has grown past the bound while being read."""
+    remaining = max_bytes + 1
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            return
+        remaining -= len(chunk)
+        if remaining <= 0:
             raise UntrustedFileError(f"{path} grew past the {max_bytes}-byte bound while it was read")
-        return data
+        yield chunk
+
+
+def read_bytes(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, root: Path | None = None) -> bytes:
+    """The bytes of `path`, which must be a regular file (never followed if a link) of at most `max_bytes`.
+
+    `root` is the trusted directory `path` lies in (the process's output dir's parent, say): no component
+    between it and the file may be a link either."""
+    fd = _open_regular(path, max_bytes, root)
+    try:
+        return b"".join(_chunks(fd, path, max_bytes))
     finally:
         os.close(fd)
 
@@ -75,11 +86,21 @@ def read_text(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, root: Path | No
 
 def copy_out(source: Path, destination: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
              root: Path | None = None) -> None:
-    """Copy a sandbox-written file into a trusted directory by content; `destination` must not exist yet."""
-    data = read_bytes(source, max_bytes=max_bytes, root=root)
-    fd = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    """Copy a sandbox-written file into a trusted directory by content, streamed (a profiler's capture may be
+    larger than memory should hold); `destination` must not exist yet, and is removed if the source is refused
+    half way."""
+    fd = _open_regular(source, max_bytes, root)
+    try:
+        out = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            with os.fdopen(out, "wb") as handle:
+                for chunk in _chunks(fd, source, max_bytes):
+                    handle.write(chunk)
+        except UntrustedFileError:
+            destination.unlink()
+            raise
+    finally:
+        os.close(fd)
 
 
 def symlinks_under(top: Path) -> list[Path]:

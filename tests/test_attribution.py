@@ -112,7 +112,8 @@ def test_added_work_in_one_function_is_attributed_to_it(
     binaries = {"baseline": harness.binary(), "candidate": harness.binary(HOT_SPOT_WORK=2.0)}
     canonical = {arm: _canonical_of(path, demo_row_args, tmp_path / f"{arm}.jsonl") for arm, path in binaries.items()}
     result = attribute_regression(
-        binaries, demo_row_args, canonical, tmp_path / "attribution", trigger="performance FAIL",
+        binaries, demo_row_args, canonical, tmp_path / "attribution", scratch=tmp_path / "scratch",
+        trigger="performance FAIL",
         launch=sandbox_launcher(Sandbox.default(), [0]), perf_runs=1,
     )
     assert result.work is not None and result.work.equivalent
@@ -134,7 +135,8 @@ def test_identical_binaries_have_no_instruction_movers(
 ) -> None:
     binary = harness.binary()
     result = attribute_regression(
-        {"baseline": binary, "candidate": binary}, demo_row_args, None, tmp_path / "a", trigger="requested",
+        {"baseline": binary, "candidate": binary}, demo_row_args, None, tmp_path / "a", scratch=tmp_path / "scratch",
+        trigger="requested",
         launch=sandbox_launcher(Sandbox.default(), [0]), perf_runs=0,
     )
     assert result.instructions is not None
@@ -165,7 +167,7 @@ def test_a_missing_profiler_is_recorded_not_fatal(
     binary = harness.binary()
     result = attribute_regression(
         {"baseline": binary, "candidate": binary}, short_row_args, None, tmp_path / "a",
-        trigger="requested", launch=bare_launcher, perf_runs=1,
+        scratch=tmp_path / "scratch", trigger="requested", launch=bare_launcher, perf_runs=1,
     )
     assert any(missing in s and "not installed" in s for s in result.skipped)
     other = {"valgrind": result.samples, "perf": result.instructions}[missing]
