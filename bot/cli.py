@@ -17,6 +17,7 @@ from runners.revisions import RevisionError
 from runners.sandbox import SandboxUnavailable, add_sandbox_argument
 from runners.sandbox import check as sandbox_check
 from runners.terminal import Verbosity, terminal_progress
+from runners.untrusted import UntrustedFileError, refuse_symlinks
 
 EXIT_FOR_CONCLUSION = {
     CheckConclusion.SUCCESS: 0,
@@ -25,6 +26,8 @@ EXIT_FOR_CONCLUSION = {
     CheckConclusion.NEUTRAL: 4,
 }
 EXIT_USAGE = 2
+EXIT_REFUSED = 1
+"""The artifact directory holds a symbolic link: it must not be uploaded or published."""
 
 
 def _rows(value: str | None) -> list[str] | None:
@@ -52,6 +55,11 @@ def _finish(report: CampaignReport, out: Path) -> int:
     from bot.publish import write_artifact
 
     written = write_artifact(report, out)
+    try:
+        refuse_symlinks(out)
+    except UntrustedFileError as exc:
+        print(f"kv-parity: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     assert report.verdicts is not None
     print(report.verdicts.summary)
     print(f"open {out / 'report.html'} (charts and evidence; report.md and report.json beside it, "

@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from runners import untrusted
 from runners.canonical import Canonical, CanonicalError, canonicalize, resolve
 from runners.harness import run_pinned
 from runners.progress import ProgressSink, emit
@@ -71,14 +72,18 @@ def _full_report(
     if record.error is not None or record.exit_code != 0:
         failure = record.error or f"exited {record.exit_code}"
         return record, None, f"{where} {failure}; stderr tail:\n{record.stderr_tail}"
-    if not canonical_out.is_file() or not report_out.is_file():
-        return record, None, f"{where} exited 0 but did not write both --canonical-reports-jsonl and --report-json"
     try:
-        lines = [line for line in canonical_out.read_bytes().splitlines() if line.strip()]
+        written = {path: untrusted.read_bytes(path, root=workdir) for path in (canonical_out, report_out)}
+    except FileNotFoundError:
+        return record, None, f"{where} exited 0 but did not write both --canonical-reports-jsonl and --report-json"
+    except untrusted.UntrustedFileError as exc:
+        return record, None, f"{where} wrote unusable output: {exc}"
+    try:
+        lines = [line for line in written[canonical_out].splitlines() if line.strip()]
         if len(lines) != 1:
             return record, None, f"{where} wrote {len(lines)} canonical lines for --iterations 1"
         canonical = canonicalize(lines[0], exclusions)
-        report = json.loads(report_out.read_bytes())
+        report = json.loads(written[report_out])
     except (CanonicalError, ValueError) as exc:
         return record, None, f"{where} wrote malformed output: {exc}"
     record.canonical_digest = canonical.digest

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runners import untrusted
 from runners.canonical import Canonical, CanonicalError, ReplayBenchNotActive, canonicalize
 from runners.harness import run_pinned
 from runners.progress import ProgressSink, emit
@@ -87,14 +88,20 @@ def run_determinism(
 def _read_canonical(
     record: ProcessRecord, out: Path, exclusions: list[str]
 ) -> tuple[Canonical | None, str | None, bool]:
-    """Never trust exit 0: the output file must exist and hold exactly one valid canonical line."""
+    """Never trust exit 0: the output file must exist and hold exactly one valid canonical line. It lies in the
+    process's own sandbox-writable directory, so it is read through `runners.untrusted` (a link, FIFO or
+    oversize file is a product failure naming it)."""
     if record.error is not None:
         return None, f"{record.error}; stderr tail:\n{record.stderr_tail}", False
     if record.exit_code != 0:
         return None, f"harness exited {record.exit_code}; stderr tail:\n{record.stderr_tail}", False
-    if not out.is_file():
+    try:
+        written = untrusted.read_bytes(out, root=out.parent.parent)
+    except FileNotFoundError:
         return None, f"harness exited 0 but wrote no canonical report at {out.name}", False
-    lines = [line for line in out.read_bytes().splitlines() if line.strip()]
+    except untrusted.UntrustedFileError as exc:
+        return None, f"unusable canonical report: {exc}", False
+    lines = [line for line in written.splitlines() if line.strip()]
     if len(lines) != 1:
         return None, f"expected 1 canonical line for --iterations 1, found {len(lines)}", False
     try:

@@ -65,6 +65,7 @@ from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_san
 from runners.sandbox import check as check_sandbox
 from runners.terminal import PlainProgress
 from runners.trace import TraceError, prepare_trace, sha256_file
+from runners.untrusted import UntrustedFileError, refuse_symlinks
 
 SCHEMA_VERSION = "kv-parity.distributed.v1"
 MANIFEST_NAME = "manifest.json"
@@ -386,6 +387,17 @@ def _write_json(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(text + "\n", encoding="utf-8")
     temporary.replace(path)
+
+
+def _refused_upload(directory: Path) -> bool:
+    """True (the refusal printed, naming the links) when a directory that is uploaded or merged holds a link:
+    upload-artifact and copytree follow links, so a planted one would carry whatever it points at."""
+    try:
+        refuse_symlinks(directory)
+    except UntrustedFileError as exc:
+        print(f"kv-parity: {exc}", file=sys.stderr)
+        return True
+    return False
 
 
 def _scratch(parent: str | None, prefix: str) -> Path:
@@ -753,6 +765,8 @@ def _fixtures_main(args: argparse.Namespace, manifest: BuildManifest, manifest_p
     finally:
         if not args.keep_work:
             shutil.rmtree(work, ignore_errors=True)
+    if _refused_upload(out):
+        return EXIT_REFUSED
     _write_json(out / f"{FIXTURES_ROW}{FIXTURES_SUFFIX}", result.model_dump_json(indent=2))
     print(f"Stage 6 fixtures on {result.node.hostname}: "
           + ", ".join(f"{f.id} {f.status.value}" for f in result.fixtures))
@@ -803,6 +817,8 @@ def row_main(argv: Sequence[str]) -> int:
     finally:
         if not args.keep_work:
             shutil.rmtree(work, ignore_errors=True)
+    if _refused_upload(out):
+        return EXIT_REFUSED
     _write_json(out / f"{args.row}{ROW_SUFFIX}", result.model_dump_json(indent=2))
     print(f"row {args.row} on {result.node.hostname}: semantic {result.report.semantic.value}, "
           f"performance {result.report.perf_verdict.value}")
@@ -827,6 +843,8 @@ def merge_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
 
     out = Path(args.out)
+    if any(_refused_upload(given) for given in args.results):
+        return EXIT_REFUSED
     try:
         manifest = load_manifest(Path(args.manifest))
         row_paths, fixture_paths = find_results(args.results)
@@ -842,6 +860,8 @@ def merge_main(argv: Sequence[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for path in [*results, *fixtures]:
         _copy_row_evidence(path, out)
+    if _refused_upload(out):
+        return EXIT_REFUSED
     _write_json(out / REPORT_NAME, report.model_dump_json(indent=2))
     assert report.verdicts is not None
     print(report.verdicts.summary)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,3 +115,40 @@ def symlinks_under(top: Path) -> list[Path]:
             if candidate.is_symlink():
                 found.append(candidate)
     return sorted(found)
+
+
+def refuse_symlinks(top: Path) -> None:
+    """Raise naming the links when `top`, a directory about to be uploaded or merged, holds any:
+    upload-artifact and copytree follow links, so one planted link would carry whatever it points at."""
+    links = symlinks_under(top)
+    if links:
+        shown = ", ".join(repr(str(link)) for link in links[:10])
+        more = f" (+{len(links) - 10} more)" if len(links) > 10 else ""
+        raise UntrustedFileError(f"{top} holds {len(links)} symbolic link(s), refusing to hand it on: {shown}{more}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m runners.untrusted DIR...`: the workflow's check before each upload-artifact. Exit 1 naming
+    every link found (names printed escaped, never as raw text a runner could read as a command), 2 for a
+    directory that does not exist, 0 when none holds a link."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m runners.untrusted", description=main.__doc__)
+    parser.add_argument("directories", nargs="+", type=Path, help="directories about to be uploaded")
+    args = parser.parse_args(argv)
+    code = 0
+    for top in args.directories:
+        if not top.is_dir() or top.is_symlink():
+            print(f"refusing to upload {str(top)!r}: not a directory", file=sys.stderr)
+            code = max(code, 2)
+            continue
+        try:
+            refuse_symlinks(top)
+        except UntrustedFileError as exc:
+            print(f"refusing to upload: {exc}", file=sys.stderr)
+            code = max(code, 1)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
