@@ -122,7 +122,8 @@ def callgrind_self_costs(text: str) -> dict[str, int]:
 
     Cost lines under `fn=` are the function's own cost; the cost line right after `calls=` is the inclusive cost
     of a call and belongs to the callee, so it is skipped. Compressed names `fn=(id)` refer to an earlier
-    `fn=(id) name` or `cfn=(id) name` definition.
+    `fn=(id) name` or `cfn=(id) name` definition. Names are the candidate's own (one holding a newline puts
+    text of its choosing at the start of a line), so a line that only looks like a cost line counts nothing.
     """
     names: dict[str, str] = {}
     costs: Counter[str] = Counter()
@@ -145,7 +146,7 @@ def callgrind_self_costs(text: str) -> dict[str, int]:
                 skip_next_cost = False
                 continue
             parts = line.split()
-            if current is not None and len(parts) >= 2:
+            if current is not None and len(parts) >= 2 and parts[1].isdigit():
                 costs[current] += int(parts[1])
     return dict(costs)
 

@@ -57,7 +57,7 @@ from runners.revisions import (
     worktree_head,
 )
 from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable
-from runners.sizes import size_gate
+from runners.sizes import ElfError, size_gate
 from runners.symbols import attribute_sizes
 from runners.trace import TraceError, prepare_trace
 
@@ -278,6 +278,8 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
                 raise CampaignStop("build", str(exc), blocking=True, output_tail=exc.output_tail) from exc
             except BuildError as exc:
                 raise CampaignStop("build", str(exc), blocking=False, output_tail=exc.output_tail) from exc
+            except ElfError as exc:
+                raise CampaignStop("sizes", str(exc), blocking=False) from exc
             except (SandboxUnavailable, RevisionError) as exc:
                 raise CampaignStop("build", str(exc), blocking=True) from exc
             if moved != shas[arm]:

@@ -65,7 +65,7 @@ from runners.report import (
 from runners.revisions import RevisionError, apply_patch, relationship, resolve_sha, show_file, worktree, worktree_head
 from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument, sha256_of
 from runners.sandbox import check as check_sandbox
-from runners.sizes import size_gate
+from runners.sizes import ElfError, size_gate
 from runners.symbols import attribute_sizes
 from runners.trace import TraceError, prepare_trace
 
@@ -248,6 +248,8 @@ def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, wo
             except BuildError as exc:
                 raise _Stop(StopRecord(stage="build", reason=str(exc), blocking=isinstance(exc, ProtocolMismatch),
                                        output_tail=exc.output_tail)) from exc
+            except ElfError as exc:
+                raise _Stop(StopRecord(stage="sizes", reason=str(exc), blocking=False)) from exc
             if worktree_head(repo, tree) != sha:
                 raise _Stop(StopRecord(stage="build", reason=f"{arm} checkout moved off {sha} during its build",
                                        blocking=False))

@@ -14,14 +14,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from collections import defaultdict
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from runners.report import SizeAttribution, SymbolDelta, SymbolGroup
+from runners.sizes import ElfError, elf
 
 TOP = 10
 
@@ -30,39 +30,76 @@ _V0_DISAMBIGUATOR = re.compile(r"\[[0-9a-f]{1,16}\]")
 _LLVM_SUFFIX = re.compile(r"\.llvm\.\d+$")
 _LLVM_ANONYMOUS = re.compile(r"^anon\.[0-9a-f]+\.\d+$")
 ANONYMOUS = "<LLVM anonymous constants>"
+MAX_SYMBOLS = 5_000_000
+"""Far above a real harness (the dynamo replay binary has ~200k symbols); a table claiming more is refused."""
+MAX_NAME_CHARS = 4096
+"""Longer names are cut: a name is shown, never parsed, and one string table entry must not cost megabytes."""
+ELF_PARSE_SECONDS = 120
+_SEPARATOR = "--kv-parity-end-of-name--"
+"""A line c++filt passes through unchanged (not a mangled name), written after every name."""
 
 
 def _raw_symbols(binary: Path) -> list[tuple[str, int]] | None:
-    """(mangled name, size) of every sized function and data object; None when the binary has no symbol table."""
-    try:
-        with binary.open("rb") as handle:
-            table = ELFFile(handle).get_section_by_name(".symtab")
-            if not isinstance(table, SymbolTableSection):
-                return None
-            return [
-                (symbol.name, int(symbol["st_size"]))
-                for symbol in table.iter_symbols()
-                if symbol.name
-                and symbol["st_size"] > 0
-                and symbol["st_info"]["type"] in ("STT_FUNC", "STT_OBJECT")
-                and symbol["st_shndx"] != "SHN_UNDEF"
-            ]
-    except ELFError as exc:
-        raise ValueError(f"{binary} is not an ELF file: {exc}") from exc
+    """(mangled name, size) of every sized function and data object; None when the binary has no symbol table.
+
+    The binary is the candidate's own output, so its symbol table is read within bounds (`runners.sizes.elf`):
+    entry size as the format says, table inside the file, at most MAX_SYMBOLS entries, ELF_PARSE_SECONDS."""
+    with elf(binary) as (parsed, size):
+        table = parsed.get_section_by_name(".symtab")
+        if not isinstance(table, SymbolTableSection):
+            return None
+        expected_entry = 24 if parsed.elfclass == 64 else 16
+        if table["sh_entsize"] != expected_entry or table["sh_offset"] + table["sh_size"] > size:
+            raise ElfError(f"{binary.name}: malformed .symtab (entry size {table['sh_entsize']}, "
+                           f"{table['sh_size']} bytes at offset {table['sh_offset']} of a {size}-byte file)")
+        count = table["sh_size"] // expected_entry
+        if count > MAX_SYMBOLS:
+            raise ElfError(f"{binary.name}: .symtab holds {count:,} symbols, over the {MAX_SYMBOLS:,} bound")
+        deadline = time.monotonic() + ELF_PARSE_SECONDS
+        found = []
+        for symbol in table.iter_symbols():
+            if time.monotonic() > deadline:
+                raise ElfError(f"{binary.name}: reading its symbol table took over {ELF_PARSE_SECONDS} s")
+            if (symbol.name and symbol["st_size"] > 0 and symbol["st_info"]["type"] in ("STT_FUNC", "STT_OBJECT")
+                    and symbol["st_shndx"] != "SHN_UNDEF"):
+                found.append((symbol.name[:MAX_NAME_CHARS], int(symbol["st_size"])))
+        return found
+
+
+def _escaped(name: str) -> str:
+    """`name` with every non-printable character (control characters, line and bidi separators) written as a
+    Python escape, so a symbol name can never start a new line or reorder text wherever it is shown."""
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in name)
 
 
 def demangle(names: list[str]) -> list[str]:
-    """Demangle in one `c++filt` process (names in, one per line, same order out), then drop hashes."""
+    """Demangle in one `c++filt` process, then drop hashes; the names come from the candidate's binary.
+
+    Only printable names reach c++filt, each followed by a separator line, and its output is cut at the
+    separators, so a name that makes c++filt print more (or fewer) lines cannot shift the others onto the wrong
+    functions. A name with a non-printable character is not demangled: it is shown escaped. Should c++filt's
+    output still not split into one piece per name, every name is shown escaped and undemangled (never a crash).
+    """
     executable = shutil.which("c++filt")
     if executable is None:
         raise FileNotFoundError("c++filt (GNU binutils) is needed to demangle symbol names; install binutils")
+    printable = [name for name in names if name.isprintable()]
     completed = subprocess.run(
-        [executable], input="\n".join(names) + "\n", capture_output=True, text=True, check=True
+        [executable], input="".join(f"{name}\n{_SEPARATOR}\n" for name in printable), capture_output=True,
+        text=True, encoding="utf-8", errors="replace", check=True,
     )
-    demangled = completed.stdout.splitlines()
-    if len(demangled) != len(names):
-        raise RuntimeError(f"c++filt returned {len(demangled)} names for {len(names)}")
-    return [_stable_name(name) for name in demangled]
+    pieces: list[str] = []
+    current: list[str] = []
+    for line in completed.stdout.split("\n"):
+        if line == _SEPARATOR:
+            pieces.append("\n".join(current))
+            current = []
+        else:
+            current.append(line)
+    if len(pieces) != len(printable):
+        return [_stable_name(_escaped(name)) for name in names]
+    readable = iter(pieces)
+    return [_stable_name(_escaped(next(readable) if name.isprintable() else name)) for name in names]
 
 
 def _stable_name(demangled: str) -> str:
@@ -116,7 +153,10 @@ def _groups(names: list[str], footprint: dict[str, tuple[int, int]]) -> list[Sym
 
 def attribute_sizes(baseline: Path, candidate: Path) -> SizeAttribution:
     """Top growing and shrinking symbols, new and removed symbol groups, from the two binaries' symbol tables."""
-    before, after = _footprint(baseline), _footprint(candidate)
+    try:
+        before, after = _footprint(baseline), _footprint(candidate)
+    except ElfError as exc:
+        return SizeAttribution(symbols_read=False, note=f"symbol tables not read: {exc}")
     if before is None or after is None:
         stripped = [arm for arm, table in (("baseline", before), ("candidate", after)) if table is None]
         return SizeAttribution(

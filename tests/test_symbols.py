@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from runners.sizes import ElfError, text_size
 from runners.symbols import ANONYMOUS, attribute_sizes, demangle, generic_name
 from tests.conftest import HarnessBuilder
 
@@ -70,5 +71,8 @@ def test_a_stripped_binary_says_so_instead_of_guessing(harness: HarnessBuilder, 
 def test_a_non_elf_file_is_a_clear_error(tmp_path: Path) -> None:
     script = tmp_path / "script.sh"
     script.write_text("#!/bin/sh\n")
-    with pytest.raises(ValueError, match="not an ELF"):
-        attribute_sizes(script, script)
+    with pytest.raises(ElfError, match="script.sh is not an ELF file, or a malformed one"):
+        text_size(script)
+    attribution = attribute_sizes(script, script)
+    assert not attribution.symbols_read
+    assert "script.sh is not an ELF file, or a malformed one" in attribution.note
