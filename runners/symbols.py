@@ -75,15 +75,16 @@ def _escaped(name: str) -> str:
 def demangle(names: list[str]) -> list[str]:
     """Demangle in one `c++filt` process, then drop hashes; the names come from the candidate's binary.
 
-    Only printable names reach c++filt, each followed by a separator line, and its output is cut at the
-    separators, so a name that makes c++filt print more (or fewer) lines cannot shift the others onto the wrong
-    functions. A name with a non-printable character is not demangled: it is shown escaped. Should c++filt's
-    output still not split into one piece per name, every name is shown escaped and undemangled (never a crash).
+    Only printable names (other than the separator) reach c++filt, each followed by a separator line, and
+    its output is cut at the separators, so a name that makes c++filt print more (or fewer) lines cannot shift
+    the others onto the wrong functions. A name with a non-printable character is not demangled: it is shown
+    escaped. Should c++filt's output still not split into one piece per name, every name is shown escaped and
+    undemangled (never a crash).
     """
     executable = shutil.which("c++filt")
     if executable is None:
         raise FileNotFoundError("c++filt (GNU binutils) is needed to demangle symbol names; install binutils")
-    printable = [name for name in names if name.isprintable()]
+    printable = [name for name in names if _demanglable(name)]
     completed = subprocess.run(
         [executable], input="".join(f"{name}\n{_SEPARATOR}\n" for name in printable), capture_output=True,
         text=True, encoding="utf-8", errors="replace", check=True,
@@ -99,7 +100,12 @@ def demangle(names: list[str]) -> list[str]:
     if len(pieces) != len(printable):
         return [_stable_name(_escaped(name)) for name in names]
     readable = iter(pieces)
-    return [_stable_name(_escaped(next(readable) if name.isprintable() else name)) for name in names]
+    return [_stable_name(_escaped(next(readable) if _demanglable(name) else name)) for name in names]
+
+
+def _demanglable(name: str) -> bool:
+    """Whether `name` may go to c++filt: printable (one line in, one line out) and not the separator itself."""
+    return name.isprintable() and name != _SEPARATOR
 
 
 def _stable_name(demangled: str) -> str:

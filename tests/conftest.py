@@ -22,12 +22,13 @@ class HarnessBuilder:
         self.root = root
         self._cache: dict[str, Path] = {}
 
-    def binary(self, **knobs: Knob) -> Path:
-        key = hashlib.sha256(json.dumps(knobs, sort_keys=True).encode()).hexdigest()[:12]
+    def binary(self, files: dict[str, str] | None = None, **knobs: Knob) -> Path:
+        """`files` replaces whole fixture files (relative path -> content) on top of the knobs."""
+        key = hashlib.sha256(json.dumps([knobs, files], sort_keys=True).encode()).hexdigest()[:12]
         if key not in self._cache:
             repo = self.root / f"variant-{key}"
             init_fixture_repo(repo)
-            sha = commit_change(repo, f"variant {knobs}", knobs=knobs)
+            sha = commit_change(repo, f"variant {knobs}", knobs=knobs, files=files)
             artifact = build_artifact(repo, "candidate", sha, demo_config().build, self.root / "bin" / key)
             self._cache[key] = self.root / "bin" / key / artifact.binary_name
         return self._cache[key]
