@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bot.cli import _finish
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import CampaignConfig
 from runners.demo import FIXTURE_DIR, commit_change, init_fixture_repo
@@ -32,6 +33,7 @@ from runners.sizes import ELF_MAX_BYTES, ElfError, text_size
 from runners.symbols import attribute_sizes, demangle
 from runners.untrusted import symlinks_under
 from tests.conftest import HarnessBuilder
+from tests.report_factory import make_report
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = "vllm-agg"
@@ -251,3 +253,18 @@ def test_every_upload_after_pull_request_code_is_checked_for_links_first() -> No
         for index in uploads:
             directory = steps[index]["with"]["path"].replace("${{ runner.temp }}", "$RUNNER_TEMP")
             assert steps[index - 1].get("run") == f'python -m runners.untrusted "{directory}"', (job, steps[index - 1])
+
+
+def test_a_campaign_artifact_holding_a_link_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kv-parity campaign`/`profile` finish: the artifact directory is written, then refused (exit 1, never
+    the conclusion's exit code) when anything in it is a link."""
+    out = tmp_path / "artifact"
+    (out / "attribution" / ROW).mkdir(parents=True)
+    link = out / "attribution" / ROW / "candidate.flame.svg"
+    link.symlink_to("/etc/shadow")
+    assert _finish(make_report("pass"), out) == 1
+    assert repr(str(link)) in capsys.readouterr().err
+    link.unlink()
+    assert _finish(make_report("pass"), out) == 0
