@@ -20,6 +20,10 @@ DEFAULT_MAX_BYTES = 256 << 20
 """Above any output a harness legitimately writes (a 5,000-request canonical line is a few MB)."""
 
 
+_CHUNK_LIMIT = 64 << 20
+"""Largest single read: a small output is read in one call, a large capture is streamed."""
+
+
 class UntrustedFileError(RuntimeError):
     """A file the sandbox could have written is not a plain, bounded regular file: the message names it."""
 
@@ -56,10 +60,12 @@ def _open_regular(path: Path, max_bytes: int, root: Path | None) -> int:
 
 
 def _chunks(fd: int, path: Path, max_bytes: int) -> Iterator[bytes]:
-    """The file's content in chunks, refusing it once it has grown past the bound while being read."""
+    """The file's content in chunks (the whole file in one read when it fits the first), refusing it once it has
+    grown past the bound while being read."""
     remaining = max_bytes + 1
+    size = min(os.fstat(fd).st_size + 1, _CHUNK_LIMIT)
     while remaining > 0:
-        chunk = os.read(fd, min(remaining, 1 << 20))
+        chunk = os.read(fd, min(remaining, max(size, 1 << 20)))
         if not chunk:
             return
         remaining -= len(chunk)
