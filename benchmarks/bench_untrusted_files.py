@@ -1,10 +1,10 @@
 """What issue 18's file containment costs on the fixture, against the way it was done before.
 
-1. Attribution capture (per profiled run): before, `perf record` ran as root outside the sandbox and wrote
-   perf.data straight into a directory the bot owned; now it runs inside the sandbox with the harness, writes
-   into the process's own directory, and the bot copies it out by content (`runners.untrusted.copy_out`).
-   Both styles are run alternately on the same binary; `perf script` afterwards is the same for both and is
-   not timed. The callgrind copy is timed on its own.
+1. Attribution capture (per profiled run): before, `perf record` and `perf script` ran as root outside the
+   sandbox, perf.data in a directory the bot owned; now both run inside the sandbox as its user, perf.data in
+   the process's own directory, and the bot keeps the `perf script` text from the pipe. Both styles run
+   alternately on the same binary. The callgrind capture's copy out (`runners.untrusted.copy_out`) is timed
+   on its own.
 2. Reading a sandbox output (per sample / per determinism process): `untrusted.read_bytes` (O_NOFOLLOW, fstat,
    bounded chunks) against `Path.read_bytes` on a canonical line the fixture wrote.
 3. Size attribution (per campaign): bounded symbol-table reading and one c++filt call with a separator line
@@ -62,26 +62,23 @@ def bench_capture(binary: Path, args: list[str], root: Path, reps: int) -> None:
     launch = sandbox_launcher(sandbox, perf_placement().cpu_set)
     record = ["record", "-q", "--all-user", "-e", "cpu-clock", "-F", str(PERF_FREQUENCY_HZ), "--call-graph",
               "dwarf,16384"]
-    before, after, copies, sizes = [], [], [], []
+    script = ["script", "-F", "comm,ip,sym", "--no-demangle", "-i"]
+    before: list[float] = []
+    after: list[float] = []
     for rep in range(reps):
-        trusted = root / f"before-{rep}"
+        trusted, own = root / f"before-{rep}", root / f"after-{rep}"
         trusted.mkdir()
-        own = root / f"after-{rep}"
         own.mkdir()
         harness, env = launch([str(binary), *args, "--iterations", "1", "--timings-jsonl",
                                str(trusted / "t.jsonl")], [trusted])
-        old = [perf, *record, "-o", str(trusted / "perf.data"), "--", *harness]
-        inside, inside_env = launch([perf, *record, "-o", str(own / "perf.data"), "--", str(binary), *args,
-                                     "--iterations", "1", "--timings-jsonl", str(own / "t.jsonl")], [own])
-        runs = [(old, env, before), (inside, inside_env, after)]
-        for argv, run_env, into in runs if rep % 2 == 0 else runs[::-1]:
-            into.append(_timed(argv, run_env))
-        with tempfile.TemporaryDirectory() as private:
-            started = time.monotonic()
-            untrusted.copy_out(own / "perf.data", Path(private) / "perf.data", max_bytes=4 << 30, root=root)
-            copies.append(time.monotonic() - started)
-        sizes.append((own / "perf.data").stat().st_size)
-        after[-1] += copies[-1]
+        old = [([perf, *record, "-o", str(trusted / "perf.data"), "--", *harness], env),
+               ([perf, *script, str(trusted / "perf.data")], None)]
+        new = [launch([perf, *record, "-o", str(own / "perf.data"), "--", str(binary), *args, "--iterations", "1",
+                       "--timings-jsonl", str(own / "t.jsonl")], [own]),
+               launch([perf, *script, str(own / "perf.data")], [own], [binary])]
+        styles = [(old, before), (new, after)]
+        for steps, into in styles if rep % 2 == 0 else styles[::-1]:
+            into.append(sum(_timed(argv, step_env) for argv, step_env in steps))
     own = root / "callgrind"
     own.mkdir()
     argv, env = launch([valgrind, "--tool=callgrind", f"--callgrind-out-file={own / 'callgrind.out'}",
@@ -90,10 +87,9 @@ def bench_capture(binary: Path, args: list[str], root: Path, reps: int) -> None:
     started = time.monotonic()
     untrusted.copy_out(own / "callgrind.out", root / "kept.callgrind.out", root=root)
     callgrind_copy = time.monotonic() - started
-    print(f"| perf capture, before (perf as root outside, writing a bot directory) | {_median_ms(before)} | |")
-    print(f"| perf capture, now (perf inside the sandbox + copy out) | {_median_ms(after)} | "
+    print(f"| perf capture, before (record + script as root outside the sandbox) | {_median_ms(before)} | |")
+    print(f"| perf capture, now (record + script inside the sandbox) | {_median_ms(after)} | "
           f"{statistics.median(after) / statistics.median(before):.3f}x before |")
-    print(f"| of which the perf.data copy ({statistics.median(sizes) / 1e6:.1f} MB) | {_median_ms(copies)} | |")
     print(f"| callgrind run / its capture copy ({(own / 'callgrind.out').stat().st_size / 1e3:.0f} kB) | "
           f"{callgrind:.2f} s / {callgrind_copy * 1000:.2f} ms | {callgrind_copy / callgrind:.2%} |")
 

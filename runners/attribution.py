@@ -17,12 +17,11 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from runners import untrusted
 from runners.flamegraph import Stacks, differential_flame_svg, flame_svg
@@ -37,14 +36,21 @@ FINDING_FLOOR = 0.005
 """Movers below this share of the baseline total are not findings: randomly seeded hash maps and address-space
 layout move a binary's own instruction count by about 0.1% between identical runs."""
 PERF_FREQUENCY_HZ = 1999
-CAPTURE_MAX_BYTES = 4 << 30
-"""Bound on a profiler's capture read back from the sandbox (perf.data with DWARF stacks is ~32 MB per
-sampled second); a larger one is refused, recorded in `skipped`."""
-Launcher = Callable[[list[str], list[Path]], tuple[list[str], dict[str, str] | None]]
-"""(argv, directories it must write) -> (argv, environment) that start it: the sandbox and CPU pinning."""
+CAPTURE_MAX_BYTES = 1 << 30
+"""Bound on a profiler's output the bot takes from the sandbox (callgrind output, `perf script` text: a few MB
+on the fixture); a larger one is refused, recorded in `skipped`."""
 
 
-def bare_launcher(argv: list[str], writable: list[Path]) -> tuple[list[str], dict[str, str] | None]:
+class Launcher(Protocol):
+    """(argv, directories it must write, files it must read) -> (argv, environment) that start it: the sandbox
+    and CPU pinning. Absolute paths in argv are readable already; `readable` names files argv does not."""
+
+    def __call__(self, argv: list[str], writable: list[Path],
+                 readable: Sequence[Path] = ()) -> tuple[list[str], dict[str, str] | None]: ...
+
+
+def bare_launcher(argv: list[str], writable: list[Path],
+                  readable: Sequence[Path] = ()) -> tuple[list[str], dict[str, str] | None]:
     """No wrapping: for tools whose absence is being tested; pull-request code always goes through the sandbox."""
     return argv, None
 
@@ -54,10 +60,12 @@ def sandbox_launcher(sandbox: Sandbox, cpu_set: list[int]) -> Launcher:
     its own /proc (valgrind reads it) and the process's own capture directory writable. The profiler (valgrind,
     `perf record`) is the command the sandbox starts, so it writes its capture as the sandbox user."""
 
-    def launch(argv: list[str], writable: list[Path]) -> tuple[list[str], dict[str, str] | None]:
+    def launch(argv: list[str], writable: list[Path],
+               readable: Sequence[Path] = ()) -> tuple[list[str], dict[str, str] | None]:
         run = sandbox.harness_run(argv)
         sandbox.hand_over(*writable)
-        run = replace(run, writable=tuple(dict.fromkeys([*run.writable, *writable])), proc=True)
+        run = replace(run, writable=tuple(dict.fromkeys([*run.writable, *writable])),
+                      read_only=tuple(dict.fromkeys([*run.read_only, *readable])), proc=True)
         command, env = sandbox.command(run)
         return pinned_argv(cpu_set, command), env
 
@@ -225,7 +233,8 @@ def findings(table: CostTable) -> list[str]:
 # --- Orchestration ----------------------------------------------------------------------------------------
 
 def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    completed = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600, env=env)
+    completed = subprocess.run(argv, capture_output=True, text=True, encoding="utf-8", errors="replace",
+                               check=False, timeout=3600, env=env)
     if completed.returncode != 0:
         raise RuntimeError(f"{what} exited {completed.returncode}: {completed.stderr.strip()[-300:]}")
     return completed
@@ -266,10 +275,10 @@ def sample_stacks(binary: Path, args: list[str], scratch: Path, out_dir: Path, l
                   launch: Launcher) -> Stacks:
     """One run under `perf record` (cpu-clock, user space, DWARF unwinding); folded stacks of the harness.
 
-    perf record runs inside the sandbox with the harness, as the sandbox user, and writes perf.data into the
-    process's own directory; the bot copies it out by content into a private directory of its own and runs
-    `perf script` there. Only the `perf script` text (which speedscope and the Firefox Profiler open) is kept
-    in `out_dir`; the binary perf.data is not."""
+    Both perf steps run inside the sandbox, as the sandbox user: `perf record` with the harness, writing perf.data
+    into the process's own directory, then `perf script` on it (with the binary readable for its symbols), so
+    no trusted process opens or parses a perf.data the harness could have rewritten. The bot keeps only the
+    `perf script` text it read from the pipe (which speedscope and the Firefox Profiler open) in `out_dir`."""
     perf = shutil.which("perf")
     if perf is None:
         raise FileNotFoundError("perf (linux-perf) is not installed")
@@ -279,12 +288,14 @@ def sample_stacks(binary: Path, args: list[str], scratch: Path, out_dir: Path, l
                         "--call-graph", "dwarf,16384", "-o", str(capture), "--", str(binary),
                         *_timed_args(args, own, f"{label}.perf")], [own])
     _run(argv, f"perf record of {binary.name} (needs kernel.perf_event_paranoid <= 2 for the sandbox user)", env)
-    with tempfile.TemporaryDirectory(prefix="kv-parity-perf-") as private:
-        data = Path(private) / "perf.data"
-        untrusted.copy_out(capture, data, max_bytes=CAPTURE_MAX_BYTES, root=scratch)
-        script = _run([perf, "script", "-i", str(data), "-F", "comm,ip,sym", "--no-demangle"], "perf script")
-    _write_new(out_dir / f"{label}.perf-script.txt", script.stdout)
-    return perf_script_stacks(script.stdout, binary.name[:15])
+    argv, env = launch([perf, "script", "-i", str(capture), "-F", "comm,ip,sym", "--no-demangle"], [own],
+                       [binary])
+    script = _run(argv, "perf script", env).stdout
+    if len(script) > CAPTURE_MAX_BYTES:
+        raise RuntimeError(f"perf script of {label} printed {len(script):,} characters, over the "
+                           f"{CAPTURE_MAX_BYTES:,} bound")
+    _write_new(out_dir / f"{label}.perf-script.txt", script)
+    return perf_script_stacks(script, binary.name[:15])
 
 
 def _write_new(path: Path, text: str) -> None:
