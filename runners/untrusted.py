@@ -10,6 +10,7 @@ copied, by content. Writing never goes into a sandbox directory at all.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -45,10 +46,12 @@ def _open_regular(path: Path, max_bytes: int, root: Path | None) -> int:
     _check_parents(path, root)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        if error.errno == 40:  # ELOOP: the last component is a symlink
-            raise UntrustedFileError(f"{path} is a symbolic link; refusing to follow it") from error
+    except FileNotFoundError:
         raise
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # the last component is a symlink
+            raise UntrustedFileError(f"{path} is a symbolic link; refusing to follow it") from error
+        raise UntrustedFileError(f"{path} cannot be opened: {error.strerror}") from error  # a socket, say
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)

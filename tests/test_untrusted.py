@@ -61,3 +61,12 @@ def test_symlinks_under_finds_every_link(tmp_path: Path) -> None:
     (tmp_path / "dirlink").symlink_to(tmp_path / "a")
     (tmp_path / "plain").write_text("x")
     assert untrusted.symlinks_under(tmp_path) == [tmp_path / "a" / "link", tmp_path / "dirlink"]
+
+
+def test_a_socket_is_refused_not_raised_raw(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(tmp_path / "out"))
+        with pytest.raises(untrusted.UntrustedFileError, match="out cannot be opened"):
+            untrusted.read_bytes(tmp_path / "out")
