@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from bot.cli import _finish
+from bot.cli import main as cli_main
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import CampaignConfig
 from runners.demo import FIXTURE_DIR, commit_change, init_fixture_repo
@@ -69,16 +70,15 @@ def _tolerant(config: CampaignConfig) -> CampaignConfig:
     return config.model_copy(update={"perf": perf})
 
 
-def _attack_campaign(tmp_path: Path, config: CampaignConfig, trace: Path, *, profile_only: bool,
-                     knobs: dict[str, str | float], files: dict[str, str] | None = None) -> CampaignReport:
+def _attack_repo(tmp_path: Path, knobs: dict[str, str | float],
+                 files: dict[str, str] | None = None) -> tuple[Path, str]:
+    """The fixture repository with the attacking candidate on a branch; (repo, head SHA)."""
     repo = tmp_path / "repo"
     init_fixture_repo(repo)
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "attack"], check=True)
     head = commit_change(repo, "perf: tidy the replay loop", knobs=knobs, files=files)
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "main"], check=True)
-    return run_campaign(CampaignRequest(
-        repo=repo, base="main", head=head, config=config, config_source="test", out_dir=tmp_path / "out",
-        rows=[ROW], trace_path=trace, keep_work=True, profile_only=profile_only))
+    return repo, head
 
 
 def _planted(work: Path, victim: Path) -> list[Path]:
@@ -110,8 +110,10 @@ def test_planted_links_under_a_performance_fail_change_no_file_outside(
     tmp_path: Path, victim: Path, campaign_config: CampaignConfig, demo_trace: Path
 ) -> None:
     digest = _sha256(victim)
-    report = _attack_campaign(tmp_path, _tolerant(campaign_config), demo_trace, profile_only=False,
-                              knobs={"HOT_SPOT_WORK": 2.0, "PLANT_LINKS": str(victim)})
+    repo, head = _attack_repo(tmp_path, {"HOT_SPOT_WORK": 2.0, "PLANT_LINKS": str(victim)})
+    report = run_campaign(CampaignRequest(
+        repo=repo, base="main", head=head, config=_tolerant(campaign_config), config_source="test",
+        out_dir=tmp_path / "out", rows=[ROW], trace_path=demo_trace, keep_work=True))
     row = report.rows[0]
     assert row.perf_verdict == PerfVerdict.FAIL, row.perf_reason
     assert row.attribution is not None and row.attribution.trigger == "performance FAIL"
@@ -127,13 +129,21 @@ def _hostile_attack_rs() -> str:
     return source.replace("#[no_mangle]\n", f'#[export_name = "{HOSTILE_NAME_RUST}"]\n')
 
 
-def test_a_profile_with_planted_links_and_a_control_character_symbol_completes_contained(
-    tmp_path: Path, victim: Path, campaign_config: CampaignConfig, demo_trace: Path
+def test_kv_parity_profile_with_planted_links_and_a_control_character_symbol_completes_contained(
+    tmp_path: Path, victim: Path, demo_trace: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`kv-parity profile --keep-work`: the kept work directory holds the harness's links, so the artifact is
+    refused naming one (exit 1) after report.json was written with every verdict."""
     digest = _sha256(victim)
-    report = _attack_campaign(tmp_path, campaign_config, demo_trace, profile_only=True,
-                              knobs={"PLANT_LINKS": str(victim)}, files={ATTACK_RS: _hostile_attack_rs()})
-    _assert_contained(report, tmp_path / "out", victim, digest)
+    repo, head = _attack_repo(tmp_path, {"PLANT_LINKS": str(victim)}, {ATTACK_RS: _hostile_attack_rs()})
+    out = tmp_path / "out"
+    code = cli_main(["profile", "--repo", str(repo), "--base", "main", "--head", head, "--profile", "demo",
+                     "--rows", ROW, "--out", str(out), "--trace", str(demo_trace), "--keep-work", "--quiet"])
+    assert code == 1
+    assert f"holds {len(symlinks_under(out))} symbolic link(s), refusing to hand it on: '{out / 'work'}" in \
+        capsys.readouterr().err
+    report = CampaignReport.model_validate_json((out / "report.json").read_bytes())
+    _assert_contained(report, out, victim, digest)
     assert report.sizes is not None and report.sizes.attribution is not None
     sizes = report.sizes.attribution
     assert sizes.symbols_read, sizes.note
