@@ -62,7 +62,7 @@ def bench_capture(binary: Path, args: list[str], root: Path, reps: int) -> None:
     launch = sandbox_launcher(sandbox, perf_placement().cpu_set)
     record = ["record", "-q", "--all-user", "-e", "cpu-clock", "-F", str(PERF_FREQUENCY_HZ), "--call-graph",
               "dwarf,16384"]
-    script = ["script", "-F", "comm,ip,sym", "--no-demangle", "-i"]
+    script = ["script", "-F", "comm,ip,sym", "--no-demangle"]
     before: list[float] = []
     after: list[float] = []
     for rep in range(reps):
@@ -72,10 +72,10 @@ def bench_capture(binary: Path, args: list[str], root: Path, reps: int) -> None:
         harness, env = launch([str(binary), *args, "--iterations", "1", "--timings-jsonl",
                                str(trusted / "t.jsonl")], [trusted])
         old = [([perf, *record, "-o", str(trusted / "perf.data"), "--", *harness], env),
-               ([perf, *script, str(trusted / "perf.data")], None)]
+               ([perf, *script, f"--input={trusted / 'perf.data'}"], None)]
         new = [launch([perf, *record, "-o", str(own / "perf.data"), "--", str(binary), *args, "--iterations", "1",
                        "--timings-jsonl", str(own / "t.jsonl")], [own]),
-               launch([perf, *script, str(own / "perf.data")], [own], [binary])]
+               launch([perf, *script, f"--input={own / 'perf.data'}"], [own], [binary])]
         styles = [(old, before), (new, after)]
         for steps, into in styles if rep % 2 == 0 else styles[::-1]:
             into.append(sum(_timed(argv, step_env) for argv, step_env in steps))

@@ -288,7 +288,9 @@ def sample_stacks(binary: Path, args: list[str], scratch: Path, out_dir: Path, l
                         "--call-graph", "dwarf,16384", "-o", str(capture), "--", str(binary),
                         *_timed_args(args, own, f"{label}.perf")], [own])
     _run(argv, f"perf record of {binary.name} (needs kernel.perf_event_paranoid <= 2 for the sandbox user)", env)
-    argv, env = launch([perf, "script", "-i", str(capture), "-F", "comm,ip,sym", "--no-demangle"], [own],
+    # `--input=` rather than `-i PATH`: an absolute path word in argv would be bound read-only by its host path,
+    # and the harness may have replaced perf.data with a link to a host file.
+    argv, env = launch([perf, "script", f"--input={capture}", "-F", "comm,ip,sym", "--no-demangle"], [own],
                        [binary])
     script = _run(argv, "perf script", env).stdout
     if len(script) > CAPTURE_MAX_BYTES:
