@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from bot.authz import cached_lookup
-from bot.commands import FULL_SHA
+from bot.commands import FULL_SHA, approval_command
 from bot.dispatch.actions import LIVE_STATUSES, RunTitle, dispatch_inputs, parse_run_title
 from bot.events import PayloadError, WebhookEvent, parse_event
 from bot.github import ACTIONS_BOT, BotIdentity, GitHubError, WorkflowRunInfo
@@ -232,7 +232,7 @@ class ActionsOnly:
             self._end_runs(stale, "superseded", f"new head {intent.head_sha[:12]} awaits approval")
             fix = (
                 f"a collaborator with at least {minimum!r} permission reviews this head and comments "
-                f"`{word} rerun sha={intent.head_sha[:12]}`"
+                f"`{approval_command(word, intent.head_sha)}`"
             )
             reply(intent.pr, "refused", reason=intent.reason, fix=fix)
             return f"needs approval: {intent.head_sha}"
@@ -267,7 +267,7 @@ class ActionsOnly:
                 reason = f"the head moved from {intent.sha[:12]} to {pull.head_sha[:12]} since it was requested"
             else:
                 reason = f"`sha={intent.sha}` is not a full commit SHA (a head is named by all 40 hex digits)"
-            rerun = f"{self.settings.command_word} rerun sha={pull.head_sha}"
+            rerun = approval_command(self.settings.command_word, pull.head_sha)
             reply(intent.pr, "refused", reason=reason, fix=f"review the head, then comment `{rerun}`")
             return f"invalid: {reason}"
         return self._launch(
