@@ -321,7 +321,10 @@ class ActionsOnly:
             if title.head_sha == head_sha and same_rows and title.mode == mode:
                 self.publisher.reply(pr, "duplicate", campaign=self._run_view(run, title))
                 return f"duplicate of {title.campaign_id}"
-        self._end_runs(live, "superseded", f"superseded by campaign {campaign.id} for head {head_sha[:12]}")
+        # A campaign and a profile of the same head run side by side (their own check names and concurrency
+        # groups); anything of an older head, or of the same mode, is replaced.
+        replaced = [(run, title) for run, title in live if title.head_sha != head_sha or title.mode == mode]
+        self._end_runs(replaced, "superseded", f"superseded by campaign {campaign.id} for head {head_sha[:12]}")
         inputs = dispatch_inputs(
             campaign.id, resolution.base_sha, head_sha, wanted, pr, config_ref=resolution.config_sha, mode=mode
         )

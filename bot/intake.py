@@ -16,6 +16,7 @@ or cancelled, or a reply. The rules that make requests honest live here:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -232,6 +233,8 @@ class Intake:
         rows = (
             intent.rows if intent.rows is not None else (tuple(original.rows) if original and original.rows else None)
         )
+        if original is not None and original.mode == "profile" and intent.campaign_id is not None:
+            intent = dataclasses.replace(intent, profile=True)  # a profile check run's Rerun reruns the profile
         pull = self._pull(services.api, repo, pr)
         refusal = self._head_refusal(intent, repo, pull)
         if refusal is not None:

@@ -312,6 +312,7 @@ def campaign_from_report(
         reason="published from report.json",
         conclusion=verdicts.conclusion.value,
         config_source=report.config_source,
+        mode=report.mode,
     )
 
 

@@ -39,7 +39,7 @@ from runners.report import CampaignReport, CheckConclusion, Revision, StopRecord
 from tests.fakes.github_api import FakeGitHub
 from tests.report_factory import make_report
 from tests.test_event_cli import INPUTS, MAX_INPUTS, TOKEN, WORKFLOW, History, make_history, serve_repo
-from tests.webhooks import REPO, SECRET, comment_event, post, pull_request_event, serve_app, wait_until
+from tests.webhooks import REPO, SECRET, check_run_event, comment_event, post, pull_request_event, serve_app, wait_until
 
 S = CampaignState
 LOST = (
@@ -276,6 +276,11 @@ def test_a_profile_request_dispatches_mode_profile_and_publishes_the_profile(ser
     service.wait_published(done.id, "finished")
     assert not any("runs on the local backend" in c["body"] for c in service.fake.comments(REPO, 1))
     assert len(service.result_comments(done.id)) == 1
+    [check_run] = service.fake.check_runs(REPO)
+    assert check_run["name"] == "kv-parity / profile", "a profile never concludes the campaign's check"
+    rerun = check_run_event("requested_action", external_id=done.id, head_sha=service.history.head, identifier="rerun")
+    assert post(service.url, "check_run", rerun).status_code == 202
+    assert service.wait_dispatches(2)[1]["inputs"]["mode"] == "profile", "its Rerun button reruns the profile"
 
 
 def test_a_campaign_report_for_a_profile_request_is_errored_naming_the_mode(service: Service) -> None:

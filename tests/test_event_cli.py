@@ -272,6 +272,7 @@ def test_profile_dispatches_mode_profile_and_only_a_second_profile_is_its_duplic
     assert title is not None and (title.campaign_id, title.mode) == (inputs["campaign_id"], "profile")
     first = parse_run_title(actions.fake.run(campaign["run_id"])["display_title"])
     assert first is not None and first.mode == "campaign", "a title without a mode value is a campaign"
+    assert actions.fake.cancelled_runs(REPO) == [], "a profile runs beside the campaign, never replaces it"
 
     assert actions.comment("/parity profile") == 0
     assert len(actions.dispatches()) == 2, "the same head, rows and mode: a duplicate"

@@ -356,6 +356,20 @@ def test_publish_command_uses_the_same_path(
     assert (tmp_path / "samples.csv").is_file() and (tmp_path / "digests.txt").is_file()
 
 
+def test_publish_command_completes_a_profile_under_its_own_check_name(
+    fake: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Actions-only mode: a profile's report never completes (nor opens) the campaign's `kv-parity` check."""
+    report_path = tmp_path / "report.json"
+    report_path.write_text(make_report("profile").model_dump_json(indent=2), encoding="utf-8")
+    monkeypatch.setenv("KV_PARITY_TOKEN", TOKEN)
+    argv = ["--report", str(report_path), "--repo", REPO, "--pr", str(PR), "--api-url", fake.url,
+            "--bot-login", BOT_LOGIN, *EXPECT, "--expect-mode", "profile"]
+    assert publish_main(argv) == 0
+    (run,) = fake.check_runs(REPO)
+    assert run["name"] == "kv-parity / profile" and run["status"] == "completed"
+
+
 def test_publish_command_explains_missing_token(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
