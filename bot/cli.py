@@ -25,6 +25,8 @@ EXIT_FOR_CONCLUSION = {
     CheckConclusion.NEUTRAL: 4,
 }
 EXIT_USAGE = 2
+EXIT_UNDECIDED = {"blocked": 3, "inconclusive": 4}
+"""No decision: the exit code says why, whatever check conclusion the repository chose for it."""
 
 
 def _rows(value: str | None) -> list[str] | None:
@@ -56,7 +58,8 @@ def _finish(report: CampaignReport, out: Path) -> int:
     print(report.verdicts.summary)
     print(f"open {out / 'report.html'} (charts and evidence; report.md and report.json beside it, "
           f"{len(written)} artifact files in all)")
-    return EXIT_FOR_CONCLUSION[report.verdicts.conclusion]
+    undecided = report.verdicts.undecided
+    return EXIT_UNDECIDED[undecided] if undecided else EXIT_FOR_CONCLUSION[report.verdicts.conclusion]
 
 
 def cmd_campaign(args: argparse.Namespace, *, profile_only: bool = False) -> int:

@@ -37,7 +37,7 @@ from bot.store import CampaignState, CampaignView, Store
 from runners.distributed import FIXTURES_ROW
 from runners.report import CampaignReport, CheckConclusion, Revision, StopRecord, campaign_verdicts
 from tests.fakes.github_api import FakeGitHub
-from tests.report_factory import make_report
+from tests.report_factory import make_report, with_undecided_conclusion
 from tests.test_event_cli import INPUTS, MAX_INPUTS, TOKEN, WORKFLOW, History, make_history, serve_repo
 from tests.webhooks import REPO, SECRET, check_run_event, comment_event, post, pull_request_event, serve_app, wait_until
 
@@ -303,6 +303,30 @@ def test_without_pages_the_check_run_links_the_workflow_run(service: Service) ->
     service.wait_published(service.wait_state(S.COMPLETED).id, "finished")
     [check_run] = service.fake.check_runs(REPO)
     assert check_run["details_url"] == f"https://github.com/{REPO}/actions/runs/{dispatch['run_id']}"
+
+
+@pytest.mark.parametrize(("outcome", "configured", "expected"), [
+    ("inconclusive_straddle", None, "action_required"),
+    ("blocked_timing_field", "neutral", "neutral"),
+])
+def test_an_undecided_campaign_blocks_a_required_check_unless_the_repository_chose_otherwise(
+    service: Service, outcome: str, configured: str | None, expected: str
+) -> None:
+    """GitHub counts neutral as passing a required check: only a repository's own config may choose it."""
+    service.label()
+    [dispatch] = service.wait_dispatches(1)
+    campaign = service.wait_state(S.RUNNING)
+    report = make_report(outcome).model_copy(
+        update={"campaign_id": campaign.id,
+                "revisions": report_for(campaign.id, service.history.base, service.history.head).revisions})
+    if configured is not None:
+        report = with_undecided_conclusion(report, configured)
+    service.finish_run(dispatch["run_id"], "success", ok_jobs(["vllm-disagg", "sglang-disagg"]), report)
+    service.wait_published(service.wait_state(S.COMPLETED).id, "finished")
+    check_run = service.check_run()
+    assert check_run["conclusion"] == expected
+    assert check_run["details_url"] == f"https://github.com/{REPO}/actions/runs/{dispatch['run_id']}"
+    assert f"No decision was reached, so this check concludes `{expected}`" in check_run["output"]["summary"]
 
 
 def test_a_tampered_report_is_refused_and_reported_as_errored(service: Service) -> None:
