@@ -20,6 +20,13 @@ RERUN = CheckAction(label="Rerun", description="Run the parity campaign again", 
 CANCEL = CheckAction(label="Cancel", description="Stop this parity campaign", identifier="cancel")
 
 
+def check_name_of(campaign_check: str, mode: str) -> str:
+    """The check run's name for a campaign of this mode. A profile has its own name (`kv-parity / profile`):
+    a repository may require the campaign's check, and GitHub matches required checks by name, so a profile
+    (which never gates performance) must never complete, replace or stand in for it."""
+    return f"{campaign_check} / profile" if mode == "profile" else campaign_check
+
+
 @dataclass
 class _Progress:
     """Rate-limit and ETA state of one campaign's progress updates."""
@@ -54,7 +61,7 @@ class CheckRunWriter:
         """Create the check run, queued, with Rerun and Cancel."""
         run_id = self.gateway.create_check_run(
             campaign.head_sha,
-            self.check_name,
+            check_name_of(self.check_name, campaign.mode),
             campaign.id,
             status="queued",
             output=_output(content),

@@ -28,6 +28,8 @@ EXIT_FOR_CONCLUSION = {
 EXIT_USAGE = 2
 EXIT_REFUSED = 1
 """The artifact directory holds a symbolic link: it must not be uploaded or published."""
+EXIT_UNDECIDED = {"blocked": 3, "inconclusive": 4}
+"""No decision: the exit code says why, whatever check conclusion the repository chose for it."""
 
 
 def _rows(value: str | None) -> list[str] | None:
@@ -64,7 +66,8 @@ def _finish(report: CampaignReport, out: Path) -> int:
     print(report.verdicts.summary)
     print(f"open {out / 'report.html'} (charts and evidence; report.md and report.json beside it, "
           f"{len(written)} artifact files in all)")
-    return EXIT_FOR_CONCLUSION[report.verdicts.conclusion]
+    undecided = report.verdicts.undecided
+    return EXIT_UNDECIDED[undecided] if undecided else EXIT_FOR_CONCLUSION[report.verdicts.conclusion]
 
 
 def cmd_campaign(args: argparse.Namespace, *, profile_only: bool = False) -> int:

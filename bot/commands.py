@@ -21,6 +21,14 @@ then gives), so a prefix shared by another commit can never approve it."""
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
+def approval_command(command_word: str, head_sha: str) -> str:
+    """The comment that approves exactly this head. Every hint the bot writes names the head through this
+    function, so what it tells a maintainer to comment is always a command it accepts (all 40 hex digits)."""
+    if not FULL_SHA.match(head_sha):
+        raise ValueError(f"a head is named by its full 40-hex SHA, got {head_sha!r}")
+    return f"{command_word} rerun sha={head_sha}"
+
+
 @dataclass(frozen=True)
 class CommandSpec:
     """What a command does, who may use it and an example: the single source of the help text."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from bot.authz import cached_lookup
-from bot.commands import FULL_SHA
+from bot.commands import FULL_SHA, approval_command
 from bot.dispatch.actions import LIVE_STATUSES, RunTitle, dispatch_inputs, parse_run_title
 from bot.events import PayloadError, WebhookEvent, parse_event
 from bot.github import ACTIONS_BOT, BotIdentity, GitHubError, WorkflowRunInfo
@@ -232,7 +232,7 @@ class ActionsOnly:
             self._end_runs(stale, "superseded", f"new head {intent.head_sha[:12]} awaits approval")
             fix = (
                 f"a collaborator with at least {minimum!r} permission reviews this head and comments "
-                f"`{word} rerun sha={intent.head_sha[:12]}`"
+                f"`{approval_command(word, intent.head_sha)}`"
             )
             reply(intent.pr, "refused", reason=intent.reason, fix=fix)
             return f"needs approval: {intent.head_sha}"
@@ -267,7 +267,7 @@ class ActionsOnly:
                 reason = f"the head moved from {intent.sha[:12]} to {pull.head_sha[:12]} since it was requested"
             else:
                 reason = f"`sha={intent.sha}` is not a full commit SHA (a head is named by all 40 hex digits)"
-            rerun = f"{self.settings.command_word} rerun sha={pull.head_sha}"
+            rerun = approval_command(self.settings.command_word, pull.head_sha)
             reply(intent.pr, "refused", reason=reason, fix=f"review the head, then comment `{rerun}`")
             return f"invalid: {reason}"
         return self._launch(
@@ -321,7 +321,10 @@ class ActionsOnly:
             if title.head_sha == head_sha and same_rows and title.mode == mode:
                 self.publisher.reply(pr, "duplicate", campaign=self._run_view(run, title))
                 return f"duplicate of {title.campaign_id}"
-        self._end_runs(live, "superseded", f"superseded by campaign {campaign.id} for head {head_sha[:12]}")
+        # A campaign and a profile of the same head run side by side (their own check names and concurrency
+        # groups); anything of an older head, or of the same mode, is replaced.
+        replaced = [(run, title) for run, title in live if title.head_sha != head_sha or title.mode == mode]
+        self._end_runs(replaced, "superseded", f"superseded by campaign {campaign.id} for head {head_sha[:12]}")
         inputs = dispatch_inputs(
             campaign.id, resolution.base_sha, head_sha, wanted, pr, config_ref=resolution.config_sha, mode=mode
         )

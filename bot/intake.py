@@ -16,6 +16,7 @@ or cancelled, or a reply. The rules that make requests honest live here:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
 from bot.authz import cached_lookup
-from bot.commands import FULL_SHA
+from bot.commands import FULL_SHA, approval_command
 from bot.events import CheckRunEvent, IssueCommentEvent, PayloadError, PullRequestEvent, WebhookEvent, parse_event
 from bot.github import PullInfo
 from bot.resolve import resolve
@@ -175,7 +176,7 @@ class Intake:
             self._supersede(repo, intent.pr, intent.head_sha, f"new head {intent.head_sha[:12]} awaits approval")
             fix = (
                 f"a collaborator with at least {self.settings.min_permission!r} permission reviews this head "
-                f"and comments `{self.settings.command_word} rerun sha={intent.head_sha}`"
+                f"and comments `{approval_command(self.settings.command_word, intent.head_sha)}`"
             )
             publisher.reply(intent.pr, "refused", reason=intent.reason, fix=fix)
             return f"needs approval: {intent.head_sha}"
@@ -232,6 +233,8 @@ class Intake:
         rows = (
             intent.rows if intent.rows is not None else (tuple(original.rows) if original and original.rows else None)
         )
+        if original is not None and original.mode == "profile" and intent.campaign_id is not None:
+            intent = dataclasses.replace(intent, profile=True)  # a profile check run's Rerun reruns the profile
         pull = self._pull(services.api, repo, pr)
         refusal = self._head_refusal(intent, repo, pull)
         if refusal is not None:
@@ -248,7 +251,7 @@ class Intake:
         head, word = pull.head_sha, self.settings.command_word
         if pull.state != "open":
             return f"pull request #{pull.number} is {pull.state}", "reopen it first"
-        approve = f"check that {head} is the commit you reviewed, then comment `{word} rerun sha={head}`"
+        approve = f"check that {head} is the commit you reviewed, then comment `{approval_command(word, head)}`"
         if intent.sha is not None:
             if not FULL_SHA.match(intent.sha):
                 return f"`sha={intent.sha}` is not a full commit SHA (a head is named by all 40 hex digits)", approve

@@ -4,7 +4,9 @@
 (`{public_url}/c/{token}`, `{public_url}/pr/{token}`, `{public_url}/pr/{token}/rows/{row}`); an unknown token is a
 plain 404. A page is as public as a comment: it shows the public rendering of the report (no raw output of the
 code under test) passed through the publisher's redactor, and a private repository gets no page unless the
-operator opted in (`pages_for_private_repositories`).
+operator opted in (`pages_for_private_repositories`). Privacy is followed now, not at publication: every
+delivery records its repository's visibility, and every page of a repository that is private (not opted in),
+or served by a service whose pages are off, answers 404, pages made while it was public included.
 
 The report a page shows is the public, redacted report JSON kept in the service's database when the campaign
 finishes, not a path into the campaign's work directory: the work directory holds raw output and may be cleaned
@@ -21,7 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from markupsafe import Markup, escape
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -33,7 +35,7 @@ from bot.redact import Redactor, secret_values
 from bot.render import ENDED_STATES, Links, PublicReport, one_line
 from bot.settings import Settings
 from bot.store import CampaignState, CampaignView, Store
-from bot.store_pages import NOT_COMPARABLE, BaselinePoint, CampaignPage
+from bot.store_pages import NOT_COMPARABLE, BaselinePoint, CampaignPage, RepositorySeen
 from bot.svg import line_chart
 from runners.report import CampaignReport, RowReport, campaign_verdicts
 
@@ -48,9 +50,28 @@ SECURITY_HEADERS = {
 PR_PAGE_CAMPAIGNS = 100
 
 
-def _private(store: Store, campaign_id: str) -> bool:
-    """Whether the campaign's repository was private, from the delivery that requested it; unknown = private."""
-    delivery = store.delivery_of_campaign(campaign_id)
+class _Delivered(BaseModel):
+    """The one part of any delivery that privacy needs: the repository it is about (absent in a few events)."""
+
+    repository: RepositorySeen | None = None
+
+
+def repository_seen(body: bytes) -> RepositorySeen | None:
+    """What a signed delivery of any event says of its repository's visibility; None when it says nothing
+    (no repository, or a payload that is not that shape: the event's own parsing reports that)."""
+    try:
+        return _Delivered.model_validate_json(body).repository
+    except ValidationError:
+        return None
+
+
+def _private(store: Store, repo: str, campaign_id: str | None = None) -> bool:
+    """Whether the repository is private now: what the newest delivery said, else what the delivery that
+    requested the campaign said (a database from before visibility was recorded); unknown = private."""
+    recorded = store.repository_private(repo)
+    if recorded is not None:
+        return recorded
+    delivery = store.delivery_of_campaign(campaign_id) if campaign_id else None
     if delivery is None:
         return True
     try:
@@ -140,13 +161,23 @@ class Pages:
         found = self.store.campaign_page(campaign.id)
         if found is not None:
             return found
-        private = _private(self.store, campaign.id)
+        private = _private(self.store, campaign.repo, campaign.id)
         allowed = not private or self.settings.pages_for_private_repositories
         return self.store.record_campaign_page(campaign.id, private=private, with_page=allowed)
 
+    def may_show(self, repo: str, campaign_id: str | None = None) -> bool:
+        """Whether any page of the repository is served now: pages are on, and the repository is public (as
+        the newest delivery said) or the operator opted private ones in. Asked on every request, so a
+        repository that turns private takes every page it had, old ones included, with it."""
+        if self.base is None:
+            return False
+        return self.settings.pages_for_private_repositories or not _private(self.store, repo, campaign_id)
+
     def details_url(self, campaign: CampaignView) -> str | None:
         found = self.page_of(campaign)
-        return None if found is None or found.token is None else self.campaign_url(found.token)
+        if found is None or found.token is None or not self.may_show(campaign.repo, campaign.id):
+            return None
+        return self.campaign_url(found.token)
 
     def campaign_url(self, token: str) -> str:
         return f"{self.base}/c/{token}"
@@ -323,16 +354,23 @@ def page_routes(pages: Pages) -> list[Route]:
 
     def campaign_page(request: Request) -> Response:
         campaign_id = store.campaign_of_token(str(request.path_params["token"]))
-        return _not_found() if campaign_id is None else _html(views.campaign(campaign_id))
+        campaign = None if campaign_id is None else store.require(campaign_id)
+        if campaign is None or not pages.may_show(campaign.repo, campaign.id):
+            return _not_found()
+        return _html(views.campaign(campaign.id))
+
+    def pull_request_of(token: str) -> tuple[str, int] | None:
+        found = store.pr_of_token(token)
+        return found if found is not None and pages.may_show(found[0]) else None
 
     def pr_page(request: Request) -> Response:
         token = str(request.path_params["token"])
-        found = store.pr_of_token(token)
+        found = pull_request_of(token)
         return _not_found() if found is None else _html(views.pull_request(*found, token))
 
     def row_page(request: Request) -> Response:
         token = str(request.path_params["token"])
-        found = store.pr_of_token(token)
+        found = pull_request_of(token)
         text = None if found is None else views.row(*found, token, str(request.path_params["row_id"]))
         return _not_found() if text is None else _html(text)
 

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +53,13 @@ STATE_CONCLUSIONS: dict[str, CheckConclusion] = {
 Superseded is neutral rather than `stale` because only GitHub may set `stale`; neutral does not block a merge
 and the newer campaign's check run carries the verdict.
 """
+
+
+def _details_url(links: Links) -> str | None:
+    """Where a completed check run's Details lead: the details page, else the workflow run (both in
+    `details_url`), else the artifact, else the check run's own page. GitHub requires one for
+    `action_required`, the conclusion of every campaign that reached no decision by default."""
+    return links.details_url or links.artifact_url or links.check_run_url
 
 
 class PublishSettings(Protocol):
@@ -210,9 +217,7 @@ class Publisher:
             links = self._links(campaign, artifact_url, check_run_id=run_id)
             command_word = self.settings.command_word
             content = render.check_run_content(report, links, command_word, prior_attempts)
-            self.check_runs.complete(
-                campaign, run_id, report.verdicts.conclusion.value, content, links.details_url or links.artifact_url
-            )
+            self.check_runs.complete(campaign, run_id, report.verdicts.conclusion.value, content, _details_url(links))
             result = self.comments.post_result(
                 campaign, render.result_comment(report, links, command_word, prior_attempts)
             )
@@ -239,8 +244,7 @@ class Publisher:
             links = self._links(campaign, check_run_id=run_id)
             if run_id is not None:
                 content = render.ended_content(campaign, state, reason, links, self.settings.command_word)
-                details = links.details_url or links.artifact_url
-                self.check_runs.complete(campaign, run_id, STATE_CONCLUSIONS[state], content, details)
+                self.check_runs.complete(campaign, run_id, STATE_CONCLUSIONS[state], content, _details_url(links))
             self.comments.upsert_status(
                 campaign,
                 render.status_comment(
@@ -312,6 +316,7 @@ def campaign_from_report(
         reason="published from report.json",
         conclusion=verdicts.conclusion.value,
         config_source=report.config_source,
+        mode=report.mode,
     )
 
 
@@ -321,6 +326,13 @@ def _default_bot_login() -> str | None:
     if os.environ.get("KV_PARITY_BOT_LOGIN"):
         return os.environ["KV_PARITY_BOT_LOGIN"]
     return "github-actions[bot]" if os.environ.get("GITHUB_ACTIONS") == "true" else None
+
+
+def _workflow_run_url(environ: Mapping[str, str]) -> str | None:
+    """Inside Actions, the page of the run that publishes (its jobs, logs and artifacts): the check run's
+    details when no other page is given."""
+    server, repo, run_id = (environ.get(key) for key in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    return f"{server}/{repo}/actions/runs/{run_id}" if server and repo and run_id else None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -347,6 +359,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--out", type=Path, help="artifact directory to (re)write (default: the report's directory)"
+    )
+    parser.add_argument(
+        "--details-url",
+        help="the check run's Details link (default: --artifact-url, else inside Actions this workflow run)",
     )
     parser.add_argument("--check-name", default=os.environ.get("KV_PARITY_CHECK_NAME", "kv-parity"))
     parser.add_argument("--command-word", default=os.environ.get("KV_PARITY_COMMAND_WORD", "/parity"))
@@ -408,7 +424,9 @@ def publish_main(argv: Sequence[str], gateway: PublishGateway | None = None) -> 
         api_base_url=args.api_url,
     )
     out_dir: Path = args.out or args.report.resolve().parent
-    campaign = campaign_from_report(report, args.repo, args.pr, out_dir)
+    campaign = campaign_from_report(report, args.repo, args.pr, out_dir).model_copy(
+        update={"details_url": args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ))}
+    )
     try:
         head = gateway.pull(args.pr).head_sha
         if head != campaign.head_sha:

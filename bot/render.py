@@ -636,7 +636,41 @@ def headline(report: CampaignReport) -> str:
         SemanticVerdict.PASS, SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS
     ):
         return "🔎 Profile: where the candidate's time goes (requested; no performance gate ran)"
+    if verdicts.undecided is not None:  # the words follow the outcome, whichever conclusion the repository chose
+        return CONCLUSION_HEADLINES["action_required" if verdicts.undecided == "blocked" else "neutral"]
     return CONCLUSION_HEADLINES[verdicts.conclusion.value]
+
+
+UNDECIDED_EFFECTS: dict[str, str] = {
+    "action_required": "which blocks a required check until a campaign decides",
+    "failure": "which fails a required check",
+    "neutral": "which GitHub counts as passing for a required check",
+}
+"""What each conclusion the repository may choose for an undecided campaign does to a required check."""
+
+
+def undecided_note(report: CampaignReport, command_word: str) -> str | None:
+    """One line on a check run that reached no decision: what its conclusion means and how to get a decision."""
+    verdicts = report.verdicts or campaign_verdicts(report)
+    if verdicts.undecided is None:
+        return None
+    rerun = code(f"{command_word} rerun")
+    if report.mode == "profile":
+        return (
+            f"A profile decides nothing: this check concludes {code('neutral')} under its own name and never "
+            f"stands in for the campaign's check; comment {rerun} for a verdict."
+        )
+    conclusion = verdicts.conclusion.value
+    how = (
+        f"fix what **Why** names, then comment {rerun}"
+        if verdicts.undecided == "blocked"
+        else f"comment {rerun} to measure again (less noise decides: a quieter runner or more `perf.pairs`)"
+    )
+    return (
+        f"**No decision was reached, so this check concludes {code(conclusion)}, "
+        f"{UNDECIDED_EFFECTS[conclusion]}** (`[checks] undecided_conclusion` in the base branch's campaign "
+        f"config). To get a decision, {how}."
+    )
 
 
 def verdict_line(report: CampaignReport, markdown: bool = True) -> str:
@@ -668,6 +702,7 @@ def _context(
         "verdicts": verdicts,
         "conclusion": verdicts.conclusion.value,
         "headline": headline(report),
+        "undecided_note": undecided_note(report, command_word),
         "verdict_line": verdict_line(report),
         "gates": gate_lines(report),
         "rows": row_views(report),

@@ -39,7 +39,7 @@ from bot.dispatch.local import LocalBackend
 from bot.events import HANDLED_EVENTS, PayloadError, parse_event
 from bot.github import AppAuth, GitHubGateway, GitHubRetryLaterError, Interrupted, TokenAuth
 from bot.lifecycle import Lifecycle, Publisher, RepoServices
-from bot.pages import page_routes
+from bot.pages import page_routes, repository_seen
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store import Delivery, Store
 
@@ -450,6 +450,14 @@ def create_app(
             return _error(400, "X-GitHub-Delivery missing or too long")
         if event == "ping":
             return JSONResponse({"ok": "pong"})
+        # Every signed delivery (a `repository` privatized event too) says whether its repository is private
+        # now; pages follow it at once (`bot.pages`). Written only when it changed.
+        seen = None if json_too_deep(body) else repository_seen(body)
+        if seen is not None:
+            try:
+                await run_in_threadpool(ingest.store.record_visibility, seen, time.time())
+            except sqlite3.Error:
+                return _error(503, locked, **{"Retry-After": "5"})
         if event not in HANDLED_EVENTS:
             return JSONResponse({"ignored": f"event {event!r} is not handled"})
         try:

@@ -2,7 +2,8 @@
 
 A page is found only by its token (`secrets.token_urlsafe(32)`, never derived from an id) through an indexed
 equality lookup; nothing here lists tokens. A campaign's page row also records whether its repository was
-private when the campaign was requested, which decides whether it may have a page at all (`bot.pages`).
+private when the campaign was requested, which decides whether it may have a page at all (`bot.pages`), and
+every delivery records its repository's visibility now, which decides whether any page of it is served.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ CREATE TABLE IF NOT EXISTS baseline_history (
     PRIMARY KEY (repo, campaign_id, row_id)
 );
 CREATE INDEX IF NOT EXISTS baseline_history_by_row ON baseline_history (repo, row_id, measured_unix);
+CREATE TABLE IF NOT EXISTS repository_visibility (
+    repo TEXT PRIMARY KEY COLLATE NOCASE,
+    private INTEGER NOT NULL,
+    visibility TEXT,
+    seen_unix REAL NOT NULL
+);
 """
 NOT_COMPARABLE = (
     "Nodes differ: points from different node labels (runner labels, CPU model, host) were measured on different "
@@ -63,6 +70,21 @@ class CampaignPage(BaseModel):
     token: str | None
     report_json: str | None
     """The public, redacted report (`bot.pages.page_report`) once the campaign finished with one."""
+
+
+class RepositorySeen(BaseModel):
+    """A repository's visibility as one delivery stated it (`repository.private`, `repository.visibility`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    full_name: str
+    private: bool
+    visibility: str | None = None
+    """public | private | internal (GitHub Enterprise); an internal repository is never public."""
+
+    @property
+    def hidden(self) -> bool:
+        return self.private or self.visibility in ("private", "internal")
 
 
 class BaselinePoint(BaseModel):
@@ -114,6 +136,30 @@ class PageRecords(StorePart):
         page = self.campaign_page(campaign_id)
         assert page is not None
         return page
+
+    def record_visibility(self, seen: RepositorySeen, seen_unix: float) -> bool:
+        """Remember what the newest delivery said of its repository; written only when it changed (most
+        deliveries repeat it), so acknowledging a delivery costs no extra commit. True when it changed."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT private, visibility FROM repository_visibility WHERE repo = ?", (seen.full_name,)
+            ).fetchone()
+        if row is not None and (bool(row[0]), row[1]) == (seen.hidden, seen.visibility):
+            return False
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO repository_visibility (repo, private, visibility, seen_unix) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (repo) DO UPDATE SET private = excluded.private, visibility = excluded.visibility, "
+                "seen_unix = excluded.seen_unix",
+                (seen.full_name, int(seen.hidden), seen.visibility, seen_unix),
+            )
+        return True
+
+    def repository_private(self, repo: str) -> bool | None:
+        """Whether the repository is private as the newest delivery said; None when none said so yet."""
+        with self._lock:
+            row = self._db.execute("SELECT private FROM repository_visibility WHERE repo = ?", (repo,)).fetchone()
+        return None if row is None else bool(row[0])
 
     def keep_page_report(self, campaign_id: str, report_json: str) -> None:
         with self._tx() as db:

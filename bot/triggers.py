@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bot.authz import is_sufficient
-from bot.commands import ParsedCommand, UnknownCommand, parse_commands
+from bot.commands import ParsedCommand, UnknownCommand, approval_command, parse_commands
 from bot.events import CheckRunEvent, IssueCommentEvent, PullRequestEvent, User, WebhookEvent
 
 CHECK_ACTIONS = ("rerun", "cancel")
@@ -162,7 +162,7 @@ def _pull_request(event: PullRequestEvent, ctx: TriggerContext) -> Intent:
                 pull.number,
                 pull.head.sha,
                 f"new head {pull.head.sha[:12]} of a fork pull request; a maintainer must approve it "
-                f"(`{ctx.command_word} rerun sha={pull.head.sha}` or re-add the label)",
+                f"(`{approval_command(ctx.command_word, pull.head.sha)}` or re-add the label)",
             )
         refused = _refusal(sender, ctx, "an automatic run after a push")
         if refused:

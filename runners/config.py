@@ -267,6 +267,14 @@ class SizeConfig(_Strict):
     max_growth: float = Field(0.05, ge=0)
 
 
+class ChecksConfig(_Strict):
+    """How the check run concludes when the campaign reached no decision (performance INCONCLUSIVE or NOT_RUN,
+    semantic or performance BLOCKED, a stopped fixture). GitHub counts `neutral` (and `skipped`) as passing a
+    required check, so the default blocks it; a repository that does not require the check may prefer neutral."""
+
+    undecided_conclusion: Literal["action_required", "neutral", "failure"] = "action_required"
+
+
 class FixtureTraceSpec(_Strict):
     """A Stage 6 fixture's small deterministic trace: a named generator with parameters, or a file in the
     target repository (read from the trusted base revision), pinned by SHA-256 either way."""
@@ -331,6 +339,7 @@ class CampaignConfig(_Strict):
     sizes: SizeConfig = SizeConfig()
     fixtures: list[LifecycleFixture] = Field(default_factory=list)
     """Stage 6 forced rare-lifecycle fixtures, each a row of its own in the report."""
+    checks: ChecksConfig = ChecksConfig()
 
     @field_validator("rows")
     @classmethod

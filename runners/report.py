@@ -652,6 +652,28 @@ class Verdicts(_Model):
     conclusion: CheckConclusion
     summary: str
 
+    @property
+    def failed(self) -> bool:
+        """A gate decided against the candidate."""
+        return (
+            self.semantic == SemanticVerdict.FAIL
+            or self.performance == PerfVerdict.FAIL
+            or self.sizes == GateVerdict.FAIL
+        )
+
+    @property
+    def undecided(self) -> Literal["blocked", "inconclusive"] | None:
+        """Why the gates reached no decision, or None when they did (a FAIL anywhere, or every gate passed):
+        `blocked` when maintainers must act (semantic or performance BLOCKED), else `inconclusive`
+        (performance INCONCLUSIVE or NOT_RUN, sizes NOT_RUN)."""
+        if self.failed:
+            return None
+        if self.semantic == SemanticVerdict.BLOCKED or self.performance == PerfVerdict.BLOCKED:
+            return "blocked"
+        if self.performance != PerfVerdict.PASS or self.sizes != GateVerdict.PASS:
+            return "inconclusive"
+        return None
+
 
 class FixtureStatus(StrEnum):
     PASS = "PASS"
@@ -839,17 +861,17 @@ def campaign_verdicts(report: CampaignReport) -> Verdicts:
     row_perf = {row.perf_verdict for row in report.rows} or {PerfVerdict.NOT_RUN}
     performance = next(v for v in _PERF_PRECEDENCE if v in row_perf)
     sizes = report.sizes.verdict if report.sizes else GateVerdict.NOT_RUN
-    if semantic == SemanticVerdict.FAIL or performance == PerfVerdict.FAIL or sizes == GateVerdict.FAIL:
-        conclusion = CheckConclusion.FAILURE
-    elif semantic == SemanticVerdict.BLOCKED or performance == PerfVerdict.BLOCKED:
-        conclusion = CheckConclusion.ACTION_REQUIRED
-    elif performance in (PerfVerdict.INCONCLUSIVE, PerfVerdict.NOT_RUN) or sizes == GateVerdict.NOT_RUN:
-        conclusion = CheckConclusion.NEUTRAL
-    else:
-        conclusion = CheckConclusion.SUCCESS
     summary = f"semantic {semantic.value} · performance {performance.value} · sizes {sizes.value}"
     if stopped is not None:
         summary += f" · stopped at {stopped.stage}: {stopped.reason.splitlines()[0]}"
-    return Verdicts(
-        semantic=semantic, performance=performance, sizes=sizes, conclusion=conclusion, summary=summary
+    verdicts = Verdicts(
+        semantic=semantic, performance=performance, sizes=sizes, conclusion=CheckConclusion.SUCCESS, summary=summary
     )
+    if verdicts.failed:
+        verdicts.conclusion = CheckConclusion.FAILURE
+    elif verdicts.undecided is not None:
+        # Not a decision. GitHub counts neutral as passing a required check, so the repository's choice applies
+        # (blocking by default); a profile never gates and has a check name of its own, so it stays neutral.
+        undecided = report.config.checks.undecided_conclusion
+        verdicts.conclusion = CheckConclusion.NEUTRAL if report.mode == "profile" else CheckConclusion(undecided)
+    return verdicts

@@ -977,3 +977,11 @@ def make_wide_report(rows: int = 40) -> CampaignReport:
     """A passing report with many rows, to prove rendering stays inside GitHub's size limits."""
     config = make_config([f"row-{n:02d}-vllm-disagg" for n in range(rows)])
     return _base_report(config, [_row(i, r, perf=_pass_perf(i, r)) for i, r in enumerate(config.rows)])
+
+
+def with_undecided_conclusion(report: CampaignReport, conclusion: str) -> CampaignReport:
+    """The report of a repository whose campaign config sets `[checks] undecided_conclusion` (verdicts
+    recomputed, as the runner computes them from that config)."""
+    checks = report.config.checks.model_validate({"undecided_conclusion": conclusion})
+    configured = report.model_copy(update={"config": report.config.model_copy(update={"checks": checks})})
+    return configured.model_copy(update={"verdicts": campaign_verdicts(configured)})

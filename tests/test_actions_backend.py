@@ -37,9 +37,9 @@ from bot.store import CampaignState, CampaignView, Store
 from runners.distributed import FIXTURES_ROW
 from runners.report import CampaignReport, CheckConclusion, Revision, StopRecord, campaign_verdicts
 from tests.fakes.github_api import FakeGitHub
-from tests.report_factory import make_report
+from tests.report_factory import make_report, with_undecided_conclusion
 from tests.test_event_cli import INPUTS, MAX_INPUTS, TOKEN, WORKFLOW, History, make_history, serve_repo
-from tests.webhooks import REPO, SECRET, comment_event, post, pull_request_event, serve_app, wait_until
+from tests.webhooks import REPO, SECRET, check_run_event, comment_event, post, pull_request_event, serve_app, wait_until
 
 S = CampaignState
 LOST = (
@@ -276,6 +276,11 @@ def test_a_profile_request_dispatches_mode_profile_and_publishes_the_profile(ser
     service.wait_published(done.id, "finished")
     assert not any("runs on the local backend" in c["body"] for c in service.fake.comments(REPO, 1))
     assert len(service.result_comments(done.id)) == 1
+    [check_run] = service.fake.check_runs(REPO)
+    assert check_run["name"] == "kv-parity / profile", "a profile never concludes the campaign's check"
+    rerun = check_run_event("requested_action", external_id=done.id, head_sha=service.history.head, identifier="rerun")
+    assert post(service.url, "check_run", rerun).status_code == 202
+    assert service.wait_dispatches(2)[1]["inputs"]["mode"] == "profile", "its Rerun button reruns the profile"
 
 
 def test_a_campaign_report_for_a_profile_request_is_errored_naming_the_mode(service: Service) -> None:
@@ -298,6 +303,30 @@ def test_without_pages_the_check_run_links_the_workflow_run(service: Service) ->
     service.wait_published(service.wait_state(S.COMPLETED).id, "finished")
     [check_run] = service.fake.check_runs(REPO)
     assert check_run["details_url"] == f"https://github.com/{REPO}/actions/runs/{dispatch['run_id']}"
+
+
+@pytest.mark.parametrize(("outcome", "configured", "expected"), [
+    ("inconclusive_straddle", None, "action_required"),
+    ("blocked_timing_field", "neutral", "neutral"),
+])
+def test_an_undecided_campaign_blocks_a_required_check_unless_the_repository_chose_otherwise(
+    service: Service, outcome: str, configured: str | None, expected: str
+) -> None:
+    """GitHub counts neutral as passing a required check: only a repository's own config may choose it."""
+    service.label()
+    [dispatch] = service.wait_dispatches(1)
+    campaign = service.wait_state(S.RUNNING)
+    report = make_report(outcome).model_copy(
+        update={"campaign_id": campaign.id,
+                "revisions": report_for(campaign.id, service.history.base, service.history.head).revisions})
+    if configured is not None:
+        report = with_undecided_conclusion(report, configured)
+    service.finish_run(dispatch["run_id"], "success", ok_jobs(["vllm-disagg", "sglang-disagg"]), report)
+    service.wait_published(service.wait_state(S.COMPLETED).id, "finished")
+    check_run = service.check_run()
+    assert check_run["conclusion"] == expected
+    assert check_run["details_url"] == f"https://github.com/{REPO}/actions/runs/{dispatch['run_id']}"
+    assert f"No decision was reached, so this check concludes `{expected}`" in check_run["output"]["summary"]
 
 
 def test_a_tampered_report_is_refused_and_reported_as_errored(service: Service) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.commands import COMMANDS, ParsedCommand, UnknownCommand, parse_commands
+from bot.commands import COMMANDS, ParsedCommand, UnknownCommand, approval_command, parse_commands
 
 RERUN = ParsedCommand(name="rerun", line="/parity rerun")
 
@@ -153,3 +153,11 @@ def test_profile_takes_rows_and_a_full_sha_like_rerun() -> None:
     assert (command.name, command.rows, command.sha) == ("profile", ("vllm-agg",), head)
     [unknown] = parse_commands("/parity profile now")
     assert isinstance(unknown, UnknownCommand) and "`profile` does not understand 'now'" in unknown.reason
+
+
+def test_the_approval_command_parses_back_to_exactly_that_head_and_refuses_a_prefix() -> None:
+    head = "0123456789abcdef0123456789abcdef01234567"
+    [command] = parse_commands(approval_command("/parity", head))
+    assert isinstance(command, ParsedCommand) and (command.name, command.sha) == ("rerun", head)
+    with pytest.raises(ValueError, match="full 40-hex SHA"):
+        approval_command("/parity", head[:12])

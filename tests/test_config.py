@@ -68,6 +68,7 @@ def test_demo_profile_loads() -> None:
         (lambda t: t + '\n[perf]\npairs = 61\n', "perf.pairs"),
         (lambda t: t + '\n[perf]\nsurprise = 1\n', "perf.surprise"),
         (lambda t: t.replace("[build]", "[build"), "not valid TOML"),
+        (lambda t: t + '\n[checks]\nundecided_conclusion = "skipped"\n', "checks.undecided_conclusion"),
     ],
 )
 def test_bad_config_names_the_key(edit, expected) -> None:  # type: ignore[no-untyped-def]
@@ -77,6 +78,12 @@ def test_bad_config_names_the_key(edit, expected) -> None:  # type: ignore[no-un
         parse_config(text, "bad.toml")
     assert "bad.toml" in str(info.value)
     assert expected in str(info.value)
+
+
+def test_an_undecided_campaign_blocks_a_required_check_unless_the_config_says_otherwise() -> None:
+    assert parse_config(MINIMAL, "x").checks.undecided_conclusion == "action_required"
+    chosen = parse_config(MINIMAL + '\n[checks]\nundecided_conclusion = "neutral"\n', "x")
+    assert chosen.checks.undecided_conclusion == "neutral"
 
 
 def test_unknown_rows_are_named() -> None:

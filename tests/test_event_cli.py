@@ -215,7 +215,27 @@ def test_a_push_to_a_labelled_fork_pull_request_never_dispatches(actions: Action
     assert actions.event("pull_request_target", payload) == 0
     assert actions.dispatches() == []
     [reply] = actions.replies(2)
-    assert "a maintainer must approve it" in reply and f"sha={actions.history.fork2[:12]}" in reply
+    assert "a maintainer must approve it" in reply
+
+
+def test_the_approval_hint_for_a_fork_push_when_commented_back_dispatches_exactly_that_head(
+    actions: Actions,
+) -> None:
+    """Every command a hint names is one the bot accepts (it once wrote 12 hex digits and then refused them)."""
+    fork2 = actions.history.fork2
+    actions.fake.add_pull(REPO, 2, fork2, "fork", "main", head_repo_full_name="contributor/widgets")
+    payload = pull_request_event(
+        "synchronize", number=2, head_sha=fork2, base_sha=actions.history.main2, labels=("kv-parity",),
+        sender="contributor", fork=True,
+    )
+    assert actions.event("pull_request_target", payload) == 0
+    [reply] = actions.replies(2)
+    hinted = re.findall(r"`(/parity rerun sha=[^`]*)`", reply)
+    assert hinted and set(hinted) == {f"/parity rerun sha={fork2}"}, reply
+    assert actions.comment(hinted[0], number=2) == 0
+    [dispatch] = actions.dispatches()
+    assert assert_valid_dispatch(dispatch)["head_sha"] == fork2
+    assert len(actions.replies(2)) == 1, "the hinted command is accepted, not refused"
 
 
 def test_a_maintainers_label_on_a_fork_approves_and_dispatches_exactly_that_head(actions: Actions) -> None:
@@ -252,6 +272,7 @@ def test_profile_dispatches_mode_profile_and_only_a_second_profile_is_its_duplic
     assert title is not None and (title.campaign_id, title.mode) == (inputs["campaign_id"], "profile")
     first = parse_run_title(actions.fake.run(campaign["run_id"])["display_title"])
     assert first is not None and first.mode == "campaign", "a title without a mode value is a campaign"
+    assert actions.fake.cancelled_runs(REPO) == [], "a profile runs beside the campaign, never replaces it"
 
     assert actions.comment("/parity profile") == 0
     assert len(actions.dispatches()) == 2, "the same head, rows and mode: a duplicate"

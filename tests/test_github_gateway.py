@@ -354,6 +354,21 @@ def test_completing_without_conclusion_is_rejected(
     assert fake.check_runs(REPO)[0]["status"] == "in_progress"
 
 
+def test_action_required_needs_a_details_url_given_now_or_before(
+    app_gh: GitHubGateway, fake: FakeGitHub, history: History
+) -> None:
+    """GitHub asks for a details_url with `action_required`; the stand-in refuses one without it."""
+    bare = app_gh.create_check_run(history.c4, "kv-parity", "c-1", status="in_progress")
+    with pytest.raises(GitHubValidationError) as raised:
+        app_gh.update_check_run(bare, conclusion="action_required")
+    assert raised.value.body["errors"][0]["field"] == "details_url"
+    assert fake.check_runs(REPO)[0]["status"] == "in_progress"
+    app_gh.update_check_run(bare, conclusion="action_required", details_url="https://example.com/c-1")
+    linked = app_gh.create_check_run(history.c4, "kv-parity", "c-2", details_url="https://example.com/c-2")
+    app_gh.update_check_run(linked, conclusion="action_required")
+    assert [run["conclusion"] for run in fake.check_runs(REPO)] == ["action_required", "action_required"]
+
+
 def test_check_run_for_unknown_commit_is_rejected(app_gh: GitHubGateway) -> None:
     with pytest.raises(GitHubValidationError, match="No commit found"):
         app_gh.create_check_run("0" * 40, "kv-parity", "c-1")

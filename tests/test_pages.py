@@ -126,7 +126,8 @@ def test_pages_are_off_by_default_no_route_no_link_but_history_is_kept(env: Env)
     with running(env) as svc:
         svc.post("pull_request", _label(env), private=False, delivery="label")
         [done] = svc.finished()
-        assert svc.check_run(done)["details_url"] is None, "no page, no artifact URL: nothing to link"
+        run = svc.check_run(done)
+        assert run["details_url"] == f"{env.fake.url}/{REPO}/runs/{run['id']}", "no page, no artifact: itself"
         assert not any("/c/" in body for body in svc.comments())
         for path in ("/c/x", "/pr/x", "/pr/x/rows/vllm-disagg", f"/c/{'A' * 43}"):
             assert httpx.get(svc.url + path).status_code == 404
@@ -170,7 +171,8 @@ def test_a_private_repository_gets_no_page_and_no_link_unless_opted_in(env: Env)
     with running(env, public_url=PUBLIC) as svc:
         svc.post("pull_request", _label(env), private=True, delivery="private")
         [done] = svc.finished()
-        assert svc.check_run(done)["details_url"] is None
+        run = svc.check_run(done)
+        assert run["details_url"] == f"{env.fake.url}/{REPO}/runs/{run['id']}", "no page: the check run itself"
         assert not any("/c/" in body for body in svc.comments())
         page = svc.store.campaign_page(done.id)
         assert page is not None and page.private and page.token is None and page.report_json is None
@@ -230,6 +232,63 @@ def test_pull_request_page_lists_campaigns_newest_first_and_row_history_has_one_
     assert [line.split("campaign ")[-1] for line in out[2:]] == [first.id, second.id]
     assert all(f"base {env.base[:12]}" in line and " ms (" in line for line in out[2:])
     assert history_main(["--db", str(env.tmp / "bot.sqlite3"), "--baseline", "other/repo"]) == 1
+
+
+# ----------------------------------------------------------------- privacy now, not at publication
+
+
+def _pages_of(svc: PageService, done: CampaignView) -> list[str]:
+    """Every page the campaign's repository has: the campaign's, its pull request's and a row's history."""
+    page = svc.store.campaign_page(done.id)
+    pr_token = svc.store.pr_token(REPO, 1)
+    assert page is not None and page.token is not None and pr_token is not None
+    return [f"/c/{page.token}", f"/pr/{pr_token}", f"/pr/{pr_token}/rows/vllm-disagg"]
+
+
+def _privacy_event(private: bool) -> dict[str, Any]:
+    """GitHub's `repository` event when a repository's visibility changes (an event the bot does not act on)."""
+    return {
+        "action": "privatized" if private else "publicized",
+        "repository": {"full_name": REPO, "private": private, "visibility": "private" if private else "public"},
+        "sender": {"login": "owner", "id": 7, "type": "User"},
+    }
+
+
+def test_every_page_of_a_repository_that_turns_private_answers_404_from_the_next_delivery_on(env: Env) -> None:
+    with running(env, public_url=PUBLIC) as svc:
+        svc.post("pull_request", _label(env), private=False, delivery="label")
+        [done] = svc.finished()
+        pages = _pages_of(svc, done)
+        assert [httpx.get(svc.url + path).status_code for path in pages] == [200, 200, 200]
+
+        answer = post(svc.url, "repository", _privacy_event(True), delivery="privatized")
+        assert answer.status_code == 200 and "not handled" in answer.text, "not acted on, but its visibility counts"
+        gone = [httpx.get(svc.url + path) for path in pages]
+        assert [(r.status_code, r.text) for r in gone] == [(404, "Not Found")] * 3, "pages made while public too"
+        for response in gone:
+            _assert_headers(response)
+        assert svc.store.repository_private(REPO) is True
+
+        post(svc.url, "repository", _privacy_event(False), delivery="publicized")
+        assert [httpx.get(svc.url + path).status_code for path in pages] == [200, 200, 200]
+        svc.post("issue_comment", comment_event("/parity rerun"), private=True, delivery="rerun-private")
+        second = svc.finished(2)[-1]
+        assert [httpx.get(svc.url + path).status_code for path in pages] == [404] * 3, "any event's payload counts"
+        run = svc.check_run(second)
+        assert run["details_url"] == f"{env.fake.url}/{REPO}/runs/{run['id']}", "no link to a page that is hidden"
+    with running(env, public_url=PUBLIC, pages_for_private_repositories=True) as svc:
+        assert [httpx.get(svc.url + path).status_code for path in pages] == [200, 200, 200], "opted in"
+
+
+def test_pages_switched_off_after_they_were_made_answer_404(env: Env) -> None:
+    with running(env, public_url=PUBLIC) as svc:
+        svc.post("pull_request", _label(env), private=False, delivery="label")
+        [done] = svc.finished()
+        pages = _pages_of(svc, done)
+        assert [httpx.get(svc.url + path).status_code for path in pages] == [200, 200, 200]
+    with running(env) as svc:
+        assert [httpx.get(svc.url + path).status_code for path in pages] == [404] * 3
+        assert Pages(svc.store, env.settings()).details_url(done) is None
 
 
 # ----------------------------------------------------------------- the runner these tests use

@@ -39,7 +39,14 @@ from bot.store import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 from tests.fakes.github_api import FakeGitHub
-from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, make_report, make_wide_report
+from tests.report_factory import (
+    BASE_SHA,
+    CAMPAIGN_ID,
+    HEAD_SHA,
+    make_report,
+    make_wide_report,
+    with_undecided_conclusion,
+)
 
 REPO = "octo-org/dynamo"
 PR = 512
@@ -351,9 +358,47 @@ def test_publish_command_uses_the_same_path(
 
     assert code == 0 and "published c-20251129-0001" in capsys.readouterr().out
     (run,) = fake.check_runs(REPO)
-    assert run["conclusion"] == "neutral" and run["details_url"].endswith("/artifacts/3")
+    assert run["conclusion"] == "action_required" and run["details_url"].endswith("/artifacts/3")
     assert len(result_comments(fake)) == 1 and len(status_comments(fake)) == 1
     assert (tmp_path / "samples.csv").is_file() and (tmp_path / "digests.txt").is_file()
+
+
+def test_publish_command_completes_a_profile_under_its_own_check_name(
+    fake: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Actions-only mode: a profile's report never completes (nor opens) the campaign's `kv-parity` check."""
+    report_path = tmp_path / "report.json"
+    report_path.write_text(make_report("profile").model_dump_json(indent=2), encoding="utf-8")
+    monkeypatch.setenv("KV_PARITY_TOKEN", TOKEN)
+    argv = ["--report", str(report_path), "--repo", REPO, "--pr", str(PR), "--api-url", fake.url,
+            "--bot-login", BOT_LOGIN, *EXPECT, "--expect-mode", "profile"]
+    assert publish_main(argv) == 0
+    (run,) = fake.check_runs(REPO)
+    assert run["name"] == "kv-parity / profile" and run["status"] == "completed"
+
+
+@pytest.mark.parametrize(("configured", "expected"), [(None, "action_required"), ("failure", "failure")])
+def test_publish_command_in_actions_concludes_an_undecided_campaign_so_it_blocks_a_required_check(
+    fake: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, configured: str | None, expected: str
+) -> None:
+    """Actions-only mode: the workflow passes no links, so Details is the publishing run (GitHub wants one
+    for action_required), and the summary says what the conclusion does and how to get a decision."""
+    report = make_report("inconclusive_diagnostics")
+    if configured is not None:
+        report = with_undecided_conclusion(report, configured)
+    report_path = tmp_path / "report.json"
+    report_path.write_text(report.model_dump_json(indent=2), encoding="utf-8")
+    for key, value in {"KV_PARITY_TOKEN": TOKEN, "GITHUB_SERVER_URL": "https://github.com",
+                       "GITHUB_REPOSITORY": REPO, "GITHUB_RUN_ID": "77"}.items():
+        monkeypatch.setenv(key, value)
+    argv = ["--report", str(report_path), "--repo", REPO, "--pr", str(PR), "--api-url", fake.url,
+            "--bot-login", BOT_LOGIN, *EXPECT]
+    assert publish_main(argv) == 0
+    (run,) = fake.check_runs(REPO)
+    assert (run["conclusion"], run["details_url"]) == (expected, f"https://github.com/{REPO}/actions/runs/77")
+    summary = run["output"]["summary"]
+    assert f"No decision was reached, so this check concludes `{expected}`" in summary
+    assert "comment `/parity rerun` to measure again" in summary
 
 
 def test_publish_command_explains_missing_token(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot.attempts import PriorAttempt
+from bot.pages import repository_seen
 from bot.store import (
     ALLOWED,
     CampaignState,
@@ -17,6 +18,7 @@ from bot.store import (
     NewCampaign,
     Store,
 )
+from bot.store_pages import RepositorySeen
 
 S = CampaignState
 HEAD = "a" * 40
@@ -276,3 +278,15 @@ def test_transition_rejects_unknown_updates(store: Store) -> None:
     campaign = store.create_campaign(new())
     with pytest.raises(ValueError, match="cannot update"):
         store.transition(campaign.id, S.DISPATCHED, "go", state="x")
+
+
+def test_visibility_is_written_only_when_it_changes_and_an_internal_repository_is_never_public(store: Store) -> None:
+    public = repository_seen(b'{"repository": {"full_name": "acme/widgets", "private": false, "visibility": "public"}}')
+    assert public is not None and store.repository_private("acme/widgets") is None, "unknown until a delivery says"
+    assert store.record_visibility(public, 1.0) is True
+    assert store.record_visibility(public, 2.0) is False, "the same visibility again writes nothing"
+    assert store.repository_private("ACME/Widgets") is False, "GitHub names repositories case-insensitively"
+    internal = RepositorySeen(full_name="acme/widgets", private=False, visibility="internal")
+    assert store.record_visibility(internal, 3.0) is True and store.repository_private("acme/widgets") is True
+    for body in (b"[]", b"not json", b'{"repository": {"full_name": "acme/widgets"}}', b'{"installation": {}}'):
+        assert repository_seen(body) is None, body

@@ -9,6 +9,7 @@ import pytest
 from runners.report import (
     CampaignReport,
     CheckConclusion,
+    FixtureStatus,
     GateVerdict,
     PerfResult,
     PerfVerdict,
@@ -69,6 +70,40 @@ def test_factory_outcomes_are_what_they_are_named() -> None:
     assert [i.reason for i in passed.invalidations] == ["affinity violation"]
     sizes = make_report("size_fail").sizes
     assert sizes is not None and sizes.verdict == GateVerdict.FAIL and sizes.binary_growth > sizes.max_growth
+
+
+REQUIRED_CHECK_PASSES = frozenset({"success", "neutral", "skipped"})
+"""The conclusions GitHub counts as passing a required check."""
+
+
+def _stopped_fixture(outcome: str) -> CampaignReport:
+    """The stage6 report with its failing fixture now stopped (a flag a revision lacks): no decision."""
+    report = make_report(outcome)
+    fixtures = [f.model_copy(update={"status": FixtureStatus.STOPPED}) if f.status == FixtureStatus.FAIL else f
+                for f in report.fixtures]
+    stopped = report.model_copy(update={"fixtures": fixtures})
+    return stopped.model_copy(update={"verdicts": campaign_verdicts(stopped)})
+
+
+@pytest.mark.parametrize("outcome", [*OUTCOMES, "stage6 stopped"])
+def test_only_a_real_pass_satisfies_a_required_check(outcome: str) -> None:
+    """INCONCLUSIVE, NOT_RUN, BLOCKED and a stopped fixture block by default; a profile, under its own check
+    name, is neutral."""
+    report = _stopped_fixture("stage6") if outcome == "stage6 stopped" else make_report(outcome)
+    verdicts = report.verdicts
+    assert verdicts is not None
+    real_pass = (
+        verdicts.semantic in (SemanticVerdict.PASS, SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS)
+        and verdicts.performance == PerfVerdict.PASS
+        and verdicts.sizes == GateVerdict.PASS
+    )
+    if report.mode == "profile":
+        assert verdicts.conclusion == CheckConclusion.NEUTRAL and verdicts.undecided == "inconclusive"
+        return
+    assert (verdicts.conclusion.value in REQUIRED_CHECK_PASSES) == real_pass
+    assert verdicts.undecided is None or verdicts.conclusion == CheckConclusion.ACTION_REQUIRED
+    if outcome == "stage6 stopped":
+        assert verdicts.undecided == "blocked"
 
 
 @pytest.fixture()

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.actions_local import LocalRun
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 CAMPAIGN = ROOT / ".github" / "workflows" / "kv-parity-campaign.yml"
@@ -191,6 +193,21 @@ def test_the_stage6_fixtures_entry_is_a_rows_job_with_no_secret_and_no_output() 
     assert "secrets." not in text and "github.token" not in text and "vars." not in text
     assert rows.get("env") == {"ROW": "${{ matrix.row }}"}
     assert "stage6-fixtures" not in yaml.safe_dump(jobs), "the entry is the plan's decision, not the workflow's"
+
+
+def test_a_profile_never_shares_a_concurrency_group_with_a_campaign_it_would_cancel() -> None:
+    """cancel-in-progress cancels within a group: a profile of a pull request must not cancel its campaign."""
+    workflow = _load(CAMPAIGN)
+    assert workflow["concurrency"]["cancel-in-progress"] is True
+    local = LocalRun(CAMPAIGN, ROOT, ROOT, {}, {})
+
+    def group(**inputs: str) -> str:
+        return str(local.substitute(workflow["concurrency"]["group"], {"inputs": inputs, "github": {"run_id": "9"}}))
+
+    campaign = group(pr_number="5", mode="campaign")
+    assert group(pr_number="5", mode="") == campaign, "no mode input is a campaign"
+    assert group(pr_number="5", mode="profile") not in (campaign, group(pr_number="6", mode="profile"))
+    assert group(pr_number="6", mode="campaign") != campaign
 
 
 def test_campaign_runs_one_row_per_matrix_job_and_one_campaign_per_pr() -> None:

@@ -15,7 +15,10 @@ Behaviour decisions, where GitHub is ambiguous or where the stand-in simplifies:
 * Check runs can only be created by GitHub Apps (403 otherwise); ``waiting``/``requested``/
   ``pending`` are valid enum values only GitHub Actions may set, so they are rejected (422); a
   ``conclusion`` forces ``status`` to ``completed``; the output title has no documented limit and
-  is not limited here.
+  is not limited here. ``action_required`` needs a ``details_url`` (given now or earlier): GitHub's
+  description of ``conclusion`` said "when the conclusion is `action_required`, additional details should
+  be provided on the site specified by `details_url`" (the pinned description's text no longer says it;
+  the stand-in is the stricter of the two), so it answers 422 naming ``details_url``.
 * Collaborator permission of a non-collaborator is ``read`` on public repositories and ``none``
   on private ones (never 404). ``permission`` is the legacy level (maintain -> write,
   triage -> read), ``role_name`` the real role, as on GitHub.
@@ -1227,6 +1230,10 @@ class FakeGitHub:
         )
         if status == "completed" and not has_conclusion:
             raise bad("conclusion", "missing_field", "Conclusion can't be blank when status is completed")
+        before = existing or {}
+        final_conclusion = conclusion if conclusion is not None else before.get("conclusion")
+        if final_conclusion == "action_required" and not (body.get("details_url") or before.get("details_url")):
+            raise bad("details_url", "missing_field", "details_url must be provided when conclusion is action_required")
         for key in ("started_at", "completed_at"):
             if body.get(key) is not None:
                 try:
