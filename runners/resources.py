@@ -14,9 +14,13 @@ from pathlib import Path
 def package_dir(package: str, *parts: str) -> Path:
     """A directory shipped in `package`, as a path on disk: Jinja2's loader, copytree and glob need one. pip
     installs wheels unpacked, so this is a plain directory; anything else is named as a broken install."""
-    found = files(package).joinpath(*parts)
+    where = "/".join((package, *parts))
+    advice = ("reinstall kv-parity-bot: script/bootstrap in a checkout (an editable install made before "
+              "pyproject.toml mapped it), or pip install 'kv-parity-bot @ git+…@<sha>'")
+    try:
+        found = files(package).joinpath(*parts)
+    except ModuleNotFoundError as exc:
+        raise FileNotFoundError(f"{where} is not installed: {advice}") from exc
     if not isinstance(found, Path) or not found.is_dir():
-        where = "/".join((package, *parts))
-        raise FileNotFoundError(f"{where} is not installed as a directory: reinstall kv-parity-bot from a "
-                                f"complete checkout or wheel (pip install 'kv-parity-bot @ git+…@<sha>')")
+        raise FileNotFoundError(f"{where} is not installed as a directory: {advice}")
     return found

@@ -22,10 +22,12 @@ import httpx
 import pytest
 
 from bot.cli import EXIT_FOR_CONCLUSION
-from runners.build_info import describe
+from runners import build_info
+from runners.build_info import BuildInfo, describe
 from runners.config import DEFAULT_CONFIG_PATH
 from runners.demo import commit_change, demo_config, init_fixture_repo
 from runners.report import CampaignReport, SemanticVerdict
+from runners.resources import package_dir
 from tests.fakes.github_api import FakeGitHub
 from tests.installed import ROOT, KvParity
 from tests.service_fixtures import widgets_history
@@ -99,6 +101,25 @@ def test_the_wheel_carries_every_file_the_code_loads(installed_kv_parity: KvPari
     assert sorted(needed - shipped) == [], "files the code loads at run time are missing from the wheel"
     assert "runners/_build_info.json" in shipped, "the build hook's commit record"
     assert not [name for name in shipped if "/target/" in name or name.startswith("tests/")], "build output or tests"
+
+
+@pytest.mark.parametrize(("info", "shown"), [
+    (BuildInfo(commit="a" * 40, modified=False), f"(commit {'a' * 40})"),
+    (BuildInfo(commit="a" * 40, modified=True), f"(commit {'a' * 40}, with uncommitted changes)"),
+    (BuildInfo(commit=None, modified=False), "(commit unknown: built outside a git checkout)"),
+    (BuildInfo(commit=None, modified=False, editable=True), "(commit unknown: source is not a git checkout)"),
+])
+def test_the_version_says_what_is_known_of_the_commit(monkeypatch: pytest.MonkeyPatch, info: BuildInfo,
+                                                      shown: str) -> None:
+    monkeypatch.setattr(build_info, "build_info", lambda: info)
+    assert describe().endswith(f" {shown}")
+
+
+def test_a_resource_missing_from_an_install_is_named_with_the_fix() -> None:
+    with pytest.raises(FileNotFoundError, match=r"kv_parity_nothing is not installed: reinstall kv-parity-bot"):
+        package_dir("kv_parity_nothing")
+    with pytest.raises(FileNotFoundError, match=r"runners/no-such-dir is not installed as a directory"):
+        package_dir("runners", "no-such-dir")
 
 
 @needs_bwrap
