@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from runners import build_info
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, resolve_config
 from runners.demo import SCENARIOS, demo_config, prepare_demo
@@ -173,8 +174,19 @@ def _add_campaign_arguments(campaign: argparse.ArgumentParser) -> None:
     add_sandbox_argument(campaign)
 
 
+class _PrintVersion(argparse.Action):
+    """argparse's own version action re-wraps the line to the terminal's width; this prints it whole."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"kv-parity {build_info.describe()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kv-parity", description=__doc__)
+    parser.add_argument("--version", action=_PrintVersion, nargs=0,
+                        help="print the version and the commit this kv-parity was built from, then exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     campaign = sub.add_parser("campaign", help="run a full local campaign between two revisions")

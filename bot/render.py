@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -34,8 +33,9 @@ from runners.report import (
     SemanticVerdict,
     campaign_verdicts,
 )
+from runners.resources import package_dir
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES_DIR = package_dir("kv_parity_templates")
 
 STATUS_MARKER = "<!-- kv-parity:status -->"
 RESULT_MARKER_PREFIX = "<!-- kv-parity:result"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runners import __version__
+from runners import build_info
 from runners.attribution import attribute_regression, sandbox_launcher
 from runners.build import BuildError, ProtocolMismatch, build_artifact, toolchain
 from runners.config import CampaignConfig, LifecycleFixture, RowConfig
@@ -124,7 +124,7 @@ def new_report(request: CampaignRequest) -> CampaignReport:
     return CampaignReport(
         campaign_id=request.campaign_id,
         created_unix=round(time.time(), 3),
-        tool_version=__version__,
+        tool_version=build_info.describe(),
         config=config,
         config_source=request.config_source,
         revisions=[],

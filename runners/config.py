@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from runners.resources import package_dir
 from runners.revisions import RevisionError, resolve_sha, show_file
 
 PROTOCOL_EXCLUSIONS: tuple[str, ...] = (
@@ -22,7 +23,7 @@ PROTOCOL_EXCLUSIONS: tuple[str, ...] = (
 """The protocol's closed canonical-report exclusion list; adding to it requires a protocol review."""
 
 DEFAULT_CONFIG_PATH = ".github/kv-parity.toml"
-PROFILES_DIR = Path(__file__).parent / "profiles"
+PROFILES_DIR = package_dir("runners", "profiles")
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from runners.config import CampaignConfig, load_profile
 from runners.demo_trace import generate_demo_trace
+from runners.resources import package_dir
 
-FIXTURE_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "replay_harness"
+FIXTURE_DIR = package_dir("kv_parity_fixtures", "replay_harness")
 VARIANT_FILE = "lib/bench/src/variant.rs"
 GIT_IDENTITY = ("-c", "user.name=kv-parity demo", "-c", "user.email=demo@kv-parity.invalid")
 

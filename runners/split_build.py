@@ -23,7 +23,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runners import __version__
+from runners import build_info
 from runners.build import BuildError, ProtocolMismatch, build_artifact, store_binary, toolchain
 from runners.campaign import STANDING_SKIPS, fixtures_not_run
 from runners.config import DEFAULT_CONFIG_PATH, PROFILES_DIR, CampaignConfig, ConfigError, parse_config
@@ -389,8 +389,8 @@ def assemble_manifest(plan: Plan, plan_sha: str, arm_dirs: dict[Arm, Path], trac
     builds = {arm: _checked_arm(arm_dirs[arm], arm, plan, plan_sha) for arm in ARMS}
     config = plan.config
     report = CampaignReport(
-        campaign_id=plan.campaign_id, created_unix=round(time.time(), 3), tool_version=__version__, config=config,
-        config_source=plan.config_source,
+        campaign_id=plan.campaign_id, created_unix=round(time.time(), 3), tool_version=build_info.describe(),
+        config=config, config_source=plan.config_source,
         revisions=[Revision(arm="baseline", sha=plan.base_sha, requested=plan.base_sha),
                    Revision(arm="candidate", sha=plan.head_sha, requested=plan.head_sha)],
         relationship=plan.relationship, merge_base=plan.merge_base,

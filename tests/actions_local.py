@@ -48,6 +48,8 @@ class LocalRun:
     """What `${{ github.token }}` evaluates to (register it with the GitHub stand-in to let publish through)."""
     api_url: str = "http://127.0.0.1:9"
     """$GITHUB_API_URL of every step: the GitHub stand-in, or a port nothing listens on."""
+    bin_dir: Path = field(default_factory=lambda: Path(sys.executable).parent)
+    """First on every step's PATH: where `kv-parity` and `python` are (an installed venv's, or this checkout's)."""
     jobs: dict[str, Job] = field(default_factory=dict)
     artifacts: dict[str, int] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
@@ -158,7 +160,7 @@ class LocalRun:
             elif uses.startswith("actions/setup-python@"):
                 pass
             elif "pip install" in step.get("run", ""):
-                self.log.append(f"{label}: skipped `{step['run'].strip()}` (kv-parity is on PATH)")
+                self.log.append(f"{label}: skipped `{step['run'].strip()}` (kv-parity is on PATH: {self.bin_dir})")
             else:
                 outputs = self._run(label, step["run"], step_env, workspace, temp, index)
             record.step_outputs[step.get("id", f"#{index}")] = outputs
@@ -171,7 +173,7 @@ class LocalRun:
         output_file = temp / f"_github_output_{index}"
         output_file.touch()
         environ = {
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            "PATH": os.pathsep.join([str(self.bin_dir), os.environ.get("PATH", "")]),
             "HOME": os.environ.get("HOME", "/root"),
             "RUNNER_TEMP": str(temp),
             "GITHUB_WORKSPACE": str(workspace),

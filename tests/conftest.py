@@ -13,6 +13,8 @@ from runners.build import build_artifact
 from runners.config import CampaignConfig
 from runners.demo import Knob, commit_change, demo_config, init_fixture_repo
 from runners.demo_trace import generate_demo_trace
+from tests import installed
+from tests.installed import KvParity
 
 
 class HarnessBuilder:
@@ -64,3 +66,16 @@ def fixture_repo(tmp_path: Path) -> Iterator[Path]:
     repo = tmp_path / "repo"
     init_fixture_repo(repo)
     yield repo
+
+
+@pytest.fixture(scope="session")
+def kv_parity() -> KvParity:
+    """The `kv-parity` the end-to-end tests run: the installed venv .ci/run provides ($KV_PARITY_INSTALLED_VENV),
+    else this checkout's."""
+    return installed.provided() or installed.checkout()
+
+
+@pytest.fixture(scope="session")
+def installed_kv_parity(tmp_path_factory: pytest.TempPathFactory) -> KvParity:
+    """A non-editable install: the provided one, else one built from a commit of the working tree per session."""
+    return installed.provided() or installed.build_installed(tmp_path_factory.mktemp("installed"))

@@ -612,7 +612,7 @@ def _base_report(
     report = CampaignReport(
         campaign_id=CAMPAIGN_ID,
         created_unix=CREATED_UNIX,
-        tool_version="0.1.0",
+        tool_version="0.1.0 (commit 5f3c2a9e8d7b6a5f4e3d2c1b0a9f8e7d6c5b4a39)",
         config=config,
         config_source=f".github/kv-parity.toml @ {BASE_SHA}",
         revisions=[

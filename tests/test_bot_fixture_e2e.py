@@ -19,6 +19,7 @@ from runners.config import DEFAULT_CONFIG_PATH, PROFILES_DIR
 from runners.demo import commit_change, init_fixture_repo
 from runners.report import CampaignReport
 from tests.fakes.github_api import FakeGitHub
+from tests.installed import KvParity
 from tests.webhooks import (
     REPO,
     SECRET,
@@ -40,9 +41,11 @@ def _config_text(trace: Path) -> str:
     return text[:first_other_row] + text[text.index("[perf]"):]
 
 
-def _settings(fake: FakeGitHub, tmp_path: Path, repo: Path) -> Settings:
-    """The service as an operator runs it with the local backend, talking to the stand-in as an App."""
+def _settings(fake: FakeGitHub, tmp_path: Path, repo: Path, kv_parity: KvParity) -> Settings:
+    """The service as an operator runs it with the local backend, talking to the stand-in as an App; campaigns
+    run the `kv-parity` of the kv_parity fixture (in CI, the installed wheel's)."""
     return Settings.model_validate({
+        "local_campaign_argv": [str(kv_parity.executable), "campaign"],
         "webhook_secret": SECRET, "api_base_url": fake.url, "api_seconds_between_requests": 0,
         "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
         "work_dir": tmp_path / "work", "local_repo_path": repo, "poll_interval_seconds": 0.1,
@@ -55,7 +58,9 @@ def _git(repo: Path, *args: str) -> None:
 
 
 def test_labeled_pull_request_runs_the_fixture_campaign_and_publishes_once(
-        tmp_path: Path, demo_trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, demo_trace: Path, capsys: pytest.CaptureFixture[str], kv_parity: KvParity,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # the campaign process imports only its own installation
     repo = tmp_path / "repo"
     init_fixture_repo(repo)
     base = commit_change(repo, "add the campaign config", files={DEFAULT_CONFIG_PATH: _config_text(demo_trace)})
@@ -67,7 +72,7 @@ def test_labeled_pull_request_runs_the_fixture_campaign_and_publishes_once(
         fake.add_repo(REPO, repo)
         fake.add_pull(REPO, 7, head, "feature", "main")
         fake.set_permission(REPO, "maintainer", "write")
-        settings = _settings(fake, tmp_path, repo)
+        settings = _settings(fake, tmp_path, repo, kv_parity)
         app = create_app(settings, publisher_factory=default_publisher)
         with serve_app(app) as url:
             event = pull_request_event("labeled", number=7, head_sha=head, base_sha=base, label="kv-parity",
@@ -121,9 +126,10 @@ def test_labeled_pull_request_runs_the_fixture_campaign_and_publishes_once(
 
 
 def test_parity_profile_attributes_the_candidates_added_work_and_publishes_it(
-        tmp_path: Path, demo_trace: Path) -> None:
+        tmp_path: Path, demo_trace: Path, kv_parity: KvParity, monkeypatch: pytest.MonkeyPatch) -> None:
     """`/parity profile` through the real service: correctness, then attribution instead of sampling; the
     comment names the function the candidate added work to."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     repo = tmp_path / "repo"
     init_fixture_repo(repo)
     base = commit_change(repo, "add the campaign config", files={DEFAULT_CONFIG_PATH: _config_text(demo_trace)})
@@ -135,7 +141,7 @@ def test_parity_profile_attributes_the_candidates_added_work_and_publishes_it(
         fake.add_repo(REPO, repo)
         fake.add_pull(REPO, 8, head, "feature", "main")
         fake.set_permission(REPO, "maintainer", "write")
-        settings = _settings(fake, tmp_path, repo)
+        settings = _settings(fake, tmp_path, repo, kv_parity)
         app = create_app(settings, publisher_factory=default_publisher)
         with serve_app(app) as url:
             event = comment_event("/parity profile", number=8, sender="maintainer")

@@ -24,6 +24,7 @@ from runners.distributed import FIXTURES_ROW
 from runners.report import CampaignReport, CheckConclusion, FixtureStatus
 from tests.actions_local import LocalRun
 from tests.fakes.github_api import FakeGitHub
+from tests.installed import KvParity
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGN = ROOT / ".github" / "workflows" / "kv-parity-campaign.yml"
@@ -92,7 +93,7 @@ def _config(trace: Path) -> str:
 
 
 def test_the_campaign_workflow_runs_end_to_end_and_a_forged_matrix_decides_nothing(
-    tmp_path: Path, demo_trace: Path
+    tmp_path: Path, demo_trace: Path, kv_parity: KvParity
 ) -> None:
     origin = tmp_path / "origin"
     init_fixture_repo(origin)
@@ -119,6 +120,7 @@ def test_the_campaign_workflow_runs_end_to_end_and_a_forged_matrix_decides_nothi
             variables={"KV_PARITY_BOT_SPEC": PIN, "KV_PARITY_MODE": "actions"},
             token=TOKEN,
             api_url=fake.url,
+            bin_dir=kv_parity.bin_dir,
         )
         try:
             jobs = run.run()
@@ -142,6 +144,7 @@ def test_the_campaign_workflow_runs_end_to_end_and_a_forged_matrix_decides_nothi
     report_dir = tmp_path / "actions" / "artifacts" / str(run.artifacts["kv-parity-report"])
     report = CampaignReport.model_validate_json((report_dir / "report.json").read_text(encoding="utf-8"))
     assert report.campaign_id == "kvp-replay"
+    assert report.tool_version == kv_parity.version, "the jobs ran the kv-parity of the kv_parity fixture"
     assert [(r.arm, r.sha) for r in report.revisions] == [("baseline", base), ("candidate", head)]
     assert [row.row.id for row in report.rows] == [ROW]
     assert report.mode == "campaign"
