@@ -484,6 +484,13 @@ class DoctorReport(_Model):
     """The worst status of the checks (FAIL > WARN > UNKNOWN > PASS; exit status in runners/doctor.py)."""
     seconds: float
 
+    @property
+    def summary(self) -> str:
+        """One line for logs and the check run: the overall status and every check that did not pass."""
+        failing = [f"{check.status.value} {check.name}" for check in self.checks if check.status != DoctorStatus.PASS]
+        cpus = ",".join(str(cpu) for cpu in self.cpus)
+        return f"{self.status.value} on {self.hostname} cpu {cpus}" + (f": {', '.join(failing)}" if failing else "")
+
 
 class Placement(_Model):
     cpu_set: list[int]
