@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import time
@@ -52,6 +53,9 @@ SEVERITY = {DoctorStatus.PASS: 0, DoctorStatus.UNKNOWN: 1, DoctorStatus.WARN: 2,
 EXIT_FOR_STATUS = {DoctorStatus.PASS: 0, DoctorStatus.UNKNOWN: 1, DoctorStatus.WARN: 1, DoctorStatus.FAIL: 2}
 EXIT_USAGE = 2
 CPU_DIR = "devices/system/cpu"
+CPU_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
+MAX_CPU = 8191
+"""The kernel's largest CPU number (NR_CPUS is at most 8192); a bigger --cpus is a typo, not a node."""
 
 
 def _cannot(what: str) -> str:
@@ -368,13 +372,16 @@ def doctor_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     cpus: list[int] | None = None
     if args.cpus is not None:
-        try:
-            cpus = parse_cpu_list(args.cpus)
-        except ValueError:
+        if not CPU_LIST.fullmatch(args.cpus):
             print(f"kv-parity doctor: --cpus {args.cpus!r} is not a CPU list (expected e.g. 2,4-5)", file=sys.stderr)
             return EXIT_USAGE
+        highest = max(int(number) for number in re.findall(r"\d+", args.cpus))
+        if highest > MAX_CPU:
+            print(f"kv-parity doctor: --cpus names cpu {highest}; Linux numbers CPUs 0-{MAX_CPU}", file=sys.stderr)
+            return EXIT_USAGE
+        cpus = parse_cpu_list(args.cpus)
         if not cpus:
-            print("kv-parity doctor: --cpus names no CPU", file=sys.stderr)
+            print(f"kv-parity doctor: --cpus {args.cpus!r} names no CPU (a range runs low-high)", file=sys.stderr)
             return EXIT_USAGE
     report = run_doctor(cpus, sandbox=args.sandbox)
     print(render_text(report))
