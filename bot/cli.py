@@ -227,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("row", help="run one row on this node from a build manifest", add_help=False)
     sub.add_parser("merge", help="merge row results into the campaign report", add_help=False)
+    sub.add_parser("doctor", help="check this node is fit to measure (sandbox, profilers, CPU frequency, SMT, "
+                   "isolation, load, NUMA, ASLR) for the CPUs a row would pin", add_help=False)
     return parser
 
 
@@ -246,6 +248,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         split = {"plan": split_build.plan_main, "manifest": split_build.manifest_main}
         return split[argv[0]](argv[1:])
+    if argv[:1] == ["doctor"]:
+        from runners.doctor import doctor_main
+
+        return doctor_main(argv[1:])
     if argv[:1] == ["history"]:
         from bot.history import history_main
 

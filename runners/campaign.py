@@ -20,6 +20,7 @@ from runners.config import CampaignConfig, LifecycleFixture, RowConfig
 from runners.coverage import CoverageError, check_evidence, count_evidence
 from runners.declared import check_declared_exclusions
 from runners.determinism import run_determinism
+from runners.doctor import row_cpus, run_doctor
 from runners.exceptions import ExceptionFileError, load_records, verify_records
 from runners.harness import PreflightError, preflight_flags, row_args
 from runners.lifecycles import fixture_trace, run_fixture
@@ -343,6 +344,8 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
     """One comparison row on this node: correctness first; performance only once correctness holds."""
     config = request.config
     args = row_args(config, row, prepared.trace)
+    doctor = run_doctor(row_cpus(), sandbox=request.sandbox.kind)  # before the row's first process: its own load
+    emit(progress, "doctor", doctor.summary, row=row.id)
     cpu_sets = correctness_cpu_sets(4)
     emit(progress, "determinism", f"2 + 2 fresh processes on CPU sets {cpu_sets}", row=row.id)
     outcome = run_determinism(row_id=row.id, binaries=prepared.binaries, harness_args=args,
@@ -350,7 +353,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
                               workdir=work / f"det-{row.id}", progress=progress, sandbox=request.sandbox)
     node = host_facts()
     report = RowReport(row=row, harness_args=args[1:], placement_cpus=sorted({c for s in cpu_sets for c in s}),
-                       host=node.hostname, node=node, determinism=outcome.result,
+                       host=node.hostname, node=node, doctor=doctor, determinism=outcome.result,
                        semantic=SemanticVerdict.FAIL, semantic_reasons=[])
     if outcome.blocked:
         report.semantic = SemanticVerdict.BLOCKED

@@ -820,8 +820,10 @@ def row_main(argv: Sequence[str]) -> int:
     if _refused_upload(out):
         return EXIT_REFUSED
     _write_json(out / f"{args.row}{ROW_SUFFIX}", result.model_dump_json(indent=2))
+    doctor = result.report.doctor
     print(f"row {args.row} on {result.node.hostname}: semantic {result.report.semantic.value}, "
-          f"performance {result.report.perf_verdict.value}")
+          f"performance {result.report.perf_verdict.value}"
+          + (f"; node doctor {doctor.summary}" if doctor is not None else ""))
     return EXIT_OK
 
 

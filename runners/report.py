@@ -456,6 +456,42 @@ class HostFacts(_Model):
     frequency_mhz: float | None
 
 
+class DoctorStatus(StrEnum):
+    """How fit one aspect of a node is to measure; UNKNOWN when the machine does not expose it (never guessed)."""
+
+    PASS = "PASS"
+    WARN = "WARN"
+    UNKNOWN = "UNKNOWN"
+    FAIL = "FAIL"
+
+
+class DoctorCheck(_Model):
+    name: str
+    status: DoctorStatus
+    detail: str
+    """What was read (or "cannot be read here: ..." and why)."""
+    fix: str = ""
+    """What to change on the node; empty when the check passed."""
+
+
+class DoctorReport(_Model):
+    """`kv-parity doctor` for the CPUs a row pins: the node's fitness, checked before it is trusted with samples."""
+
+    hostname: str
+    cpus: list[int]
+    checks: list[DoctorCheck]
+    status: DoctorStatus
+    """The worst status of the checks (FAIL > WARN > UNKNOWN > PASS; exit status in runners/doctor.py)."""
+    seconds: float
+
+    @property
+    def summary(self) -> str:
+        """One line for logs and the check run: the overall status and every check that did not pass."""
+        failing = [f"{check.status.value} {check.name}" for check in self.checks if check.status != DoctorStatus.PASS]
+        cpus = ",".join(str(cpu) for cpu in self.cpus)
+        return f"{self.status.value} on {self.hostname} cpu {cpus}" + (f": {', '.join(failing)}" if failing else "")
+
+
 class Placement(_Model):
     cpu_set: list[int]
     physical_core: str
@@ -603,6 +639,8 @@ class RowReport(_Model):
     host: str
     node: HostFacts | None = None
     """The node's characteristics when the row ran (every stage of a row runs on one node)."""
+    doctor: DoctorReport | None = None
+    """`kv-parity doctor` for the row's performance CPUs, run before the row's first process (None: older report)."""
     determinism: DeterminismResult | None = None
     parity: ParityResult | None = None
     coverage: CoverageResult | None = None

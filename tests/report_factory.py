@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from runners.attribution import compare_work, cost_table, findings, readable_costs
 from runners.config import CampaignConfig, ExpectedEvidence, PerfConfig, RowConfig
+from runners.doctor import worst
 from runners.perf import SETUP_FIELD, arm_order, breaches, classify, finalize, make_schedule, schedule_seed
 from runners.report import (
     Arm,
@@ -28,6 +29,9 @@ from runners.report import (
     CoverageCounts,
     CoverageResult,
     DeterminismResult,
+    DoctorCheck,
+    DoctorReport,
+    DoctorStatus,
     ExceptionOutcome,
     ExceptionRecord,
     FixtureAssertion,
@@ -165,6 +169,49 @@ def _host(index: int) -> HostFacts:
         temperature_c=41.0,
         frequency_mhz=2100.0,
     )
+
+
+def _doctor(index: int, *, noisy: bool = False) -> DoctorReport:
+    """`kv-parity doctor` on row `index`'s node, worded as the checks word it: a tuned bare-metal node, or
+    (noisy) one that exposes no cpufreq, isolates nothing and has other work on the pinned CPU."""
+    cpu = 4  # the performance CPU of _placement
+
+    def passed(name: str, detail: str) -> DoctorCheck:
+        return DoctorCheck(name=name, status=DoctorStatus.PASS, detail=detail)
+
+    checks = [
+        passed("sandbox", "bubblewrap started a sandboxed `id -u` as uid 65534: bubblewrap with new "
+                          "pid/net/ipc/uts/cgroup namespaces; setpriv to uid 65534 with no capabilities"),
+        passed("profilers", "valgrind /usr/bin/valgrind, perf /usr/bin/perf, c++filt /usr/bin/c++filt"),
+        passed("frequency governor", f"cpu{cpu} performance"),
+        passed("turbo/boost", "off (intel_pstate/no_turbo=1)"),
+        passed("cpuset and affinity", "allowed cpus 0-63; cpuset /: cpus 0-63"),
+        passed("SMT siblings", f"SMT on; siblings of cpu {cpu}: 36; node 0 package 0 core 4 (logical cpus 4,36)"),
+        passed("isolated CPUs", "isolated 4,5,6,7,36,37,38,39 (isolcpus/nohz_full/cpuset partitions, from "
+                                "/proc/cmdline, /sys/devices/system/cpu/isolated)"),
+        passed("NUMA layout", "node0 cpus 0-31; node1 cpus 32-63; pinned CPUs on node 0"),
+        passed("ASLR", "full randomization (randomize_va_space=2)"),
+        passed("perf_event_paranoid", "perf_event_paranoid=2"),
+        passed("load on the pinned CPUs", f"cpu{cpu} 0% busy over 0.50 s; load average 0.08 0.05 0.01"),
+    ]
+    if noisy:
+        checks[2] = DoctorCheck(
+            name="frequency governor", status=DoctorStatus.UNKNOWN,
+            detail=f"cannot be read here: no cpufreq/scaling_governor for cpu {cpu} (a VM or a kernel without "
+                   "cpufreq: the host decides the frequency)",
+            fix="on bare metal, enable the cpufreq driver and set the performance governor")
+        checks[6] = DoctorCheck(
+            name="isolated CPUs", status=DoctorStatus.WARN,
+            detail="isolated none (isolcpus/nohz_full/cpuset partitions, from /proc/cmdline, "
+                   "/sys/devices/system/cpu/isolated)",
+            fix=f"keep general work off cpu {cpu}: boot with isolcpus={cpu} nohz_full={cpu}, or an isolated "
+                "cgroup cpuset partition")
+        checks[10] = DoctorCheck(
+            name="load on the pinned CPUs", status=DoctorStatus.WARN,
+            detail=f"cpu{cpu} 12% busy over 0.50 s; load average 3.10 2.80 1.90",
+            fix=f"find and stop what runs on cpu {cpu} (top -1, ps -eo pid,psr,comm), or pin the row elsewhere")
+    return DoctorReport(hostname=_host(index).hostname, cpus=[cpu], checks=checks, status=worst(checks),
+                        seconds=0.52)
 
 
 PERF = PerfConfig()
@@ -667,7 +714,10 @@ def _pass_perf(index: int, row: RowConfig) -> PerfResult:
 
 def _pass() -> CampaignReport:
     config = make_config()
-    return _base_report(config, [_row(i, r, perf=_pass_perf(i, r)) for i, r in enumerate(config.rows)])
+    rows = [_row(i, r, perf=_pass_perf(i, r)) for i, r in enumerate(config.rows)]
+    for index, row in enumerate(rows):
+        row.doctor = _doctor(index)
+    return _base_report(config, rows)
 
 
 def _pass_with_exceptions() -> CampaignReport:
@@ -768,6 +818,7 @@ def _perf_fail() -> CampaignReport:
     config = make_config()
     failing = _row(1, config.rows[1], perf=_perf(1, config.rows[1], PerfVerdict.FAIL, centre=1.118, spread=0.02))
     failing.attribution = _attribution()
+    failing.doctor = _doctor(1, noisy=True)
     rows = [_row(0, config.rows[0], perf=_pass_perf(0, config.rows[0])), failing]
     return _base_report(config, rows)
 
