@@ -34,6 +34,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runners.config import SlurmRowConfig
 from runners.distributed import (
     FIXTURES_ROW,
     MANIFEST_NAME,
@@ -43,9 +44,10 @@ from runners.distributed import (
     load_manifest,
 )
 from runners.progress import ProgressEvent, ProgressSink
-from runners.report import CampaignReport, ScheduledOn
+from runners.report import CampaignReport, ScheduledOn, campaign_verdicts
 from runners.sandbox import SandboxKind
 from runners.split_build import PLAN_NAME, Mode, make_plan
+from runners.untrusted import UntrustedFileError, read_text
 from runners.verify import verify_report
 
 STATE_FILE = "slurm.json"
@@ -126,6 +128,8 @@ class SlurmJob(BaseModel):
     attempt: int = 1
     name: str
     exit_file: str
+    options: list[str] = Field(default_factory=list)
+    """Its sbatch resource options (partition, QoS, time limit...), reused as they are by a resubmission."""
     excluded: list[str] = Field(default_factory=list)
     state: str = "SUBMITTED"
     reason: str = ""
@@ -346,8 +350,9 @@ class SlurmCampaign:
     def _arm_dir(self, arm: str) -> Path:
         return self.work / "arms" / arm
 
-    def _row_dir(self, row: str) -> Path:
-        return self.work / "rows" / row
+    def _row_dir(self, row: str, attempt: int) -> Path:
+        """Each attempt writes its own directory: a lost node's late writes never mix with the resubmission's."""
+        return self.work / "rows" / row / f"a{attempt}"
 
     def _save(self, run: SlurmRun) -> None:
         _write_json(self.work / STATE_FILE, run.model_dump_json(indent=1))
@@ -360,24 +365,22 @@ class SlurmCampaign:
 
     # ------------------------------------------------------------------ submit
 
-    def _common(self, role: str, campaign_id: str, name: str) -> list[str]:
-        options = self.options
-        flags = [f"--job-name={name}", f"--comment=kv-parity:{campaign_id}:{role}",
-                 f"--output={self.work / 'jobs' / '%j.out'}"]
-        flags += [f"--partition={options.partition}"] if options.partition else []
+    def _job_options(self, role: str, row: SlurmRowConfig | None = None) -> list[str]:
+        """Resources of one job: the settings, overridden by the row's own `[rows.slurm]` where it has one."""
+        options, row = self.options, row or SlurmRowConfig()
+        partition, qos = row.partition or options.partition, row.qos or options.qos
+        flags = [f"--partition={partition}"] if partition else []
         flags += [f"--account={options.account}"] if options.account else []
-        flags += [f"--qos={options.qos}"] if options.qos else []
-        return flags
-
-    def _job_options(self, role: str) -> list[str]:
-        options = self.options
+        flags += [f"--qos={qos}"] if qos else []
         if role in RETRIED_ROLES:
-            flags = ["--exclusive", "--nodes=1", "--hint=nomultithread", f"--time={options.row_time_limit}"]
-            return flags + ([f"--constraint={options.constraint}"] if options.constraint else [])
-        return ["--nodes=1", "--ntasks=1", f"--cpus-per-task={options.build_cpus}",
-                f"--time={options.build_time_limit}"]
+            constraint = row.constraint or options.constraint
+            flags += ["--exclusive", "--nodes=1", "--hint=nomultithread",
+                      f"--time={row.time_limit or options.row_time_limit}"]
+            return flags + ([f"--constraint={constraint}"] if constraint else [])
+        return flags + ["--nodes=1", "--ntasks=1", f"--cpus-per-task={options.build_cpus}",
+                        f"--time={options.build_time_limit}"]
 
-    def _argv(self, role: str, row: str | None, trace: Path | None) -> list[str]:
+    def _argv(self, role: str, row: str | None, trace: Path | None, attempt: int) -> list[str]:
         kvp, sandbox, scratch = self.kv_parity, self.sandbox, self.options.node_scratch
         trace_args = ["--trace", str(trace)] if trace is not None else []
         if role.startswith("build-"):
@@ -389,10 +392,10 @@ class SlurmCampaign:
                     "--candidate", str(self._arm_dir("candidate")), *trace_args, "--out", str(self.dist_dir)]
         assert row is not None
         return [kvp, "row", "--manifest", str(self.dist_dir / MANIFEST_NAME), "--row", row, "--out",
-                str(self._row_dir(row)), *trace_args, "--work", scratch, "--sandbox", sandbox]
+                str(self._row_dir(row, attempt)), *trace_args, "--work", scratch, "--sandbox", sandbox]
 
     def _submit(self, run: SlurmRun, role: str, row: str | None, *, slot: str, after: list[str],
-                attempt: int = 1, exclude: list[str] | None = None) -> SlurmJob:
+                resources: list[str], attempt: int = 1, exclude: list[str] | None = None) -> SlurmJob:
         """One sbatch: the script, then the job, then the state file (so a restart knows the job id)."""
         trace = Path(run.trace) if run.trace is not None else None
         name = f"kvp-{run.campaign_id}-{slot}-a{attempt}"
@@ -400,10 +403,11 @@ class SlurmCampaign:
         jobs_dir.mkdir(parents=True, exist_ok=True)
         script, exit_file = jobs_dir / f"{name}.sh", jobs_dir / f"{name}{EXIT_SUFFIX}"
         exit_file.unlink(missing_ok=True)
-        script.write_text(job_script(run.campaign_id, role, self._argv(role, row, trace), exit_file),
+        script.write_text(job_script(run.campaign_id, role, self._argv(role, row, trace, attempt), exit_file),
                           encoding="utf-8")
         script.chmod(0o755)
-        flags = self._common(role, run.campaign_id, name) + self._job_options(role)
+        flags = [f"--job-name={name}", f"--comment=kv-parity:{run.campaign_id}:{slot}",
+                 f"--output={jobs_dir / '%j.out'}", *resources]
         flags += [f"--dependency=afterok:{':'.join(after)}"] if after else []
         excluded = list(exclude or [])
         try:
@@ -417,7 +421,7 @@ class SlurmCampaign:
             excluded = []
             job_id = self.client.sbatch(flags, script, self.work)
         job = SlurmJob(role=role, row=row, slot=slot, job_id=job_id, attempt=attempt, name=name,
-                       exit_file=str(exit_file), excluded=excluded)
+                       exit_file=str(exit_file), options=resources, excluded=excluded)
         run.jobs.append(job)
         self._save(run)
         return job
@@ -434,14 +438,18 @@ class SlurmCampaign:
         run = SlurmRun(campaign_id=spec.campaign_id, submitted_unix=round(time.time(), 3), out_dir=str(out_dir),
                        trace=str(spec.trace.resolve()) if spec.trace is not None else None, jobs=[])
         self._save(run)
+        rows = {row.id: row for row in plan.config.rows}
+        build = self._job_options("build")
         try:
-            builds = [self._submit(run, f"build-{arm}", None, slot=f"build-{arm}", after=[]).job_id
+            builds = [self._submit(run, f"build-{arm}", None, slot=f"build-{arm}", after=[], resources=build).job_id
                       for arm in ("baseline", "candidate")]
-            manifest = self._submit(run, "manifest", None, slot="manifest", after=builds).job_id
-            for index, row in enumerate(plan.rows):
-                self._submit(run, "row", row, slot=f"row-{index}", after=[manifest])
+            manifest = self._submit(run, "manifest", None, slot="manifest", after=builds, resources=build).job_id
+            for index, row_id in enumerate(plan.rows):
+                self._submit(run, "row", row_id, slot=f"row-{index}", after=[manifest],
+                             resources=self._job_options("row", rows[row_id].slurm))
             if plan.fixtures:
-                self._submit(run, "fixtures", FIXTURES_ROW, slot="fixtures", after=[manifest])
+                self._submit(run, "fixtures", FIXTURES_ROW, slot="fixtures", after=[manifest],
+                             resources=self._job_options("fixtures", rows[plan.rows[0]].slurm))
         except SlurmError:
             self.cancel()  # no half-submitted pipeline is left behind
             raise
@@ -455,8 +463,8 @@ class SlurmCampaign:
             info = self.client.sacct(job.job_id)
         if info is None:
             try:
-                code = Path(job.exit_file).read_text(encoding="ascii").strip()
-            except OSError:
+                code = read_text(Path(job.exit_file), max_bytes=64).strip()
+            except (OSError, UnicodeDecodeError, UntrustedFileError):
                 code = ""
             info = JobInfo(state=(VANISHED if not code else "COMPLETED" if code == "0" else "FAILED"),
                            node=job.node, exit_code=code)
@@ -501,8 +509,8 @@ class SlurmCampaign:
                 continue
             job.lost = why
             if job.role in RETRIED_ROLES and job.attempt == 1:
-                retry = self._submit(run, job.role, job.row, slot=job.slot, after=[], attempt=2,
-                                     exclude=[job.node] if job.node else [])
+                retry = self._submit(run, job.role, job.row, slot=job.slot, after=[], resources=job.options,
+                                     attempt=2, exclude=[job.node] if job.node else [])
                 note = f"{job.label()}: {why}: lost node, resubmitted once as Slurm job {retry.job_id}" + (
                     f" excluding {job.node}" if retry.excluded else "")
                 run.notes.append(note)
@@ -532,24 +540,30 @@ class SlurmCampaign:
         return ProgressEvent(stage=stage, detail=detail, done=done, total=total, unix=time.time())
 
     def _progress(self, current: list[SlurmJob]) -> list[ProgressEvent]:
-        """Where the pipeline is, with the reason Slurm gives for a pending job and its place in the queue;
-        only a change is reported."""
+        """Where the pipeline is: the job it is on, and the first row job still pending with the reason Slurm
+        gives and its place among the pending jobs; only a change is reported."""
         rows = [job for job in current if job.role in RETRIED_ROLES]
-        builds = [job for job in current if job.role.startswith("build-") or job.role == "manifest"]
-        waiting = next((job for job in builds if not job.final), None)
-        stage = "build" if waiting is not None else "rows"
-        if waiting is None:
-            waiting = next((job for job in rows if job.state == "RUNNING"), None) or \
-                next(job for job in rows if not job.final)
-        detail = f"{waiting.label()}: Slurm job {waiting.job_id} {waiting.state}"
-        if waiting.state == "PENDING":
-            order = self.client.pending_order()
-            place = f", {order.index(waiting.job_id) + 1} of {len(order)} pending" \
-                if waiting.job_id in order else ""
-            reason = waiting.reason if waiting.reason not in ("", "None") else "waiting to be scheduled"
-            detail += f" ({reason}{place})"
-        elif waiting.node:
-            detail += f" on {waiting.node}"
+        builds = [job for job in current if job.role not in RETRIED_ROLES]
+        active = next((job for job in builds if not job.final), None)
+        stage = "build" if active is not None else "rows"
+        pending = next((job for job in rows if job.state == "PENDING"), None)
+        if active is None:
+            active = next((job for job in rows if job.state == "RUNNING"), None) or pending
+        shown = [job for job in (active, pending) if job is not None]
+        if len(shown) == 2 and shown[0] is shown[1]:
+            shown = shown[:1]
+        order = self.client.pending_order() if any(job.state == "PENDING" for job in shown) else []
+        parts = []
+        for job in shown:
+            part = f"{job.label()}: Slurm job {job.job_id} {job.state}"
+            if job.state == "PENDING":
+                place = f", {order.index(job.job_id) + 1} of {len(order)} pending" if job.job_id in order else ""
+                reason = job.reason if job.reason not in ("", "None") else "waiting to be scheduled"
+                part += f" ({reason}{place})"
+            elif job.node:
+                part += f" on {job.node}"
+            parts.append(part)
+        detail = "; ".join(parts) or "waiting for Slurm"
         done = sum(job.final for job in rows)
         if self._shown == detail:
             return []
@@ -565,7 +579,8 @@ class SlurmCampaign:
     def _merge(self, run: SlurmRun, rows: list[SlurmJob]) -> SlurmOutcome:
         """`kv-parity merge` here (trusted), then the Slurm facts per row and the failed jobs named."""
         out = Path(run.out_dir)
-        results = [str(self._row_dir(job.row)) for job in rows if job.row and self._row_dir(job.row).is_dir()]
+        results = [str(self._row_dir(job.row, job.attempt)) for job in rows
+                   if job.row and self._row_dir(job.row, job.attempt).is_dir()]
         argv = [self.kv_parity, "merge", "--manifest", str(self.dist_dir / MANIFEST_NAME), "--out", str(out),
                 *results]
         done = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
@@ -591,6 +606,7 @@ class SlurmCampaign:
         if failed and report.stopped is not None:
             stop = report.stopped.model_copy(update={"reason": f"{report.stopped.reason} ({'; '.join(failed)})"})
             report = report.model_copy(update={"stopped": stop})
+            report = report.model_copy(update={"verdicts": campaign_verdicts(report)})
         problems = verify_report(report)
         if problems:
             return SlurmOutcome(False, error=f"the merged report does not verify: {'; '.join(problems[:5])}")

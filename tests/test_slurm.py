@@ -6,6 +6,7 @@ the backend's state up to a bounded deadline.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -19,10 +20,10 @@ from typing import TypeVar
 import pytest
 
 from bot.cli import main as cli_main
-from bot.dispatch.base import PollResult, RunHandle
+from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.slurm import SlurmBackend
 from bot.store import CampaignState, CampaignView
-from runners.config import DEFAULT_CONFIG_PATH
+from runners.config import DEFAULT_CONFIG_PATH, SlurmRowConfig
 from runners.demo import commit_change, demo_config, init_fixture_repo
 from runners.report import CampaignReport
 from runners.slurm import STATE_FILE, SlurmClient, SlurmOptions, SlurmRun, job_script
@@ -60,6 +61,17 @@ def slurm_conf() -> Iterator[Path]:
         subprocess.run([str(CLUSTER_SCRIPT), "stop"], check=True)
 
 
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_test(slurm_conf: Path) -> Iterator[None]:
+    """A failed test leaves no campaign job behind to hold the node for the next one."""
+    yield
+    client = SlurmClient(slurm_conf)
+    done = subprocess.run(["squeue", "-h", "--me", "-o", "%i %j"], capture_output=True, text=True, check=True,
+                          env=client.environ)
+    leftover = [line.split()[0] for line in done.stdout.splitlines() if line.split()[1].startswith("kvp-")]
+    client.scancel(leftover)
+
+
 def wait_for(condition: Callable[[], T | None], what: str, timeout: float) -> T:
     """Poll `condition` until it returns something truthy, or fail naming `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -84,16 +96,20 @@ class Revisions:
     head: str
 
 
-def _revisions(root: Path, pairs: int | None = None) -> Revisions:
+def _revisions(root: Path, pairs: int | None = None, row_slurm: SlurmRowConfig | None = None) -> Revisions:
     """The fixture harness with the demo's first row and fixtures committed as the base's config (a short gate
     this shared machine cannot block; `pairs` makes a row that runs for minutes), and a comment-only head."""
     config = quick(demo_config())
-    perf = config.perf if pairs is None else config.perf.model_copy(update={"pairs": pairs})
+    # Eight people share this machine's two cores: no amount of foreign CPU time on the pinned core invalidates
+    # a pair here, so both backends reach the same verdict whatever the others run meanwhile.
+    invalidation = config.perf.invalidation.model_copy(update={"max_interference_ms": 1e9})
+    perf = config.perf.model_copy(update={"invalidation": invalidation, **({"pairs": pairs} if pairs else {})})
     from runners.demo_trace import generate_demo_trace
 
     trace = root / "demo-trace.jsonl"
     generate_demo_trace(trace, rows=config.trace.offset + config.trace.count)
-    config = config.model_copy(update={"rows": config.rows[:1], "perf": perf,
+    rows = [config.rows[0].model_copy(update={"slurm": row_slurm})]
+    config = config.model_copy(update={"rows": rows, "perf": perf,
                                        "trace": config.trace.model_copy(update={"path": str(trace)})})
     repo = root / "repo"
     init_fixture_repo(repo)
@@ -197,6 +213,11 @@ def test_cancel_mid_row_scancels_every_job(slurm_conf: Path, slow_revisions: Rev
     campaign = view(slow_revisions, tmp_path, "cancelme", rows=[ROW])
     service = backend(slow_revisions, slurm_conf)
     handle = service.start(campaign, "")
+    first = service.poll(campaign, handle)
+    [row_job] = [job for job in run_state(campaign).jobs if job.role == "row"]
+    assert first.running and first.progress, first.error
+    assert re.search(rf"row {ROW}: Slurm job {row_job.job_id} PENDING \((Dependency|Resources|Priority), "
+                     r"\d+ of \d+ pending\)", first.progress[0].detail), first.progress[0].detail
     wait_for(lambda: row_job_running(campaign, lambda: service.poll(campaign, handle)), "the row job to run", 300)
     service.cancel(campaign, handle)
     assert squeue(slurm_conf) == []
@@ -264,3 +285,17 @@ def test_pending_jobs_say_why_and_where_they_are_in_the_queue(slurm_conf: Path, 
     finally:
         client.scancel([holder, waiter])
     wait_for(lambda: not client.live([holder, waiter]), "both jobs to leave the queue", 30)
+
+
+def test_a_rows_own_slurm_table_reaches_sbatch_and_a_refused_submission_leaves_no_job(
+        slurm_conf: Path, tmp_path: Path) -> None:
+    """`[rows.slurm] partition` overrides the settings for that row's job: a partition this cluster lacks makes
+    sbatch refuse the row, the start fails naming it, and the already submitted builds are cancelled."""
+    revisions = _revisions(tmp_path, row_slurm=SlurmRowConfig(partition="no-such-partition", time_limit="5"))
+    campaign = view(revisions, tmp_path, "partition", rows=[ROW])
+    with pytest.raises(StartError, match="sbatch kvp-partition-row-0-a1.sh failed: .*[Ii]nvalid partition"):
+        backend(revisions, slurm_conf).start(campaign, "")
+    jobs = run_state(campaign).jobs
+    assert [job.slot for job in jobs] == ["build-baseline", "build-candidate", "manifest"]
+    assert all(job.cancelled_by_bot for job in jobs)
+    wait_for(lambda: squeue(slurm_conf) == [] or None, "the cancelled builds to leave the queue", 60)
