@@ -12,6 +12,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,12 +23,16 @@ import pytest
 from bot.cli import main as cli_main
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.slurm import SlurmBackend
-from bot.store import CampaignState, CampaignView
+from bot.settings import Settings
+from bot.store import CampaignState, CampaignView, Store
 from runners.config import DEFAULT_CONFIG_PATH, SlurmRowConfig
 from runners.demo import commit_change, demo_config, init_fixture_repo
 from runners.report import CampaignReport
 from runners.slurm import STATE_FILE, SlurmClient, SlurmOptions, SlurmRun, job_script
+from tests.fakes.github_api import FakeGitHub
+from tests.service_fixtures import BOT, TOKEN, service
 from tests.test_distributed import quick, to_toml
+from tests.webhooks import REPO, SECRET, comment_event, post, pull_request_event
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SCRIPT = ROOT / "script" / "slurm-cluster"
@@ -299,3 +304,71 @@ def test_a_rows_own_slurm_table_reaches_sbatch_and_a_refused_submission_leaves_n
     assert [job.slot for job in jobs] == ["build-baseline", "build-candidate", "manifest"]
     assert all(job.cancelled_by_bot for job in jobs)
     wait_for(lambda: squeue(slurm_conf) == [] or None, "the cancelled builds to leave the queue", 60)
+
+
+
+@contextmanager
+def slurm_service_settings(slurm_conf: Path, revisions: Revisions, tmp_path: Path) -> Iterator[Settings]:
+    """The GitHub stand-in serving `revisions` as pull request #1, and settings of a service using it with
+    `backend = "slurm"`."""
+    with FakeGitHub() as fake:
+        fake.add_token(TOKEN, BOT)
+        fake.add_repo(REPO, revisions.repo)
+        fake.add_pull(REPO, 1, revisions.head, "head", "main")
+        fake.set_permission(REPO, "maintainer", "write")
+        yield Settings.model_validate({
+            "webhook_secret": SECRET, "token": TOKEN, "api_base_url": fake.url, "api_seconds_between_requests": 0,
+            "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
+            "work_dir": tmp_path / "work", "local_repo_path": revisions.repo, "backend": "slurm",
+            "poll_interval_seconds": 0.2,
+            "slurm": {"slurm_conf": str(slurm_conf), "poll_seconds": 0, "build_cpus": 1},
+        })
+
+
+def label_event(revisions: Revisions) -> dict[str, object]:
+    return pull_request_event("labeled", number=1, head_sha=revisions.head, base_sha=revisions.base,
+                              label="kv-parity", labels=("kv-parity",))
+
+
+def test_the_service_runs_a_campaign_on_slurm_and_re_attaches_to_its_jobs_after_a_restart(
+        slurm_conf: Path, quick_revisions: Revisions, tmp_path: Path) -> None:
+    """The real webhook service (SQLite, lifecycle) with `backend = "slurm"`: a label starts the campaign, the
+    service stops while its jobs run, a new service on the same database re-attaches by job id and publishes
+    the report once."""
+    with slurm_service_settings(slurm_conf, quick_revisions, tmp_path) as settings:
+        with service(settings) as first:
+            post(first.url, "pull_request", label_event(quick_revisions), delivery="label-slurm")
+            [running] = first.wait_state(CampaignState.RUNNING, timeout=120)
+            assert running.artifact_dir is not None
+            wait_for(lambda: (running.artifact_dir.parent / STATE_FILE).is_file() or None, "the jobs submitted", 60)
+        assert squeue(slurm_conf), "the campaign's jobs outlive the stopped service"
+        with service(settings) as second:
+            [done] = second.wait_state(CampaignState.COMPLETED, timeout=600)
+            finished = wait_for(lambda: second.publisher.of("finished", campaign=done.id) or None,
+                                "the report published", 60)
+        assert [call["conclusion"] for call in finished] == ["success"]
+        assert done.id == running.id and done.attempt == 1
+        assert squeue(slurm_conf) == []
+        store = Store(settings.db_path)
+        assert [t.to_state.value for t in store.transitions(done.id)] == [
+            "requested", "dispatched", "running", "completed"]
+        store.close()
+
+
+def test_parity_cancel_mid_row_scancels_every_job_of_the_campaign(
+        slurm_conf: Path, slow_revisions: Revisions, tmp_path: Path) -> None:
+    """`/parity cancel` while the row job runs: the campaign ends cancelled and squeue lists nothing."""
+    with slurm_service_settings(slurm_conf, slow_revisions, tmp_path) as settings, service(settings) as bot:
+        post(bot.url, "pull_request", label_event(slow_revisions), delivery="label-cancel")
+        [running] = bot.wait_state(CampaignState.RUNNING, timeout=120)
+        assert running.artifact_dir is not None
+        wait_for(lambda: (running.artifact_dir.parent / STATE_FILE).is_file() and any(
+            job.role == "row" and job.state == "RUNNING" for job in run_state(running).jobs) or None,
+            "the row job to run", 300)
+        post(bot.url, "issue_comment", comment_event("/parity cancel"), delivery="cancel-slurm")
+        bot.wait_state(CampaignState.CANCELLED, timeout=120)  # recorded before the backend is asked to cancel
+        wait_for(lambda: squeue(slurm_conf) == [] or None, "squeue to list none of the campaign's jobs", 120)
+        jobs = wait_for(lambda: (found := {job.slot: job for job in run_state(running).jobs}) and all(
+            job.final for job in found.values()) and found or None, "the backend to record the jobs' ends", 60)
+        assert jobs["row-0"].state == jobs["fixtures"].state == "CANCELLED"
+        assert jobs["row-0"].cancelled_by_bot and jobs["row-0"].lost is None and len(jobs) == 5
