@@ -114,7 +114,8 @@ class Settings(BaseModel):
     installation's rate limit)."""
     slurm: SlurmOptions = SlurmOptions()
     """The `slurm` backend's `[slurm]` table: partition, account, qos, constraint, time limits, node-local
-    scratch, SLURM_CONF (README: "Running campaigns on Slurm"). It also builds in `local_repo_path`."""
+    scratch, SLURM_CONF (README: "Running campaigns on Slurm"). Both arms are cloned from `local_repo_path`,
+    which, like `work_dir`, must be the same path on every node."""
 
     public_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
     """Base URL at which browsers reach `kv-parity serve` (e.g. `https://kv-parity.example.com`). When set, each
