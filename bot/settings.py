@@ -112,10 +112,10 @@ class Settings(BaseModel):
     actions_poll_seconds: float = Field(30.0, ge=0)
     """Least time between two API polls of one campaign's workflow run (each poll costs requests from the
     installation's rate limit)."""
-    slurm: SlurmOptions = SlurmOptions()
+    slurm: SlurmOptions | None = None
     """The `slurm` backend's `[slurm]` table: partition, account, qos, constraint, time limits, node-local
-    scratch, SLURM_CONF (README: "Running campaigns on Slurm"). Both arms are cloned from `local_repo_path`,
-    which, like `work_dir`, must be the same path on every node."""
+    scratch, SLURM_CONF (README: "Running campaigns on Slurm"); None: every default. Both arms are cloned
+    from `local_repo_path`, which, like `work_dir`, must be the same path on every node."""
 
     public_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
     """Base URL at which browsers reach `kv-parity serve` (e.g. `https://kv-parity.example.com`). When set, each
