@@ -372,3 +372,12 @@ def test_parity_cancel_mid_row_scancels_every_job_of_the_campaign(
             job.final for job in found.values()) and found or None, "the backend to record the jobs' ends", 60)
         assert jobs["row-0"].state == jobs["fixtures"].state == "CANCELLED"
         assert jobs["row-0"].cancelled_by_bot and jobs["row-0"].lost is None and len(jobs) == 5
+
+
+def test_a_handle_without_its_slurm_state_ends_the_campaign_naming_the_file(
+        slurm_conf: Path, quick_revisions: Revisions, tmp_path: Path) -> None:
+    campaign = view(quick_revisions, tmp_path, "stateless")
+    handle = RunHandle(backend="slurm", ref="1", token="0", out_dir=str(tmp_path / "stateless" / "out"))
+    result = backend(quick_revisions, slurm_conf).poll(campaign, handle)
+    assert not result.running and result.report is None
+    assert result.error == f"no readable Slurm state ({tmp_path / 'stateless' / STATE_FILE}) for this campaign"

@@ -19,7 +19,15 @@ from runners.config import ConfigError
 from runners.progress import ProgressEvent
 from runners.revisions import RevisionError
 from runners.sandbox import SandboxKind
-from runners.slurm import CampaignSpec, SlurmCampaign, SlurmError, SlurmOptions, SlurmRun, load_run
+from runners.slurm import (
+    STATE_FILE,
+    CampaignSpec,
+    SlurmCampaign,
+    SlurmError,
+    SlurmOptions,
+    SlurmRun,
+    load_run,
+)
 
 
 class SlurmBackend(LocalBackend):
@@ -77,8 +85,11 @@ class SlurmBackend(LocalBackend):
         if now - self._checked.get(campaign.id, float("-inf")) < self.options.poll_seconds:
             return PollResult(running=True)
         self._checked[campaign.id] = now
+        work = Path(handle.out_dir).parent
+        if load_run(work) is None:
+            return PollResult(running=False, error=f"no readable Slurm state ({work / STATE_FILE}) for this campaign")
         try:
-            outcome = self._campaign(Path(handle.out_dir).parent).poll()
+            outcome = self._campaign(work).poll()
         except SlurmError as exc:
             event = ProgressEvent(stage="slurm", detail=f"Slurm did not answer: {exc}", unix=time.time())
             return PollResult(running=True, progress=[event])
