@@ -17,6 +17,7 @@ from runners.report import CampaignReport, CheckConclusion
 from runners.revisions import RevisionError
 from runners.sandbox import SandboxUnavailable, add_sandbox_argument
 from runners.sandbox import check as sandbox_check
+from runners.slurm import SlurmError, add_slurm_arguments
 from runners.terminal import Verbosity, terminal_progress
 from runners.untrusted import UntrustedFileError, refuse_symlinks
 
@@ -71,8 +72,30 @@ def _finish(report: CampaignReport, out: Path) -> int:
     return EXIT_UNDECIDED[undecided] if undecided else EXIT_FOR_CONCLUSION[report.verdicts.conclusion]
 
 
+def _slurm_campaign(args: argparse.Namespace, spec_fields: dict[str, object], out: Path) -> int:
+    """The same campaign as the split pipeline on Slurm: this process plans, submits, follows and merges."""
+    import uuid
+
+    from runners.slurm import CampaignSpec, options_from_args, run_on_slurm
+
+    spec = CampaignSpec.model_validate({"campaign_id": uuid.uuid4().hex[:12], **spec_fields})
+    work = Path(args.work_dir) if args.work_dir else out.parent / f"{out.name}.slurm"
+    report = run_on_slurm(spec, work.resolve(), out.resolve(), options_from_args(args), args.sandbox,
+                          terminal_progress(_verbosity(args)))
+    return _finish(report, out)
+
+
 def cmd_campaign(args: argparse.Namespace, *, profile_only: bool = False) -> int:
     profile_only = profile_only or args.profile_only
+    if getattr(args, "backend", "local") == "slurm":
+        if args.config:
+            raise ConfigError("--backend slurm reads the config as the service does: committed at --config-ref "
+                              "(default --base) or a shipped --profile; --config FILE is not supported")
+        return _slurm_campaign(args, {
+            "repo": Path(args.repo).resolve(), "base_sha": args.base, "head_sha": args.head,
+            "config_ref": args.config_ref or args.base, "profile": args.profile, "rows": _rows(args.rows),
+            "mode": "profile" if profile_only else "campaign", "trace": args.trace,
+            **({"campaign_id": args.campaign_id} if args.campaign_id else {})}, Path(args.out))
     config, source = _config_for(args)
     out = Path(args.out)
     progress: ProgressSink = terminal_progress(_verbosity(args))
@@ -96,6 +119,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kv-parity-demo-"))
     print(f"demo scenario {args.scenario!r} in {out}", file=sys.stderr)
     repo, base, head, trace = prepare_demo(out, args.scenario)
+    if args.backend == "slurm":
+        return _slurm_campaign(args, {"repo": repo, "base_sha": base, "head_sha": head, "config_ref": base,
+                                      "profile": "demo", "rows": _rows(args.rows), "trace": trace},
+                               out / "campaign")
     request = CampaignRequest(repo=repo, base=base, head=head, config=demo_config(), config_source="profile:demo",
                               out_dir=out / "campaign", trace_path=trace, rows=_rows(args.rows),
                               sandbox=sandbox_check(args.sandbox))
@@ -192,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     campaign = sub.add_parser("campaign", help="run a full local campaign between two revisions")
     _add_campaign_arguments(campaign)
     campaign.set_defaults(func=cmd_campaign)
+    add_slurm_arguments(campaign)
     profile = sub.add_parser(
         "profile", help="correctness, then regression attribution (instructions, stacks, flame graphs) per row"
     )
@@ -204,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rows", help="comma-separated row ids (default: every row)")
     _add_verbosity(demo)
     add_sandbox_argument(demo)
+    add_slurm_arguments(demo)
     demo.set_defaults(func=cmd_demo)
 
     verify = sub.add_parser("verify", help="recompute every verdict from a report.json alone")
@@ -267,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (ConfigError, RevisionError, SandboxUnavailable) as exc:
+    except (ConfigError, RevisionError, SandboxUnavailable, SlurmError) as exc:
         print(f"kv-parity: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return code

@@ -161,6 +161,13 @@ def make_backend(settings: Settings, stop: threading.Event | None = None) -> Bac
             poll_seconds=settings.actions_poll_seconds,
         )
     assert settings.local_repo_path is not None
+    if settings.backend == "slurm":
+        from bot.dispatch.slurm import SlurmBackend
+        from runners.slurm import SlurmOptions
+
+        return SlurmBackend(settings.local_repo_path, options=settings.slurm or SlurmOptions(),
+                            fetch_remote=settings.local_fetch_remote, sandbox=settings.sandbox,
+                            cancel_grace_seconds=settings.cancel_grace_seconds)
     return LocalBackend(
         settings.local_repo_path,
         argv_prefix=settings.local_campaign_argv,

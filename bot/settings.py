@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from runners.config import DEFAULT_CONFIG_PATH
+from runners.slurm import SlurmOptions
 
 Permission = Literal["none", "read", "triage", "write", "maintain", "admin"]
 ENV_PREFIX = "KV_PARITY_"
@@ -61,7 +62,7 @@ class Settings(BaseModel):
     """Campaign config path, read at the base branch's tip (recorded), never from the head."""
     check_name: str = "kv-parity"
 
-    backend: Literal["local", "actions"] = "local"
+    backend: Literal["local", "actions", "slurm"] = "local"
     deadline_seconds: float = Field(6 * 3600, gt=0)
     """Wall-clock budget of one campaign from its dispatch; past it the campaign is timed_out."""
     max_attempts: int = Field(3, ge=1)
@@ -111,6 +112,10 @@ class Settings(BaseModel):
     actions_poll_seconds: float = Field(30.0, ge=0)
     """Least time between two API polls of one campaign's workflow run (each poll costs requests from the
     installation's rate limit)."""
+    slurm: SlurmOptions | None = None
+    """The `slurm` backend's `[slurm]` table: partition, account, qos, constraint, time limits, node-local
+    scratch, SLURM_CONF (README: "Running campaigns on Slurm"); None: every default. Both arms are cloned
+    from `local_repo_path`, which, like `work_dir`, must be the same path on every node."""
 
     public_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
     """Base URL at which browsers reach `kv-parity serve` (e.g. `https://kv-parity.example.com`). When set, each
@@ -134,6 +139,8 @@ class Settings(BaseModel):
             raise ValueError("authentication needs token, or all of app_id, private_key_path installation_id")
         if self.backend == "local" and self.local_repo_path is None:
             raise ValueError("backend 'local' needs local_repo_path (a clone of the repository)")
+        if self.backend == "slurm" and self.local_repo_path is None:
+            raise ValueError("backend 'slurm' needs local_repo_path (a clone on the shared file system)")
         return self
 
 

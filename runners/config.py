@@ -174,6 +174,19 @@ class ExpectedEvidence(_Strict):
         return self
 
 
+SLURM_WORD = r"^[A-Za-z0-9_.,:|&!()\[\]*-]{1,200}$"
+"""What a Slurm partition, QoS, constraint expression or time limit is made of (no spaces, no `=`)."""
+
+
+class SlurmRowConfig(_Strict):
+    """Where the `slurm` backend runs one row, overriding the service's `[slurm]` settings for it."""
+
+    partition: str | None = Field(None, pattern=SLURM_WORD)
+    qos: str | None = Field(None, pattern=SLURM_WORD)
+    constraint: str | None = Field(None, pattern=SLURM_WORD)
+    time_limit: str | None = Field(None, pattern=SLURM_WORD)
+
+
 class RowConfig(_Strict):
     """One engine/topology/frozen-configuration comparison row: the unit of node placement."""
 
@@ -181,6 +194,8 @@ class RowConfig(_Strict):
     args: list[str]
     runner_labels: list[str] = Field(default_factory=lambda: ["self-hosted"])
     expect: ExpectedEvidence
+    slurm: SlurmRowConfig | None = None
+    """`[rows.slurm]`: this row's partition, QoS, constraint or time limit on Slurm (the `slurm` backend only)."""
 
     @field_validator("args")
     @classmethod

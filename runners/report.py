@@ -631,6 +631,16 @@ class SizeGate(_Model):
     """Where the size difference sits, by symbol (always recorded when both binaries were at hand)."""
 
 
+class ScheduledOn(_Model):
+    """Where a cluster scheduler ran the row, from the scheduler's own record of the job (node name, job id),
+    with the CPU model the row's node reported; absent for rows that no scheduler placed."""
+
+    scheduler: str = "slurm"
+    job_id: str = ""
+    node_name: str = ""
+    cpu_model: str = ""
+
+
 class RowReport(_Model):
     row: RowConfig
     harness_args: list[str]
@@ -654,6 +664,8 @@ class RowReport(_Model):
     perf_reason: str = "performance gate not run"
     attribution: RegressionAttribution | None = None
     """The protocol's investigation of a performance FAIL (or a requested profile), run after the gate decided."""
+    scheduled: ScheduledOn | None = None
+    """The Slurm job that ran this row and its node (the `slurm` backend only)."""
 
 
 class StopRecord(_Model):

@@ -1,0 +1,383 @@
+"""The `slurm` backend against a real single-node Slurm (script/slurm-cluster): real sbatch, scontrol, scancel,
+real cargo builds of the fixture harness in the sandbox, the real split pipeline. Every wait polls Slurm's or
+the backend's state up to a bounded deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from bot.cli import main as cli_main
+from bot.dispatch.base import PollResult, RunHandle, StartError
+from bot.dispatch.slurm import SlurmBackend
+from bot.settings import Settings
+from bot.store import CampaignState, CampaignView, Store
+from runners.config import DEFAULT_CONFIG_PATH, SlurmRowConfig
+from runners.demo import commit_change, demo_config, init_fixture_repo
+from runners.report import CampaignReport
+from runners.slurm import STATE_FILE, SlurmClient, SlurmOptions, SlurmRun, job_script
+from tests.fakes.github_api import FakeGitHub
+from tests.service_fixtures import BOT, TOKEN, service
+from tests.test_distributed import quick, to_toml
+from tests.webhooks import REPO, SECRET, comment_event, post, pull_request_event
+
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTER_SCRIPT = ROOT / "script" / "slurm-cluster"
+ROW = "vllm-agg"
+T = TypeVar("T")
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("slurmctld") is None or shutil.which("bwrap") is None or os.geteuid() != 0,
+    reason="needs root, slurmctld/slurmd/slurm-client/munge (Debian packages) and bubblewrap",
+)
+
+
+@pytest.fixture(scope="session")
+def slurm_conf() -> Iterator[Path]:
+    """The single-node cluster: started through script/slurm-cluster unless it already runs, and stopped at
+    the end only if this session started it."""
+    status = subprocess.run([str(CLUSTER_SCRIPT), "status"], capture_output=True, text=True, check=False)
+    started = status.returncode != 0
+    if started:
+        status = subprocess.run([str(CLUSTER_SCRIPT), "start"], capture_output=True, text=True, check=False)
+        assert status.returncode == 0, status.stderr
+    conf = Path(status.stdout.strip().removeprefix("SLURM_CONF="))
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(conf)
+    yield conf
+    if previous is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = previous
+    if started:
+        subprocess.run([str(CLUSTER_SCRIPT), "stop"], check=True)
+
+
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_test(slurm_conf: Path) -> Iterator[None]:
+    """A failed test leaves no campaign job behind to hold the node for the next one."""
+    yield
+    client = SlurmClient(slurm_conf)
+    done = subprocess.run(["squeue", "-h", "--me", "-o", "%i %j"], capture_output=True, text=True, check=True,
+                          env=client.environ)
+    leftover = [line.split()[0] for line in done.stdout.splitlines() if line.split()[1].startswith("kvp-")]
+    client.scancel(leftover)
+
+
+def wait_for(condition: Callable[[], T | None], what: str, timeout: float) -> T:
+    """Poll `condition` until it returns something truthy, or fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.2)  # polling real state, bounded by the deadline
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def squeue(conf: Path) -> list[str]:
+    done = subprocess.run(["squeue", "-h", "-o", "%i %T %j"], capture_output=True, text=True, check=True,
+                          env={**os.environ, "SLURM_CONF": str(conf)})
+    return done.stdout.splitlines()
+
+
+@dataclass(frozen=True)
+class Revisions:
+    repo: Path
+    base: str
+    head: str
+
+
+def _revisions(root: Path, pairs: int | None = None, row_slurm: SlurmRowConfig | None = None) -> Revisions:
+    """The fixture harness with the demo's first row and fixtures committed as the base's config (a short gate
+    this shared machine cannot block; `pairs` makes a row that runs for minutes), and a comment-only head."""
+    config = quick(demo_config())
+    # Eight people share this machine's two cores: no amount of foreign CPU time on the pinned core invalidates
+    # a pair here, so both backends reach the same verdict whatever the others run meanwhile.
+    invalidation = config.perf.invalidation.model_copy(update={"max_interference_ms": 1e9})
+    perf = config.perf.model_copy(update={"invalidation": invalidation, **({"pairs": pairs} if pairs else {})})
+    from runners.demo_trace import generate_demo_trace
+
+    trace = root / "demo-trace.jsonl"
+    generate_demo_trace(trace, rows=config.trace.offset + config.trace.count)
+    rows = [config.rows[0].model_copy(update={"slurm": row_slurm})]
+    config = config.model_copy(update={"rows": rows, "perf": perf,
+                                       "trace": config.trace.model_copy(update={"path": str(trace)})})
+    repo = root / "repo"
+    init_fixture_repo(repo)
+    text = "\n".join(to_toml(config.model_dump(mode="json"))) + "\n"
+    base = commit_change(repo, "campaign config", files={DEFAULT_CONFIG_PATH: text})
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "head"], check=True)
+    head = commit_change(repo, "the candidate", touch_comment=True)
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "main"], check=True)
+    return Revisions(repo, base, head)
+
+
+@pytest.fixture(scope="module")
+def quick_revisions(tmp_path_factory: pytest.TempPathFactory) -> Revisions:
+    return _revisions(tmp_path_factory.mktemp("slurm-quick"))
+
+
+@pytest.fixture(scope="module")
+def slow_revisions(tmp_path_factory: pytest.TempPathFactory) -> Revisions:
+    """A row of 20,000 pairs: it is still running when it is cancelled or reaches a one-minute limit."""
+    return _revisions(tmp_path_factory.mktemp("slurm-slow"), pairs=20_000)
+
+
+def view(revisions: Revisions, root: Path, campaign_id: str, rows: list[str] | None = None) -> CampaignView:
+    return CampaignView(
+        id=campaign_id, repo="acme/widgets", pr_number=1, head_sha=revisions.head, base_sha=revisions.base,
+        relationship="ancestor", rows=rows, state=CampaignState.DISPATCHED, check_run_id=None,
+        status_comment_id=None, requested_by="maintainer", trigger="label", created_at=datetime.now(UTC),
+        deadline=None, artifact_dir=root / campaign_id / "out", queue_position=0, attempt=1, reason="",
+        conclusion=None, config_source=DEFAULT_CONFIG_PATH, config_sha=revisions.base,
+    )
+
+
+def backend(revisions: Revisions, conf: Path, **options: object) -> SlurmBackend:
+    """A fresh backend, as a (re)started service makes one from its settings."""
+    return SlurmBackend(revisions.repo, options=SlurmOptions(slurm_conf=conf, poll_seconds=0, build_cpus=1,
+                                                             **options))  # type: ignore[arg-type]
+
+
+def run_state(campaign: CampaignView) -> SlurmRun:
+    assert campaign.artifact_dir is not None
+    return SlurmRun.model_validate_json((campaign.artifact_dir.parent / STATE_FILE).read_text(encoding="utf-8"))
+
+
+def row_job_running(campaign: CampaignView, poll: Callable[[], PollResult], attempt: int = 1) -> str | None:
+    """Poll once; the row job's id once Slurm says it is RUNNING."""
+    result = poll()
+    assert result.running, result.error
+    row = next((job for job in run_state(campaign).jobs if job.role == "row" and job.attempt == attempt), None)
+    return row.job_id if row is not None and row.state == "RUNNING" else None
+
+
+def finish(poll: Callable[[], PollResult], timeout: float) -> PollResult:
+    events: list[str] = []
+
+    def ended() -> PollResult | None:
+        result = poll()
+        events.extend(event.detail for event in result.progress)
+        return None if result.running else result
+
+    return wait_for(ended, "the campaign to end", timeout)
+
+
+# --- the tests ------------------------------------------------------------------------------------------------
+
+
+def test_job_scripts_quote_every_word_and_record_the_exit_status(tmp_path: Path) -> None:
+    script = job_script("c1", "row", ["kv-parity", "row", "--row", "a b; rm -rf /"], tmp_path / "x.exit")
+    assert "'a b; rm -rf /'" in script and script.startswith("#!/bin/bash\n")
+    path = tmp_path / "job.sh"
+    path.write_text(job_script("c1", "row", ["false"], tmp_path / "x.exit"))
+    path.chmod(0o755)
+    assert subprocess.run([str(path)], check=False).returncode == 1
+    assert (tmp_path / "x.exit").read_text() == "1\n"
+
+
+def test_a_campaign_through_slurm_has_the_local_backends_verdicts(
+        slurm_conf: Path, quick_revisions: Revisions, tmp_path: Path) -> None:
+    """`kv-parity campaign --backend slurm` (build, manifest, row and stage6-fixtures jobs, merge here) against
+    `kv-parity campaign` on this machine: the same verdicts, and each row names its Slurm job and node."""
+    common = ["campaign", "--repo", str(quick_revisions.repo), "--base", quick_revisions.base, "--head",
+              quick_revisions.head, "--quiet"]
+    local_code = cli_main([*common, "--out", str(tmp_path / "local")])
+    slurm_code = cli_main([*common, "--out", str(tmp_path / "slurm"), "--backend", "slurm", "--row-time-limit",
+                           "20"])
+    local, slurm = (CampaignReport.model_validate_json((tmp_path / name / "report.json").read_text())
+                    for name in ("local", "slurm"))
+    assert local.verdicts is not None and slurm.verdicts is not None
+    assert slurm_code == local_code == 0
+    assert slurm.verdicts == local.verdicts
+    assert [(r.row.id, r.semantic, r.perf_verdict) for r in slurm.rows] == \
+        [(r.row.id, r.semantic, r.perf_verdict) for r in local.rows]
+    assert [f.status for f in slurm.fixtures] == [f.status for f in local.fixtures] and slurm.fixtures
+    [row] = slurm.rows
+    assert row.scheduled is not None and row.scheduled.node_name == socket.gethostname().split(".")[0]
+    assert row.scheduled.job_id.isdigit() and row.scheduled.cpu_model
+    assert local.rows[0].scheduled is None
+    assert squeue(slurm_conf) == []
+
+
+def test_cancel_mid_row_scancels_every_job(slurm_conf: Path, slow_revisions: Revisions, tmp_path: Path) -> None:
+    campaign = view(slow_revisions, tmp_path, "cancelme", rows=[ROW])
+    service = backend(slow_revisions, slurm_conf)
+    handle = service.start(campaign, "")
+    first = service.poll(campaign, handle)
+    [row_job] = [job for job in run_state(campaign).jobs if job.role == "row"]
+    assert first.running and first.progress, first.error
+    assert re.search(rf"row {ROW}: Slurm job {row_job.job_id} PENDING \((Dependency|Resources|Priority), "
+                     r"\d+ of \d+ pending\)", first.progress[0].detail), first.progress[0].detail
+    wait_for(lambda: row_job_running(campaign, lambda: service.poll(campaign, handle)), "the row job to run", 300)
+    service.cancel(campaign, handle)
+    assert squeue(slurm_conf) == []
+    states = {job.slot: job.state for job in run_state(campaign).jobs}
+    assert states["row-0"] == "CANCELLED" and all(job.cancelled_by_bot for job in run_state(campaign).jobs
+                                                  if job.state == "CANCELLED")
+    result = service.poll(campaign, handle)
+    assert not result.running and result.report is None and "cancelled" in (result.error or "")
+
+
+def test_a_restarted_service_re_attaches_and_a_killed_row_is_resubmitted_once(
+        slurm_conf: Path, quick_revisions: Revisions, tmp_path: Path) -> None:
+    """The service dies while the builds run; a new one polls the stored handle, sees the row job killed with
+    `scancel --signal=KILL` (a lost node), resubmits it once and merges the resubmission's result."""
+    campaign = view(quick_revisions, tmp_path, "restarted", rows=[ROW])
+    first = backend(quick_revisions, slurm_conf)
+    stored = first.start(campaign, "").model_dump_json()  # what the lifecycle keeps in SQLite
+    del first
+    restarted = backend(quick_revisions, slurm_conf)
+    handle = RunHandle.model_validate_json(stored)
+    assert restarted.adopt(campaign) == handle
+    row_job = wait_for(lambda: row_job_running(campaign, lambda: restarted.poll(campaign, handle)),
+                       "the row job to run", 300)
+    subprocess.run(["scancel", "--signal=KILL", row_job], check=True)
+    result = finish(lambda: restarted.poll(campaign, handle), 400)
+    assert result.report is not None, result.error
+    rows = [job for job in run_state(campaign).jobs if job.role == "row"]
+    assert [job.attempt for job in rows] == [1, 2]
+    assert rows[0].state == "CANCELLED" and rows[0].lost is not None and rows[1].state == "COMPLETED"
+    assert result.note is not None and f"resubmitted once as Slurm job {rows[1].job_id}" in result.note
+    assert "lost node" in result.note
+    [row] = result.report.rows
+    assert row.scheduled is not None and row.scheduled.job_id == rows[1].job_id
+    assert result.report.stopped is None and squeue(slurm_conf) == []
+
+
+def test_a_row_past_its_time_limit_is_reported_timeout(
+        slurm_conf: Path, slow_revisions: Revisions, tmp_path: Path) -> None:
+    campaign = view(slow_revisions, tmp_path, "timeout", rows=[ROW])
+    service = backend(slow_revisions, slurm_conf, row_time_limit="1")
+    handle = service.start(campaign, "")
+    result = finish(lambda: service.poll(campaign, handle), 600)
+    assert result.report is not None, result.error
+    stopped = result.report.stopped
+    assert stopped is not None and stopped.stage == "rows"
+    [row_job] = [job for job in run_state(campaign).jobs if job.role == "row"]
+    assert row_job.state == "TIMEOUT" and row_job.lost is None
+    assert f"row {ROW}: Slurm job {row_job.job_id} TIMEOUT" in stopped.reason
+    assert result.report.verdicts is not None and result.report.verdicts.conclusion.value != "success"
+    assert squeue(slurm_conf) == []
+
+
+def test_pending_jobs_say_why_and_where_they_are_in_the_queue(slurm_conf: Path, tmp_path: Path) -> None:
+    """A job held behind another exclusive job: the client reports Slurm's reason and the queue order."""
+    client = SlurmClient(slurm_conf)
+    script = tmp_path / "hold.sh"
+    script.write_text("#!/bin/bash\nsleep 60\n")
+    holder = client.sbatch(["--exclusive", "--nodes=1", f"--output={tmp_path / '%j.out'}"], script, tmp_path)
+    waiter = client.sbatch(["--exclusive", "--nodes=1", f"--output={tmp_path / '%j.out'}"], script, tmp_path)
+    try:
+        info = wait_for(lambda: (i := client.show(waiter)) and i.state == "PENDING" and i.reason not in
+                        ("", "None") and i, "the second job to pend with a reason", 30)
+        assert info.reason in ("Resources", "Priority")
+        assert waiter in client.pending_order()
+    finally:
+        client.scancel([holder, waiter])
+    wait_for(lambda: not client.live([holder, waiter]), "both jobs to leave the queue", 30)
+
+
+def test_a_rows_own_slurm_table_reaches_sbatch_and_a_refused_submission_leaves_no_job(
+        slurm_conf: Path, tmp_path: Path) -> None:
+    """`[rows.slurm] partition` overrides the settings for that row's job: a partition this cluster lacks makes
+    sbatch refuse the row, the start fails naming it, and the already submitted builds are cancelled."""
+    revisions = _revisions(tmp_path, row_slurm=SlurmRowConfig(partition="no-such-partition", time_limit="5"))
+    campaign = view(revisions, tmp_path, "partition", rows=[ROW])
+    with pytest.raises(StartError, match="sbatch kvp-partition-row-0-a1.sh failed: .*[Ii]nvalid partition"):
+        backend(revisions, slurm_conf).start(campaign, "")
+    jobs = run_state(campaign).jobs
+    assert [job.slot for job in jobs] == ["build-baseline", "build-candidate", "manifest"]
+    assert all(job.cancelled_by_bot for job in jobs)
+    wait_for(lambda: squeue(slurm_conf) == [] or None, "the cancelled builds to leave the queue", 60)
+
+
+
+@contextmanager
+def slurm_service_settings(slurm_conf: Path, revisions: Revisions, tmp_path: Path) -> Iterator[Settings]:
+    """The GitHub stand-in serving `revisions` as pull request #1, and settings of a service using it with
+    `backend = "slurm"`."""
+    with FakeGitHub() as fake:
+        fake.add_token(TOKEN, BOT)
+        fake.add_repo(REPO, revisions.repo)
+        fake.add_pull(REPO, 1, revisions.head, "head", "main")
+        fake.set_permission(REPO, "maintainer", "write")
+        yield Settings.model_validate({
+            "webhook_secret": SECRET, "token": TOKEN, "api_base_url": fake.url, "api_seconds_between_requests": 0,
+            "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
+            "work_dir": tmp_path / "work", "local_repo_path": revisions.repo, "backend": "slurm",
+            "poll_interval_seconds": 0.2,
+            "slurm": {"slurm_conf": str(slurm_conf), "poll_seconds": 0, "build_cpus": 1},
+        })
+
+
+def label_event(revisions: Revisions) -> dict[str, object]:
+    return pull_request_event("labeled", number=1, head_sha=revisions.head, base_sha=revisions.base,
+                              label="kv-parity", labels=("kv-parity",))
+
+
+def test_the_service_runs_a_campaign_on_slurm_and_re_attaches_to_its_jobs_after_a_restart(
+        slurm_conf: Path, quick_revisions: Revisions, tmp_path: Path) -> None:
+    """The real webhook service (SQLite, lifecycle) with `backend = "slurm"`: a label starts the campaign, the
+    service stops while its jobs run, a new service on the same database re-attaches by job id and publishes
+    the report once."""
+    with slurm_service_settings(slurm_conf, quick_revisions, tmp_path) as settings:
+        with service(settings) as first:
+            post(first.url, "pull_request", label_event(quick_revisions), delivery="label-slurm")
+            [running] = first.wait_state(CampaignState.RUNNING, timeout=120)
+            assert running.artifact_dir is not None
+            wait_for(lambda: (running.artifact_dir.parent / STATE_FILE).is_file() or None, "the jobs submitted", 60)
+        assert squeue(slurm_conf), "the campaign's jobs outlive the stopped service"
+        with service(settings) as second:
+            [done] = second.wait_state(CampaignState.COMPLETED, timeout=600)
+            finished = wait_for(lambda: second.publisher.of("finished", campaign=done.id) or None,
+                                "the report published", 60)
+        assert [call["conclusion"] for call in finished] == ["success"]
+        assert done.id == running.id and done.attempt == 1
+        assert squeue(slurm_conf) == []
+        store = Store(settings.db_path)
+        assert [t.to_state.value for t in store.transitions(done.id)] == [
+            "requested", "dispatched", "running", "completed"]
+        store.close()
+
+
+def test_parity_cancel_mid_row_scancels_every_job_of_the_campaign(
+        slurm_conf: Path, slow_revisions: Revisions, tmp_path: Path) -> None:
+    """`/parity cancel` while the row job runs: the campaign ends cancelled and squeue lists nothing."""
+    with slurm_service_settings(slurm_conf, slow_revisions, tmp_path) as settings, service(settings) as bot:
+        post(bot.url, "pull_request", label_event(slow_revisions), delivery="label-cancel")
+        [running] = bot.wait_state(CampaignState.RUNNING, timeout=120)
+        assert running.artifact_dir is not None
+        wait_for(lambda: (running.artifact_dir.parent / STATE_FILE).is_file() and any(
+            job.role == "row" and job.state == "RUNNING" for job in run_state(running).jobs) or None,
+            "the row job to run", 300)
+        post(bot.url, "issue_comment", comment_event("/parity cancel"), delivery="cancel-slurm")
+        bot.wait_state(CampaignState.CANCELLED, timeout=120)  # recorded before the backend is asked to cancel
+        wait_for(lambda: squeue(slurm_conf) == [] or None, "squeue to list none of the campaign's jobs", 120)
+        jobs = wait_for(lambda: (found := {job.slot: job for job in run_state(running).jobs}) and all(
+            job.final for job in found.values()) and found or None, "the backend to record the jobs' ends", 60)
+        assert jobs["row-0"].state == jobs["fixtures"].state == "CANCELLED"
+        assert jobs["row-0"].cancelled_by_bot and jobs["row-0"].lost is None and len(jobs) == 5
+
+
+def test_a_handle_without_its_slurm_state_ends_the_campaign_naming_the_file(
+        slurm_conf: Path, quick_revisions: Revisions, tmp_path: Path) -> None:
+    campaign = view(quick_revisions, tmp_path, "stateless")
+    handle = RunHandle(backend="slurm", ref="1", token="0", out_dir=str(tmp_path / "stateless" / "out"))
+    result = backend(quick_revisions, slurm_conf).poll(campaign, handle)
+    assert not result.running and result.report is None
+    assert result.error == f"no readable Slurm state ({tmp_path / 'stateless' / STATE_FILE}) for this campaign"
