@@ -93,8 +93,10 @@ class ArmBuild:
         self.tree = tree.resolve()
         self.arm = arm
         self.sha = sha
-        self.git_dir = git_dir_of(self.tree)
         self.workspace_path = Path(config.workspace_dir)
+        # Read now, before the tree (and, for a plain repository, its .git) is handed to the sandbox user.
+        git_dir = git_dir_of(self.tree)
+        self.files = {relative: self._read_revision(git_dir, relative) for relative in self._trusted_paths()}
         self.config = config
         self.sandbox = sandbox
         self.workspace = self.tree / config.workspace_dir
@@ -165,12 +167,23 @@ class ArmBuild:
             raise BuildError(f"cargo fetch --locked failed for {self.arm} (exit {code})",
                              err.strip()[-OUTPUT_TAIL_CHARS:])
 
-    def revision_file(self, relative: Path) -> bytes | None:
-        """A file of this arm's revision from git objects (a committed symlink reads as absent)."""
+    def _trusted_paths(self) -> list[str]:
+        """Every file of the tree the trusted side reads: the manifest, the lock, configs and toolchain files of
+        the workspace directory and each parent inside the tree."""
+        paths = [(self.workspace_path / name).as_posix() for name in ("Cargo.toml", "Cargo.lock")]
+        for directory in [self.workspace_path, *self.workspace_path.parents]:
+            paths += [(directory / name).as_posix() for name in (*CARGO_CONFIG_NAMES, *TOOLCHAIN_FILE_NAMES)]
+        return list(dict.fromkeys(paths))
+
+    def _read_revision(self, git_dir: Path, relative: str) -> bytes | None:
         try:
-            return revision_file(self.git_dir, self.sha, relative.as_posix())
+            return revision_file(git_dir, self.sha, relative)
         except RevisionError as exc:
             raise BuildError(f"cannot read {relative} of {self.arm} at {self.sha[:12]}: {exc}") from exc
+
+    def revision_file(self, relative: Path) -> bytes | None:
+        """A file of this arm's revision as git objects held it (a committed symlink reads as absent)."""
+        return self.files[relative.as_posix()]
 
     def feature_closure(self) -> list[str]:
         """Check every configured feature exists in the package manifest and expand what it enables."""
@@ -215,13 +228,13 @@ class ArmBuild:
         toolchains: dict[str, str] = {}
         for directory in [self.workspace_path, *self.workspace_path.parents]:
             for name in CARGO_CONFIG_NAMES:
-                relative = (directory / name).as_posix().removeprefix("./")
+                relative = (directory / name).as_posix()
                 if (data := self.revision_file(Path(relative))) is not None:
                     configs[relative] = hashlib.sha256(data).hexdigest()
                     if (found := toml_rustflags(data)) is not None:
                         flags[relative] = found
             for name in TOOLCHAIN_FILE_NAMES:
-                relative = (directory / name).as_posix().removeprefix("./")
+                relative = (directory / name).as_posix()
                 if (data := self.revision_file(Path(relative))) is not None:
                     toolchains[relative] = hashlib.sha256(data).hexdigest()
         return BuildSettings(rustc=versions[0], cargo=versions[1], rustflags_env=self.rustflags,

@@ -438,15 +438,17 @@ def _pasta_network(child: int, holder: Path, privileged: bool) -> Iterator[None]
         _checked(["mount", "--bind", str(proc_ns / "net"), str(netns)], "binding the fetch's network namespace")
         pasta_user = ["--runas", "0"]
         enter = ["nsenter", f"--net={netns}", "--"]
+        namespaces = [(str(netns), _CLONE_NEWNET)]
     else:
         netns = proc_ns / "net"
         pasta_user = ["--userns", str(proc_ns / "user")]
         enter = ["nsenter", f"--user={proc_ns / 'user'}", f"--net={netns}", "--preserve-credentials", "--"]
+        namespaces = [(str(proc_ns / "user"), _CLONE_NEWUSER), (str(netns), _CLONE_NEWNET)]
     pid_file = holder / "pasta.pid"
     try:
         _checked(["pasta", *PASTA_ARGS, *pasta_user, "--pid", str(pid_file), "--netns", str(netns)],
                  "pasta (the fetch's network)")
-        _fence(enter)
+        _fence(enter, namespaces)
         yield
     finally:
         if pid_file.is_file():
@@ -457,7 +459,34 @@ def _pasta_network(child: int, holder: Path, privileged: bool) -> Iterator[None]
             subprocess.run(["umount", "--lazy", str(netns)], capture_output=True, check=False)
 
 
-def _fence(enter: list[str]) -> None:
+NETLINK_FENCE = """
+import ctypes, json, os, socket, struct, sys
+spec = json.loads(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+for path, kind in spec["enter"]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    if libc.setns(fd, kind) != 0:
+        sys.exit("setns " + path + ": " + os.strerror(ctypes.get_errno()))
+    os.close(fd)
+sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+for seq, (dst, length, kind, gateway, dev) in enumerate(spec["routes"], 1):
+    attrs = struct.pack("=HH4s", 8, 1, socket.inet_aton(dst))
+    if gateway:
+        attrs += struct.pack("=HH4s", 8, 5, socket.inet_aton(gateway))
+        attrs += struct.pack("=HHI", 8, 4, socket.if_nametoindex(dev))
+    body = struct.pack("=BBBBBBBBI", socket.AF_INET, length, 0, 0, 254, 4, 0, kind, 0) + attrs
+    sock.send(struct.pack("=IHHII", 16 + len(body), 24, 0x1 | 0x4 | 0x200 | 0x400, seq, 0) + body)
+    reply = sock.recv(65536)
+    if struct.unpack("=H", reply[4:6])[0] == 2 and (error := struct.unpack("=i", reply[16:20])[0]):
+        sys.exit("route " + dst + "/" + str(length) + ": " + os.strerror(-error))
+"""
+"""Adds the fence routes from inside the fetch's namespaces by netlink, with no exec after `setns` (an exec
+would drop the capabilities a non-root owner has in its own user namespace)."""
+_CLONE_NEWNET = 0x40000000
+_RTN_UNICAST, _RTN_UNREACHABLE = 1, 7
+
+
+def _fence(enter: list[str], namespaces: list[tuple[str, int]]) -> None:
     routes = json.loads(_checked([*enter, "ip", "-4", "-j", "route", "show"], "reading the fetch's routes") or "[]")
     gateway = next((r for r in routes if r.get("dst") == "default" and r.get("gateway")), None)
     connected = [r["dst"] for r in routes if r.get("dst") not in (None, "default") and r.get("scope") == "link"]
@@ -467,14 +496,13 @@ def _fence(enter: list[str]) -> None:
         # Halves are more specific than any route pasta copied (a connected /24 included), so they win.
         fenced.extend(half for half in (network.subnets() if network.prefixlen < 32 else [network])
                       if half not in fenced)
-    for network in fenced:
-        _checked([*enter, "ip", "-4", "route", "add", "unreachable", str(network)], f"fencing off {network}")
-    if gateway is None:
-        return
-    for resolver in _resolvers():
-        if any(resolver in network for network in fenced):
-            _checked([*enter, "ip", "-4", "route", "add", f"{resolver}/32", "via", gateway["gateway"], "dev",
-                      gateway["dev"]], f"the route to resolver {resolver}")
+    added: list[tuple[str, int, int, str | None, str | None]] = [
+        (str(network.network_address), network.prefixlen, _RTN_UNREACHABLE, None, None) for network in fenced]
+    if gateway is not None:
+        added += [(str(resolver), 32, _RTN_UNICAST, gateway["gateway"], gateway["dev"]) for resolver in _resolvers()
+                  if any(resolver in network for network in fenced)]
+    spec = json.dumps({"enter": namespaces, "routes": added})
+    _checked([sys.executable, "-I", "-S", "-c", NETLINK_FENCE, spec], "fencing the fetch's network")
 
 
 def _resolvers() -> list[ipaddress.IPv4Address]:
