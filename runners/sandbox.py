@@ -8,9 +8,10 @@ allow-listed environment, and - when the bot runs as root - the unprivileged uid
 included) outlives the process the bot waits for. Every start then passes through a short trusted exec shim
 (`SANDBOX_EXEC`, the system python) that sets the process and memory rlimits (cgroup v2 is not available on every
 runner), closes every descriptor above stderr and installs a seccomp filter refusing new user namespaces, so no
-nested namespace regains capabilities. The one networked start (the dependency fetch) gets its own network
-namespace behind pasta, fenced off from the host's loopback and every private, link-local or special-purpose
-IPv4 range (`Sandbox.run`). `none` runs the same argv unsandboxed, loudly and on record.
+nested namespace regains capabilities; a performance sample gets the same three natively (bwrap `--seccomp`,
+`prlimit`, descriptors made close-on-exec before the spawn). The one networked start (the dependency fetch) gets
+its own network namespace behind pasta, fenced off from the host's loopback and every private, link-local or
+special-purpose IPv4 range (`Sandbox.run`). `none` runs the same argv unsandboxed, loudly and on record.
 
 Binaries are pinned to their SHA-256 here too: every start whose argv names a pinned binary re-hashes it first,
 so a swapped binary stops the row instead of running.
@@ -139,8 +140,10 @@ if (libc.prctl(38, ctypes.c_ulong(1), zero, zero, zero) != 0
     sys.exit("kv-parity sandbox: cannot install the seccomp filter: " + os.strerror(ctypes.get_errno()))
 os.execvp(sys.argv[4], sys.argv[4:])
 """
-"""The last trusted step before the command: rlimits, no inherited descriptors, no new user namespaces, then exec
-(same pid: the perf sampler still watches the process that becomes the harness)."""
+"""The last trusted step before the command: rlimits, no inherited descriptors, no new user namespaces, then exec.
+A sampled start (`Run.as_pid_1`) gets the same three natively instead (`Sandbox._sampled_filter_fd`): an
+interpreter's start-up is CPU time /proc/stat sees on the measured core but rusage partly misses, which reads
+as competing load and invalidated samples on a loaded node."""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -225,6 +228,7 @@ class Sandbox:
     def __init__(self, kind: SandboxKind = "bwrap", limits: Limits | None = None) -> None:
         self.kind = kind
         self.limits = limits or Limits()
+        self._filter_fd: int | None = None
         self.privileged = os.geteuid() == 0
         self._toolchain: Toolchain | None = None
         self._pins: dict[Path, tuple[Arm, str]] = {}
@@ -335,12 +339,36 @@ class Sandbox:
             argv += ["--setenv", name, value]
         if run.cwd is not None:
             argv += ["--chdir", str(run.cwd)]
+        if run.as_pid_1:
+            argv += ["--seccomp", str(self._sampled_filter_fd())]
         argv.append("--")
         if self.privileged:
             argv += ["setpriv", *SETPRIV_ARGS]
+        if run.as_pid_1:
+            limits = [f"--nproc={self.limits.processes}", f"--as={self.limits.memory_bytes}"]
+            return argv + ["prlimit", *limits, "--", *run.argv]
         shim = [str(SYSTEM_PYTHON), "-I", "-S", "-c", SANDBOX_EXEC, str(self.limits.processes),
                 str(self.limits.memory_bytes), no_user_namespaces_filter().hex()]
         return argv + shim + run.argv
+
+    def _sampled_filter_fd(self) -> int:
+        """The seccomp program for a sampled start, on one inheritable memfd rewound for each start.
+
+        A performance sample is one process whose whole life counts, so it gets no interpreter: bwrap loads the
+        same filter (`--seccomp`), `prlimit` sets the same limits, and every other descriptor of this process is
+        made close-on-exec first, so the spawn (posix_spawn passes inheritable descriptors on) hands over only
+        stdio, the info pipe and this memfd, which bwrap closes. Samples start one at a time, so one offset
+        suffices."""
+        if self._filter_fd is None:
+            self._filter_fd = os.memfd_create("kv-parity-seccomp", 0)
+            os.write(self._filter_fd, no_user_namespaces_filter())
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2 and int(name) != self._filter_fd:
+                with suppress(OSError):
+                    os.set_inheritable(int(name), False)
+        os.set_inheritable(self._filter_fd, True)
+        os.lseek(self._filter_fd, 0, os.SEEK_SET)
+        return self._filter_fd
 
     def run(self, run: Run, *, timeout: float | None = None, text: bool = True) -> subprocess.CompletedProcess[str]:
         """Start `run` and wait; the caller reads exit status and output (never through a shell).

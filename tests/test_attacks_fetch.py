@@ -303,20 +303,37 @@ def test_no_nested_user_namespace_in_any_sandboxed_start() -> None:
     assert "pasta" in record.fetch_network
 
 
-def test_inherited_descriptors_never_reach_the_sandboxed_process(tmp_path: Path) -> None:
-    """As the perf sampler starts it: posix_spawn, which passes every inheritable descriptor on."""
+def spawn_like_the_sampler(run: Run) -> tuple[int, str]:
+    """posix_spawn, as the perf sampler starts a sample: it passes every inheritable descriptor on."""
+    argv, env = Sandbox().command(run)
+    read_end, write_end = os.pipe()
+    pid = os.posix_spawnp(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, write_end, 1)])
+    os.close(write_end)
+    with os.fdopen(read_end) as output:
+        printed = output.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), printed
+
+
+@pytest.mark.parametrize("sampled", [False, True], ids=["shim", "sampled"])
+def test_inherited_descriptors_never_reach_the_sandboxed_process(tmp_path: Path, sampled: bool) -> None:
     leaked = os.open(tmp_path / "secret", os.O_WRONLY | os.O_CREAT, 0o600)
     os.set_inheritable(leaked, True)
-    read_end, write_end = os.pipe()
+    listing = "import os; print(sorted(os.listdir('/proc/self/fd')))"
     try:
-        listing = "import os; print(sorted(os.listdir('/proc/self/fd')))"
-        argv, env = Sandbox().command(Run(argv=["python3", "-c", listing], proc=True))
-        pid = os.posix_spawnp(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, write_end, 1)])
-        os.close(write_end)
-        with os.fdopen(read_end) as output:
-            printed = output.read()
-        _, status = os.waitpid(pid, 0)
+        code, printed = spawn_like_the_sampler(Run(argv=["python3", "-c", listing], proc=True, as_pid_1=sampled))
     finally:
         os.close(leaked)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert code == 0
     assert printed.strip() == "['0', '1', '2', '3']", "stdio and listdir's own descriptor only"
+
+
+def test_a_sampled_start_gets_the_same_limits_and_no_user_namespaces() -> None:
+    """Samples skip the interpreter shim (bwrap --seccomp, prlimit): the same three guarantees, natively."""
+    probe = ("import resource, subprocess\n"
+             "print(resource.getrlimit(resource.RLIMIT_NPROC)[1], resource.getrlimit(resource.RLIMIT_AS)[1])\n"
+             "print(subprocess.run(['unshare', '-Urn', 'true'], capture_output=True).returncode)\n")
+    for _ in range(2):  # the filter's memfd is rewound for every start
+        code, printed = spawn_like_the_sampler(Run(argv=["python3", "-c", probe], proc=True, as_pid_1=True))
+        assert code == 0
+        assert printed.split() == [str(Limits().processes), str(Limits().memory_bytes), "1"]
