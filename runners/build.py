@@ -3,9 +3,15 @@
 Pull-request code runs during a build (`build.rs`, proc macros), so everything cargo does for a revision runs in
 that revision's own sandbox (runners/sandbox.py): only its worktree and its own cargo home are writable, there is
 no network, and nothing it starts survives the build. Dependencies come first from `cargo fetch --locked`, the one
-sandbox with network, which runs no build script. The executable is located from cargo's JSON messages (never
-by globbing `target/`), must lie inside the worktree, and is copied by the trusted process into the campaign store
-(root-owned, mode 0555, never bound writable into a sandbox) before it is hashed.
+sandbox with network (its own namespace behind pasta, fenced off the host and private ranges), which reads nothing
+the pull request chose: it runs from outside the worktree (`--manifest-path`, so no `.cargo/config*` or
+`rust-toolchain*` of the PR applies) with the toolchain the bot resolved (`RUSTUP_TOOLCHAIN`) and a cargo home
+whose only config is the bot's, checked unchanged after every cargo start and recorded in the settings. What
+the trusted side reads of the PR's tree (cargo configs, toolchain files, the manifest) comes from git objects at
+the pinned SHA, never through the worktree, so a committed symlink is never followed. The executable is located
+from cargo's JSON messages (never by globbing `target/`), must lie inside the worktree, and is copied by the
+trusted process into the campaign store (root-owned, mode 0555, never bound writable into a sandbox) before it is
+hashed.
 """
 
 from __future__ import annotations
@@ -17,16 +23,25 @@ import shutil
 import subprocess
 import time
 import tomllib
+from functools import cache
 from pathlib import Path
 
 from runners.config import BuildConfig
 from runners.report import Arm, Artifact, BuildSettings, Toolchain
+from runners.revisions import RevisionError, git_dir_of, revision_file
 from runners.sandbox import Run, Sandbox, SandboxUnavailable, sha256_of, toml_rustflags
 from runners.sizes import text_size
+from runners.untrusted import UntrustedFileError, read_bytes
 
 OUTPUT_TAIL_CHARS = 3000
 CARGO_CONFIG_NAMES = (".cargo/config", ".cargo/config.toml")
 TOOLCHAIN_FILE_NAMES = ("rust-toolchain", "rust-toolchain.toml")
+BOT_CARGO_CONFIG = (b"# Written by kv-parity-bot: the only cargo configuration the dependency fetch reads.\n"
+                    b"[net]\nretry = 2\n")
+CARGO_HOME_CONFIG_KEY = "$CARGO_HOME/config.toml"
+"""The bot's cargo-home config in `settings.cargo_config_sha256`, next to the worktree's own configs."""
+CARGO_HOME_UNEXPECTED = ("config", "credentials", "credentials.toml")
+"""Files in a cargo home that cargo would read as configuration or tokens: none may appear."""
 
 
 class BuildError(RuntimeError):
@@ -56,46 +71,119 @@ def toolchain() -> Toolchain:
                      rustflags=os.environ.get("RUSTFLAGS", ""), host=host)
 
 
+@cache
+def fetch_toolchain() -> str | None:
+    """The rustup toolchain the bot itself resolves outside any worktree (None without rustup): the fetch runs
+    with exactly this one, whatever `rust-toolchain.toml` the pull request commits."""
+    if shutil.which("rustup") is None:
+        return None
+    completed = subprocess.run(["rustup", "show", "active-toolchain"], capture_output=True, text=True, check=False,
+                               cwd="/")
+    if completed.returncode != 0 or not completed.stdout.strip():
+        raise BuildError("rustup show active-toolchain failed outside any worktree (exit "
+                         f"{completed.returncode}); set a default toolchain", completed.stderr[-500:])
+    return completed.stdout.split()[0]
+
+
 class ArmBuild:
     """Every cargo invocation for one arm's worktree, each in a fresh sandbox of the same shape."""
 
-    def __init__(self, tree: Path, arm: Arm, config: BuildConfig, sandbox: Sandbox, cargo_home: Path) -> None:
+    def __init__(self, tree: Path, arm: Arm, sha: str, config: BuildConfig, sandbox: Sandbox,
+                 cargo_home: Path) -> None:
         self.tree = tree.resolve()
         self.arm = arm
+        self.sha = sha
+        self.workspace_path = Path(config.workspace_dir)
+        # Read now, before the tree (and, for a plain repository, its .git) is handed to the sandbox user.
+        git_dir = git_dir_of(self.tree)
+        self.files = {relative: self._read_revision(git_dir, relative) for relative in self._trusted_paths()}
         self.config = config
         self.sandbox = sandbox
         self.workspace = self.tree / config.workspace_dir
         self.cargo_home = cargo_home.resolve()
         self.rustflags = os.environ.get("RUSTFLAGS", "")
 
-    def _run(self, argv: list[str], *, network: bool = False) -> tuple[int, str, str]:
+    def _run(self, argv: list[str]) -> tuple[int, str, str]:
+        """An offline cargo start in the workspace (the PR's configs and toolchain file apply, and are recorded)."""
+        git_file = self.tree / ".git"
+        # The worktree is writable, its `.git` pointer is not (read-only binds are laid over writable ones).
+        return self._start(Run(argv=argv, cwd=self.workspace, toolchain=True, proc=True, env=self._env(),
+                               writable=(self.tree, self.cargo_home),
+                               read_only=(git_file,) if git_file.exists() else ()))
+
+    def _env(self) -> dict[str, str]:
         env = {"CARGO_HOME": str(self.cargo_home), "CARGO_TERM_COLOR": "never"}
         if self.rustflags:
             env["RUSTFLAGS"] = self.rustflags
-        git_file = self.tree / ".git"
-        # The worktree is writable, its `.git` pointer is not (read-only binds are laid over writable ones).
-        run = Run(argv=argv, cwd=self.workspace, network=network, toolchain=True, proc=True, env=env,
-                  writable=(self.cargo_home,) if network else (self.tree, self.cargo_home),
-                  read_only=(self.tree,) if network else ((git_file,) if git_file.exists() else ()))
+        return env
+
+    def _start(self, run: Run) -> tuple[int, str, str]:
         try:
             completed = self.sandbox.run(run, timeout=3600)
         except FileNotFoundError as exc:
-            raise SandboxUnavailable(f"cannot start {argv[0]}: {exc}") from exc
+            raise SandboxUnavailable(f"cannot start {run.argv[0]}: {exc}") from exc
+        self._check_cargo_home(run.argv)
         return completed.returncode, completed.stdout, completed.stderr
 
+    def _check_cargo_home(self, argv: list[str]) -> None:
+        """The cargo home's only configuration is still the bot's: a config or token file a start wrote would
+        silently apply to the next cargo start and never show in the recorded settings."""
+        try:
+            current = read_bytes(self.cargo_home / "config.toml", max_bytes=1 << 16, root=self.cargo_home)
+        except (OSError, UntrustedFileError) as exc:
+            current = f"unreadable ({exc})".encode()
+        planted = [name for name in CARGO_HOME_UNEXPECTED if os.path.lexists(self.cargo_home / name)]
+        if current != BOT_CARGO_CONFIG or planted:
+            changed = ["config.toml"] if current != BOT_CARGO_CONFIG else []
+            raise BuildError(f"`{' '.join(argv[:2])}` for {self.arm} changed its cargo home's configuration "
+                             f"({', '.join(changed + planted)}); refusing a build whose settings would not be the "
+                             "recorded ones")
+
     def prepare(self) -> None:
-        """Hand the worktree and a fresh cargo home to the sandbox user, then fetch dependencies.
+        """Hand the worktree and a fresh cargo home to the sandbox user, write the bot's cargo config, then fetch.
 
         Without a Cargo.lock there is nothing pinned to fetch: the build runs offline and a crate with
         dependencies then fails with cargo's own error, never with a silently resolved dependency set.
         """
         self.cargo_home.mkdir(parents=True, exist_ok=True)
         self.sandbox.hand_over(self.tree, self.cargo_home)
-        if (self.workspace / "Cargo.lock").is_file():
-            code, _, err = self._run(["cargo", "fetch", "--locked"], network=True)
-            if code != 0:
-                raise BuildError(f"cargo fetch --locked failed for {self.arm} (exit {code})",
-                                 err.strip()[-OUTPUT_TAIL_CHARS:])
+        # Root-owned in a directory the sandbox owns: it can only replace the file, which the check catches.
+        (self.cargo_home / "config.toml").write_bytes(BOT_CARGO_CONFIG)
+        if self.revision_file(self.workspace_path / "Cargo.lock") is not None:
+            self.fetch()
+
+    def fetch(self) -> None:
+        """`cargo fetch --locked` with network, reading nothing the pull request chose: cwd is the sandbox's
+        private /tmp (no `.cargo/config*` or `rust-toolchain*` above it), the manifest is named by path, the
+        toolchain is pinned, the worktree read-only."""
+        env = self._env()
+        if (pinned := fetch_toolchain()) is not None:
+            env["RUSTUP_TOOLCHAIN"] = pinned
+        run = Run(argv=["cargo", "fetch", "--locked", "--manifest-path", str(self.workspace / "Cargo.toml")],
+                  cwd=Path("/tmp"), network=True, toolchain=True, proc=True, env=env,
+                  writable=(self.cargo_home,), read_only=(self.tree,))
+        code, _, err = self._start(run)
+        if code != 0:
+            raise BuildError(f"cargo fetch --locked failed for {self.arm} (exit {code})",
+                             err.strip()[-OUTPUT_TAIL_CHARS:])
+
+    def _trusted_paths(self) -> list[str]:
+        """Every file of the tree the trusted side reads: the manifest, the lock, configs and toolchain files of
+        the workspace directory and each parent inside the tree."""
+        paths = [(self.workspace_path / name).as_posix() for name in ("Cargo.toml", "Cargo.lock")]
+        for directory in [self.workspace_path, *self.workspace_path.parents]:
+            paths += [(directory / name).as_posix() for name in (*CARGO_CONFIG_NAMES, *TOOLCHAIN_FILE_NAMES)]
+        return list(dict.fromkeys(paths))
+
+    def _read_revision(self, git_dir: Path, relative: str) -> bytes | None:
+        try:
+            return revision_file(git_dir, self.sha, relative)
+        except RevisionError as exc:
+            raise BuildError(f"cannot read {relative} of {self.arm} at {self.sha[:12]}: {exc}") from exc
+
+    def revision_file(self, relative: Path) -> bytes | None:
+        """A file of this arm's revision as git objects held it (a committed symlink reads as absent)."""
+        return self.files[relative.as_posix()]
 
     def feature_closure(self) -> list[str]:
         """Check every configured feature exists in the package manifest and expand what it enables."""
@@ -135,31 +223,31 @@ class ArmBuild:
                 raise BuildError(f"{' '.join(argv)} failed in the {self.arm} worktree (exit {code})",
                                  err.strip()[-OUTPUT_TAIL_CHARS:])
             versions.append(out.strip())
-        configs: dict[str, str] = {}
+        configs: dict[str, str] = {CARGO_HOME_CONFIG_KEY: hashlib.sha256(BOT_CARGO_CONFIG).hexdigest()}
         flags: dict[str, str] = {}
         toolchains: dict[str, str] = {}
-        for directory in [self.workspace, *self.workspace.parents]:
-            if not directory.is_relative_to(self.tree):
-                break
+        for directory in [self.workspace_path, *self.workspace_path.parents]:
             for name in CARGO_CONFIG_NAMES:
-                path = directory / name
-                if path.is_file() and not path.is_symlink():
-                    relative = str(path.relative_to(self.tree))
-                    configs[relative] = sha256_of(path)
-                    if (found := toml_rustflags(path)) is not None:
+                relative = (directory / name).as_posix()
+                if (data := self.revision_file(Path(relative))) is not None:
+                    configs[relative] = hashlib.sha256(data).hexdigest()
+                    if (found := toml_rustflags(data)) is not None:
                         flags[relative] = found
             for name in TOOLCHAIN_FILE_NAMES:
-                path = directory / name
-                if path.is_file() and not path.is_symlink():
-                    toolchains[str(path.relative_to(self.tree))] = sha256_of(path)
+                relative = (directory / name).as_posix()
+                if (data := self.revision_file(Path(relative))) is not None:
+                    toolchains[relative] = hashlib.sha256(data).hexdigest()
         return BuildSettings(rustc=versions[0], cargo=versions[1], rustflags_env=self.rustflags,
                              config_rustflags=flags, cargo_config_sha256=configs,
                              toolchain_file_sha256=toolchains, profile_sha256=self._profile_digest())
 
     def _profile_digest(self) -> str | None:
+        data = self.revision_file(self.workspace_path / "Cargo.toml")
+        if data is None:
+            raise BuildError(f"{self.arm} workspace has no Cargo.toml (a regular file) at {self.sha[:12]}")
         try:
-            manifest = tomllib.loads((self.workspace / "Cargo.toml").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            manifest = tomllib.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise BuildError(f"{self.arm} workspace Cargo.toml cannot be read: {exc}") from exc
         profile = manifest.get("profile")
         if profile is None:
@@ -186,7 +274,10 @@ def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir:
     """Build `tree` once with the configured command in its own sandbox; store and describe the executable."""
     sandbox = sandbox or Sandbox.default()
     cargo_home = tree.resolve().parent / f".cargo-home-{tree.name}"
-    build = ArmBuild(tree, arm, config, sandbox, cargo_home)
+    try:
+        build = ArmBuild(tree, arm, sha, config, sandbox, cargo_home)
+    except RevisionError as exc:
+        raise BuildError(f"{arm} worktree {tree} is not a git worktree: {exc}") from exc
     try:
         build.prepare()
         closure = build.feature_closure()

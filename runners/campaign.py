@@ -290,7 +290,7 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
             binaries[arm] = work / "bin" / artifact.binary_name
             request.sandbox.pin(binaries[arm], arm, artifact.binary_sha256)
             if arm == "candidate":
-                exceptions = _exceptions(report, tree, binaries, trace, progress, request.sandbox)
+                exceptions = _exceptions(report, tree, binaries, trace, progress, request.sandbox, request.repo)
     emit(progress, "preflight", "checking every configured flag against both binaries")
     flags = sorted({flag for row in config.rows for flag in config.flags_used(row)})
     try:
@@ -323,10 +323,10 @@ def _base_patch(request: CampaignRequest, trusted_ref: str, work: Path) -> Path 
 
 
 def _exceptions(report: CampaignReport, tree: Path, binaries: dict[Arm, Path], trace: Path,
-                progress: ProgressSink | None, sandbox: Sandbox) -> list[ExceptionOutcome]:
-    """Stage 5 records come from the candidate checkout and are verified while it still exists."""
+                progress: ProgressSink | None, sandbox: Sandbox, repo: Path) -> list[ExceptionOutcome]:
+    """Stage 5 records come from the candidate revision's git objects and are verified from its checkout."""
     try:
-        records = load_records(tree)
+        records = load_records(repo, report.artifact("candidate").sha)
     except ExceptionFileError as exc:
         raise CampaignStop("exceptions", str(exc), blocking=False) from exc
     report.exception_records = records

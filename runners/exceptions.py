@@ -2,7 +2,10 @@
 
 A record only counts when the runner itself has seen its regression test fail against the baseline binary and
 pass against the candidate binary. The test runs from the candidate checkout with `{binary}` and `{trace}`
-substituted, so a test the PR adds is exercised against the old behaviour instead of being absent there.
+substituted, so a test the PR adds is exercised against the old behaviour instead of being absent there; under
+the sandbox both arms' binaries are bound at the same fixed path, so the test cannot tell the arms apart by it.
+The records are read from git objects at the candidate's pinned SHA (a committed symlink is never followed), and
+a record whose pointers cover the whole report is refused: it would excuse every difference.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from runners.report import ARMS, Arm, ExceptionOutcome, ExceptionRecord, RegressionRun
-from runners.sandbox import Run, Sandbox
+from runners.revisions import RevisionError, revision_file
+from runners.sandbox import FIXED_BINARY, Run, Sandbox
 
 EXCEPTIONS_PATH = ".kv-parity/exceptions.toml"
 TAIL_CHARS = 1500
@@ -24,12 +28,18 @@ class ExceptionFileError(ValueError):
     """An exceptions file that cannot be read; the message names the record and key."""
 
 
-def load_records(tree: Path) -> list[ExceptionRecord]:
-    path = tree / EXCEPTIONS_PATH
-    if not path.is_file():
+def load_records(repo: Path, sha: str) -> list[ExceptionRecord]:
+    """The candidate's records at `sha`, from git objects (`repo`: the repository or any of its worktrees)."""
+    try:
+        raw_file = revision_file(repo, sha, EXCEPTIONS_PATH)
+    except RevisionError as exc:
+        raise ExceptionFileError(f"{EXCEPTIONS_PATH}: cannot be read at {sha[:12]}: {exc}") from exc
+    if raw_file is None:
         return []
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(raw_file.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ExceptionFileError(f"{EXCEPTIONS_PATH}: not UTF-8 (byte {exc.start})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ExceptionFileError(f"{EXCEPTIONS_PATH}: not valid TOML: {exc}") from exc
     unknown = sorted(set(data) - {"exception"})
@@ -45,7 +55,19 @@ def load_records(tree: Path) -> list[ExceptionRecord]:
     ids = [r.id for r in records]
     if len(ids) != len(set(ids)):
         raise ExceptionFileError(f"{EXCEPTIONS_PATH}: duplicate exception ids {ids}")
+    for record in records:
+        for pointer in record.pointers:
+            if covers_everything(pointer):
+                raise ExceptionFileError(
+                    f"{EXCEPTIONS_PATH}: exception {record.id!r}: pointer {pointer!r} covers the whole report; "
+                    "name the fields the exception excuses")
     return records
+
+
+def covers_everything(pointer: str) -> bool:
+    """`""`, `/`, or a wildcard as the first segment (`/*`, `/**`, `/**/x`): every top-level field matches."""
+    segments = pointer.split("/")
+    return pointer in ("", "/") or (len(segments) > 1 and segments[1] in ("", "*", "**"))
 
 
 def verify_records(
@@ -74,8 +96,9 @@ def verify_records(
 
 def _run(record: ExceptionRecord, arm: Arm, tree: Path, binary: Path, trace: Path, timeout_s: float,
          sandbox: Sandbox) -> RegressionRun:
-    argv = [word.replace("{binary}", str(binary)).replace("{trace}", str(trace)) for word in record.regression_test]
-    run = Run(argv=argv, cwd=tree, read_only=(tree, binary, trace), proc=True)
+    seen_as = binary if sandbox.kind == "none" else FIXED_BINARY
+    argv = [word.replace("{binary}", str(seen_as)).replace("{trace}", str(trace)) for word in record.regression_test]
+    run = Run(argv=argv, cwd=tree, read_only=(tree, trace), mounts=((binary, FIXED_BINARY),), proc=True)
     try:
         completed = sandbox.run(run, timeout=timeout_s)
     except FileNotFoundError as exc:

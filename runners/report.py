@@ -693,6 +693,16 @@ class SandboxRecord(_Model):
     environment: list[str]
     """The only environment variable names that reach pull-request code."""
     note: str
+    process_limit: int | None = None
+    """RLIMIT_NPROC of every sandboxed start (processes and threads of the sandbox uid); None: unbounded."""
+    memory_limit_bytes: int | None = None
+    """RLIMIT_AS of every sandboxed process; None: unbounded."""
+    user_namespaces: bool = True
+    """Whether sandboxed code could create user namespaces (False: a seccomp filter refuses them)."""
+    inherited_fds: bool = True
+    """Whether sandboxed code could inherit descriptors beyond stdin/stdout/stderr (False: closed before exec)."""
+    fetch_network: str = ""
+    """What the dependency fetch's network could reach."""
 
 
 class Verdicts(_Model):

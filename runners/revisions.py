@@ -40,6 +40,33 @@ def show_file(repo: Path, sha: str, path: str) -> bytes:
     return completed.stdout
 
 
+def revision_file(repo: Path, sha: str, path: str) -> bytes | None:
+    """A regular file's bytes at `sha` from git objects, never through a checkout; None when the revision has no
+    regular file there (absent, a directory, or a committed symlink, which is never followed: a `.cargo` link to
+    a root-only file or an exceptions file linked to a host TOML reads as absent)."""
+    listed = subprocess.run([*GIT, "-C", str(repo), "ls-tree", "-z", sha, "--", path], capture_output=True,
+                            check=False)
+    if listed.returncode != 0:
+        raise RevisionError(f"git ls-tree {sha[:12]} {path} failed: {listed.stderr.decode(errors='replace').strip()}")
+    entry = listed.stdout.split(b"\0", 1)[0]
+    if not entry:
+        return None
+    meta, _, name = entry.partition(b"\t")
+    mode, kind, obj = meta.decode().split(" ")
+    if kind != "blob" or mode not in ("100644", "100755") or name.decode(errors="replace") != path:
+        return None
+    blob = subprocess.run([*GIT, "-C", str(repo), "cat-file", "blob", obj], capture_output=True, check=False)
+    if blob.returncode != 0:
+        raise RevisionError(f"git cat-file {obj} ({path}) failed: {blob.stderr.decode(errors='replace').strip()}")
+    return blob.stdout
+
+
+def git_dir_of(tree: Path) -> Path:
+    """The repository's own git directory behind a worktree, resolved before pull-request code touches the tree,
+    so later reads go to git's objects and never through a `.git` pointer inside it."""
+    return Path(git(tree, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+
+
 def resolve_sha(repo: Path, rev: str) -> str:
     """Pin a ref or SHA to the full commit SHA it names now; moving branches are never compared."""
     if rev.startswith("-"):

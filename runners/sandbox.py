@@ -5,7 +5,13 @@ bubblewrap sandbox: new pid, network, IPC, UTS and cgroup namespaces, a filesyst
 system directories, the toolchain, and exactly the paths the caller names (read-only or writable), an
 allow-listed environment, and - when the bot runs as root - the unprivileged uid 65534 with no capabilities
 (`setpriv`). The pid namespace with `--die-with-parent` means nothing the code starts (a `setsid` daemon
-included) outlives the process the bot waits for. `none` runs the same argv unsandboxed, loudly and on record.
+included) outlives the process the bot waits for. Every start then passes through a short trusted exec shim
+(`SANDBOX_EXEC`, the system python) that sets the process and memory rlimits (cgroup v2 is not available on every
+runner), closes every descriptor above stderr and installs a seccomp filter refusing new user namespaces, so no
+nested namespace regains capabilities; a performance sample gets the same three natively (bwrap `--seccomp`,
+`prlimit`, descriptors made close-on-exec before the spawn). The one networked start (the dependency fetch) gets
+its own network namespace behind pasta, fenced off from the host's loopback and every private, link-local or
+special-purpose IPv4 range (`Sandbox.run`). `none` runs the same argv unsandboxed, loudly and on record.
 
 Binaries are pinned to their SHA-256 here too: every start whose argv names a pinned binary re-hashes it first,
 so a swapped binary stops the row instead of running.
@@ -15,12 +21,20 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import ipaddress
+import json
 import os
+import platform
 import shutil
+import signal
+import struct
 import subprocess
 import sys
+import tempfile
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -38,8 +52,98 @@ NETWORK_ETC = ("resolv.conf", "hosts", "ssl", "ca-certificates", "gai.conf")
 """Added only to the dependency-fetch sandbox, the one sandbox with network."""
 SETPRIV_ARGS = ("--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
                 "--no-new-privs", "--")
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+"""Runs the exec shim inside the sandbox: /usr is bound anyway, unlike the bot's own (maybe pyenv) interpreter."""
+FIXED_BINARY = TOOLCHAIN_ROOT / "binary"
+"""Where an exception regression test sees the binary under test, whichever arm it is (`{binary}`)."""
+BLOCKED_IPV4 = ("0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16", "172.16.0.0/12", "192.0.0.0/24",
+                "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24",
+                "224.0.0.0/4", "240.0.0.0/4")
+"""Unreachable from the fetch's network namespace: private, link-local (cloud metadata), shared and documentation
+ranges; the host's own connected subnets are added per start. Loopback is the namespace's own."""
+PASTA_ARGS = ("--config-net", "-4", "--quiet", "--no-map-gw", "-t", "none", "-u", "none", "-T", "none",
+              "-U", "none")
+"""pasta with no port forwarding either way (`-T none -U none`: the namespace's loopback is not the host's) and no
+gateway-to-host mapping; IPv4 only, so the fence below covers everything the namespace can send."""
+FETCH_NETWORK = ("own network namespace behind pasta (IPv4 only, no port forwarding, no gateway mapping); "
+                 "unreachable: the host's loopback and connected subnets, " + ", ".join(BLOCKED_IPV4) +
+                 " (the configured DNS resolvers excepted, as /32 routes)")
 NONE_WARNING = ("WARNING: --sandbox none: pull-request code runs as this user, with this environment, network "
                 "and filesystem; it can read secrets and forge results. Use only for code you trust.")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource bounds of every sandboxed start, as rlimits (cgroup v2 is not usable on every runner).
+
+    `processes` is RLIMIT_NPROC: processes and threads of the sandbox uid, counted machine-wide by the kernel,
+    so it bounds a fork bomb without a cgroup; `memory_bytes` is RLIMIT_AS of each process. Builds need both
+    generous (rustc maps large arenas and runs a thread per codegen unit).
+    """
+
+    processes: int = 2048
+    memory_bytes: int = 16 << 30
+
+
+_CLONE_NEWUSER = 0x10000000
+_SECCOMP_RET_ALLOW = 0x7FFF0000
+_SECCOMP_RET_ERRNO = 0x00050000
+_EPERM, _ENOSYS = 1, 38
+_SYSCALLS = {"x86_64": (0xC000003E, {"clone": 56, "unshare": 272, "clone3": 435}),
+             "aarch64": (0xC00000B7, {"clone": 220, "unshare": 97, "clone3": 435})}
+
+
+def no_user_namespaces_filter(machine: str | None = None) -> bytes:
+    """A classic-BPF seccomp program: `unshare`/`clone` with CLONE_NEWUSER fail with EPERM, `clone3` (whose flags
+    a filter cannot read) with ENOSYS so libc falls back to `clone`; any other ABI (x32, i386) gets ENOSYS."""
+    machine = machine or platform.machine()
+    if machine not in _SYSCALLS:
+        raise SandboxUnavailable(f"no seccomp syscall table for {machine}; run on x86_64 or aarch64, or pass "
+                                 "--sandbox none (unsafe)")
+    arch, numbers = _SYSCALLS[machine]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    program: list[tuple[int, int | str, int | str, int]] = [
+        (ld, 0, 0, 4),                                   # 0 arch
+        (jeq, 0, "other_abi", arch),                     # 1
+        (ld, 0, 0, 0),                                   # 2 syscall number
+        (jge, "other_abi", 0, 0x40000000),               # 3 x32 numbers
+        (jeq, "enosys", 0, numbers["clone3"]),           # 4
+        (jeq, "flags", 0, numbers["unshare"]),           # 5
+        (jeq, "flags", "allow", numbers["clone"]),       # 6
+        (ld, 0, 0, 16),                                  # 7 flags: low 32 bits of args[0]
+        (jset, "eperm", "allow", _CLONE_NEWUSER),        # 8
+    ]
+    labels = {"allow": 9, "eperm": 10, "enosys": 11, "other_abi": 11, "flags": 7}
+    tail = [(ret, 0, 0, _SECCOMP_RET_ALLOW), (ret, 0, 0, _SECCOMP_RET_ERRNO | _EPERM),
+            (ret, 0, 0, _SECCOMP_RET_ERRNO | _ENOSYS)]
+
+    def offset(index: int, target: int | str) -> int:
+        return target if isinstance(target, int) else labels[target] - index - 1
+
+    code = [struct.pack("<HBBI", op, offset(i, jt), offset(i, jf), k) for i, (op, jt, jf, k) in enumerate(program)]
+    return b"".join(code + [struct.pack("<HBBI", *row) for row in tail])
+
+
+SANDBOX_EXEC = """
+import ctypes, os, resource, sys
+processes, memory, program = int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+class Program(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+libc = ctypes.CDLL(None, use_errno=True)
+prog = Program(len(program) // 8, program)
+zero = ctypes.c_ulong(0)
+if (libc.prctl(38, ctypes.c_ulong(1), zero, zero, zero) != 0
+        or libc.prctl(22, ctypes.c_ulong(2), ctypes.byref(prog), zero, zero) != 0):
+    sys.exit("kv-parity sandbox: cannot install the seccomp filter: " + os.strerror(ctypes.get_errno()))
+os.execvp(sys.argv[4], sys.argv[4:])
+"""
+"""The last trusted step before the command: rlimits, no inherited descriptors, no new user namespaces, then exec.
+A sampled start (`Run.as_pid_1`) gets the same three natively instead (`Sandbox._sampled_filter_fd`): an
+interpreter's start-up is CPU time /proc/stat sees on the measured core but rusage partly misses, which reads
+as competing load and invalidated samples on a loaded node."""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -100,6 +204,8 @@ class Run:
     argv: list[str]
     cwd: Path | None = None
     read_only: tuple[Path, ...] = ()
+    mounts: tuple[tuple[Path, Path], ...] = ()
+    """(host path, sandbox path) bound read-only at a path of the caller's choosing (FIXED_BINARY)."""
     writable: tuple[Path, ...] = ()
     """Bound read-write; the caller hands them over (Sandbox.hand_over) so the sandbox user may write them."""
     env: dict[str, str] = field(default_factory=dict)
@@ -112,13 +218,17 @@ class Run:
     """The command itself is pid 1 of the namespace (one process to watch, as the perf sampler needs)."""
     info_fd: int | None = None
     """bwrap writes {"child-pid": N} here: the outer pid of the process that becomes the command."""
+    block_fd: int | None = None
+    """bwrap waits for a byte here before it starts the command (Sandbox.run attaches the network meanwhile)."""
 
 
 class Sandbox:
     """Turns a `Run` into the argv and environment that start it contained (or, for `none`, as-is)."""
 
-    def __init__(self, kind: SandboxKind = "bwrap") -> None:
+    def __init__(self, kind: SandboxKind = "bwrap", limits: Limits | None = None) -> None:
         self.kind = kind
+        self.limits = limits or Limits()
+        self._filter_fd: int | None = None
         self.privileged = os.geteuid() == 0
         self._toolchain: Toolchain | None = None
         self._pins: dict[Path, tuple[Arm, str]] = {}
@@ -139,8 +249,9 @@ class Sandbox:
         """From now on every start naming `path` re-hashes it against `sha256` first."""
         self._pins[path.resolve()] = (arm, sha256)
 
-    def verify_pins(self, argv: list[str]) -> None:
-        for word in argv:
+    def verify_pins(self, argv: list[str], bound: tuple[Path, ...] = ()) -> None:
+        """Re-hash every pinned binary the start names in its argv or binds (at its own or a fixed path)."""
+        for word in [*argv, *(str(path) for path in bound)]:
             if not word.startswith("/"):
                 continue
             pinned = self._pins.get(Path(word))
@@ -185,7 +296,7 @@ class Sandbox:
 
     def command(self, run: Run) -> tuple[list[str], dict[str, str]]:
         """(argv, environment) that start `run`; the environment is allow-listed for both kinds."""
-        self.verify_pins(run.argv)
+        self.verify_pins(run.argv, (*run.read_only, *(host for host, _ in run.mounts)))
         env = {"LANG": "C.UTF-8", **run.env}
         if self.kind == "none":
             host = {name: os.environ[name] for name in ("PATH", "HOME", "RUSTUP_HOME", "CARGO_HOME", "RUSTFLAGS")
@@ -195,18 +306,20 @@ class Sandbox:
         if run.toolchain:
             env = {**self.toolchain.env(), **env}
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        if run.network and run.block_fd is None:
+            raise ValueError("a networked sandbox start goes through Sandbox.run, which attaches its network")
         return self._bwrap(run, env), env
 
     def _bwrap(self, run: Run, env: dict[str, str]) -> list[str]:
         argv = ["bwrap"]
         if self.privileged:
-            argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup"]
-            argv += [] if run.network else ["--unshare-net"]
+            argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup", "--unshare-net"]
         else:
-            argv += ["--unshare-all", *(["--share-net"] if run.network else [])]
+            argv += ["--unshare-all"]
         argv += ["--die-with-parent", "--new-session", "--clearenv"]
         argv += ["--as-pid-1"] if run.as_pid_1 else []
         argv += ["--info-fd", str(run.info_fd)] if run.info_fd is not None else []
+        argv += ["--block-fd", str(run.block_fd)] if run.block_fd is not None else []
         argv += _system_binds(NETWORK_ETC if run.network else ())
         argv += ["--dev", "/dev"] if run.toolchain else [
             arg for dev in ("/dev/null", "/dev/zero", "/dev/urandom") for arg in ("--dev-bind", dev, dev)]
@@ -217,6 +330,7 @@ class Sandbox:
             binds += [("--ro-bind", host, inside) for host, inside in self.toolchain.binds()]
         binds += [("--bind", path, path) for path in run.writable]
         binds += [("--ro-bind", path, path) for path in run.read_only]
+        binds += [("--ro-bind", host, inside) for host, inside in run.mounts]
         for directory in _parents([inside for _, _, inside in binds]):
             argv += ["--perms", "0755", "--dir", str(directory)]
         for flag, host, inside in binds:
@@ -225,16 +339,71 @@ class Sandbox:
             argv += ["--setenv", name, value]
         if run.cwd is not None:
             argv += ["--chdir", str(run.cwd)]
+        if run.as_pid_1:
+            argv += ["--seccomp", str(self._sampled_filter_fd())]
         argv.append("--")
         if self.privileged:
             argv += ["setpriv", *SETPRIV_ARGS]
-        return argv + run.argv
+        if run.as_pid_1:
+            limits = [f"--nproc={self.limits.processes}", f"--as={self.limits.memory_bytes}"]
+            return argv + ["prlimit", *limits, "--", *run.argv]
+        shim = [str(SYSTEM_PYTHON), "-I", "-S", "-c", SANDBOX_EXEC, str(self.limits.processes),
+                str(self.limits.memory_bytes), no_user_namespaces_filter().hex()]
+        return argv + shim + run.argv
+
+    def _sampled_filter_fd(self) -> int:
+        """The seccomp program for a sampled start, on one inheritable memfd rewound for each start.
+
+        A performance sample is one process whose whole life counts, so it gets no interpreter: bwrap loads the
+        same filter (`--seccomp`), `prlimit` sets the same limits, and every other descriptor of this process is
+        made close-on-exec first, so the spawn (posix_spawn passes inheritable descriptors on) hands over only
+        stdio, the info pipe and this memfd, which bwrap closes. Samples start one at a time, so one offset
+        suffices."""
+        if self._filter_fd is None:
+            self._filter_fd = os.memfd_create("kv-parity-seccomp", 0)
+            os.write(self._filter_fd, no_user_namespaces_filter())
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2 and int(name) != self._filter_fd:
+                with suppress(OSError):
+                    os.set_inheritable(int(name), False)
+        os.set_inheritable(self._filter_fd, True)
+        os.lseek(self._filter_fd, 0, os.SEEK_SET)
+        return self._filter_fd
 
     def run(self, run: Run, *, timeout: float | None = None, text: bool = True) -> subprocess.CompletedProcess[str]:
-        """Start `run` and wait; the caller reads exit status and output (never through a shell)."""
+        """Start `run` and wait; the caller reads exit status and output (never through a shell).
+
+        A networked `run` gets its own network namespace: bwrap blocks before the command until pasta is
+        attached and the fence routes are in, so the command never sees the namespace unfenced."""
+        if run.network and self.kind == "bwrap":
+            return self._run_networked(run, timeout)
         argv, env = self.command(run)
         return subprocess.run(argv, env=env, cwd=run.cwd, capture_output=True, text=text, check=False,
                               timeout=timeout)
+
+    def _run_networked(self, run: Run, timeout: float | None) -> subprocess.CompletedProcess[str]:
+        info_read, info_write = os.pipe()
+        block_read, block_write = os.pipe()
+        try:
+            argv, env = self.command(replace(run, info_fd=info_write, block_fd=block_read))
+            process = subprocess.Popen(argv, env=env, cwd=run.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, pass_fds=(info_write, block_read))
+        finally:
+            os.close(info_write)
+            os.close(block_read)
+        try:
+            with os.fdopen(info_read, "rb") as info, os.fdopen(block_write, "wb") as release:
+                child = _child_pid(info.fileno())
+                with tempfile.TemporaryDirectory(prefix="kvp-netns-") as holder, \
+                        _pasta_network(child, Path(holder), self.privileged):
+                    release.write(b"1")
+                    release.close()
+                    out, err = process.communicate(timeout=timeout)
+        except BaseException:
+            process.kill()
+            process.communicate()
+            raise
+        return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
     def record(self) -> SandboxRecord:
         """What the report says about how pull-request code ran on this node."""
@@ -252,10 +421,132 @@ class Sandbox:
                        "the arm's binary and the trace slice (harness runs)"],
             writable=["the arm's own worktree and target dir (build)", "the process's own output dir (runs)"],
             environment=["PATH", "HOME", "LANG", "RUSTUP_HOME", "CARGO_HOME", "RUSTFLAGS"],
+            process_limit=self.limits.processes,
+            memory_limit_bytes=self.limits.memory_bytes,
+            user_namespaces=False,
+            inherited_fds=False,
+            fetch_network=FETCH_NETWORK,
             note=("bubblewrap with new pid/net/ipc/uts/cgroup namespaces; setpriv to uid 65534 with no "
                   "capabilities" if self.privileged else
                   "unprivileged bubblewrap (--unshare-all) as the invoking user: isolated, but no user switch"),
         )
+
+
+def _child_pid(info: int) -> int:
+    """The pid bwrap reports on its info pipe; it keeps the pipe open while it waits on the block fd."""
+    data = b""
+    while True:
+        chunk = os.read(info, 4096)
+        if not chunk:
+            raise SandboxUnavailable(f"bubblewrap exited before reporting its child: {data[-300:]!r}")
+        data += chunk
+        try:
+            return int(json.loads(data)["child-pid"])
+        except ValueError:
+            continue
+
+
+def _checked(argv: list[str], what: str) -> str:
+    completed = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    if completed.returncode != 0:
+        raise SandboxUnavailable(f"{what} failed (exit {completed.returncode}): {completed.stderr.strip()[-300:]}; "
+                                 "the fetch needs pasta (package passt) and iproute2")
+    return completed.stdout
+
+
+@contextmanager
+def _pasta_network(child: int, holder: Path, privileged: bool) -> Iterator[None]:
+    """pasta attached to the child's network namespace, then the fence: the private ranges and the host's
+    connected subnets are unreachable routes, the resolvers are /32s via the gateway. pasta opens the
+    namespace after dropping capabilities, so a root-owned one is bind-mounted to a file it can open."""
+    proc_ns = Path(f"/proc/{child}/ns")
+    if privileged:
+        netns = holder / "net"
+        netns.touch()
+        _checked(["mount", "--bind", str(proc_ns / "net"), str(netns)], "binding the fetch's network namespace")
+        pasta_user = ["--runas", "0"]
+        enter = ["nsenter", f"--net={netns}", "--"]
+        namespaces = [(str(netns), _CLONE_NEWNET)]
+    else:
+        netns = proc_ns / "net"
+        pasta_user = ["--userns", str(proc_ns / "user")]
+        enter = ["nsenter", f"--user={proc_ns / 'user'}", f"--net={netns}", "--preserve-credentials", "--"]
+        namespaces = [(str(proc_ns / "user"), _CLONE_NEWUSER), (str(netns), _CLONE_NEWNET)]
+    pid_file = holder / "pasta.pid"
+    try:
+        _checked(["pasta", *PASTA_ARGS, *pasta_user, "--pid", str(pid_file), "--netns", str(netns)],
+                 "pasta (the fetch's network)")
+        _fence(enter, namespaces)
+        yield
+    finally:
+        if pid_file.is_file():
+            with suppress(ValueError, ProcessLookupError):
+                os.kill(int(pid_file.read_text(encoding="ascii").strip()), signal.SIGTERM)
+        if privileged:
+            # Lazy: pasta may still hold the file open for an instant after SIGTERM.
+            subprocess.run(["umount", "--lazy", str(netns)], capture_output=True, check=False)
+
+
+NETLINK_FENCE = """
+import ctypes, json, os, socket, struct, sys
+spec = json.loads(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+for path, kind in spec["enter"]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    if libc.setns(fd, kind) != 0:
+        sys.exit("setns " + path + ": " + os.strerror(ctypes.get_errno()))
+    os.close(fd)
+sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+for seq, (dst, length, kind, gateway, dev) in enumerate(spec["routes"], 1):
+    attrs = struct.pack("=HH4s", 8, 1, socket.inet_aton(dst))
+    if gateway:
+        attrs += struct.pack("=HH4s", 8, 5, socket.inet_aton(gateway))
+        attrs += struct.pack("=HHI", 8, 4, socket.if_nametoindex(dev))
+    body = struct.pack("=BBBBBBBBI", socket.AF_INET, length, 0, 0, 254, 4, 0, kind, 0) + attrs
+    sock.send(struct.pack("=IHHII", 16 + len(body), 24, 0x1 | 0x4 | 0x200 | 0x400, seq, 0) + body)
+    reply = sock.recv(65536)
+    if struct.unpack("=H", reply[4:6])[0] == 2 and (error := struct.unpack("=i", reply[16:20])[0]):
+        sys.exit("route " + dst + "/" + str(length) + ": " + os.strerror(-error))
+"""
+"""Adds the fence routes from inside the fetch's namespaces by netlink, with no exec after `setns` (an exec
+would drop the capabilities a non-root owner has in its own user namespace)."""
+_CLONE_NEWNET = 0x40000000
+_RTN_UNICAST, _RTN_UNREACHABLE = 1, 7
+
+
+def _fence(enter: list[str], namespaces: list[tuple[str, int]]) -> None:
+    routes = json.loads(_checked([*enter, "ip", "-4", "-j", "route", "show"], "reading the fetch's routes") or "[]")
+    gateway = next((r for r in routes if r.get("dst") == "default" and r.get("gateway")), None)
+    connected = [r["dst"] for r in routes if r.get("dst") not in (None, "default") and r.get("scope") == "link"]
+    fenced: list[ipaddress.IPv4Network] = []
+    for prefix in dict.fromkeys((*BLOCKED_IPV4, *connected)):
+        network = ipaddress.IPv4Network(prefix, strict=False)
+        # Halves are more specific than any route pasta copied (a connected /24 included), so they win.
+        fenced.extend(half for half in (network.subnets() if network.prefixlen < 32 else [network])
+                      if half not in fenced)
+    added: list[tuple[str, int, int, str | None, str | None]] = [
+        (str(network.network_address), network.prefixlen, _RTN_UNREACHABLE, None, None) for network in fenced]
+    if gateway is not None:
+        added += [(str(resolver), 32, _RTN_UNICAST, gateway["gateway"], gateway["dev"]) for resolver in _resolvers()
+                  if any(resolver in network for network in fenced)]
+    spec = json.dumps({"enter": namespaces, "routes": added})
+    _checked([sys.executable, "-I", "-S", "-c", NETLINK_FENCE, spec], "fencing the fetch's network")
+
+
+def _resolvers() -> list[ipaddress.IPv4Address]:
+    found = []
+    try:
+        lines = Path("/etc/resolv.conf").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[0] == "nameserver":
+            try:
+                found.append(ipaddress.IPv4Address(words[1]))
+            except ValueError:
+                continue
+    return found
 
 
 def _system_binds(extra_etc: tuple[str, ...]) -> list[str]:
@@ -293,6 +584,9 @@ def check(kind: SandboxKind = "bwrap") -> Sandbox:
                                  "--sandbox none to run pull-request code unsandboxed (unsafe)")
     if sandbox.privileged and shutil.which("setpriv") is None:
         raise SandboxUnavailable("setpriv is not installed: install util-linux, or pass --sandbox none (unsafe)")
+    if not SYSTEM_PYTHON.is_file():
+        raise SandboxUnavailable(f"{SYSTEM_PYTHON} is missing: the sandbox's exec shim needs the distribution's "
+                                 "python3 package, or pass --sandbox none (unsafe)")
     probe = sandbox.run(Run(argv=["id", "-u"]), timeout=30)
     expected = str(SANDBOX_UID if sandbox.privileged else os.geteuid())
     if probe.returncode != 0 or probe.stdout.strip() != expected:
@@ -303,11 +597,11 @@ def check(kind: SandboxKind = "bwrap") -> Sandbox:
     return sandbox
 
 
-def toml_rustflags(path: Path) -> str | None:
-    """`build.rustflags` of a cargo config file, as cargo would read it (list or string); None when unset."""
+def toml_rustflags(text: bytes) -> str | None:
+    """`build.rustflags` of a cargo config file's bytes, as cargo would read it (list or string); None when unset."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        data = tomllib.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
     build = data.get("build")
     flags = build.get("rustflags") if isinstance(build, dict) else None

@@ -263,7 +263,7 @@ def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, wo
                 record.preflight_problems = [str(exc)]
             if arm == "candidate":
                 record.exception_records, record.exceptions = _exceptions(tree, binary, baseline_dir, plan,
-                                                                          plan_sha, work, sandbox)
+                                                                          plan_sha, work, sandbox, repo)
     except _Stop as stop:
         record.stopped = stop.record
     except (RevisionError, SandboxUnavailable, TraceError) as exc:
@@ -284,10 +284,10 @@ def _patch(plan: Plan, repo: Path, work: Path) -> Path | None:
 
 
 def _exceptions(tree: Path, binary: Path, baseline_dir: Path | None, plan: Plan, plan_sha: str, work: Path,
-                sandbox: Sandbox) -> tuple[list[ExceptionRecord], list[ExceptionOutcome]]:
+                sandbox: Sandbox, repo: Path) -> tuple[list[ExceptionRecord], list[ExceptionOutcome]]:
     """The candidate's exception records, verified against both binaries when the baseline build is given."""
     try:
-        records = load_records(tree)
+        records = load_records(repo, plan.sha("candidate"))
     except ExceptionFileError as exc:
         raise _Stop(StopRecord(stage="exceptions", reason=str(exc), blocking=False)) from exc
     if not records:

