@@ -21,6 +21,10 @@ GIT_IDENTITY = ("-c", "user.name=kv-parity demo", "-c", "user.email=demo@kv-pari
 
 Knob = bool | float | str
 
+REAL_HARNESS_SHAPES: dict[str, Knob] = {"REAL_SHAPES": True}
+"""The fixture writing the real harness's report shapes (the reference's "Shapes the engine must accept"): no
+coverage placement counter, `agg` pools, only the kinds that occurred, `ais_*` keys, no workload request count."""
+
 SCENARIOS: dict[str, tuple[str, dict[str, Knob]]] = {
     "identical": ("refactor: reword the replay loop's comments (no behaviour change)", {}),
     "slowdown": ("perf: extra work in the replay loop (20% slower)", {"WORK_SCALE": 1.2}),

@@ -16,7 +16,7 @@ from bot.render import Links
 from runners.canonical import canonicalize
 from runners.config import PROTOCOL_EXCLUSIONS, ExpectedEvidence, PoolPlacements, load_profile
 from runners.coverage import CoverageError, check_evidence, count_evidence
-from runners.demo import Knob
+from runners.demo import REAL_HARNESS_SHAPES, Knob
 from runners.report import CoverageCheck, CoverageCounts, CoverageResult
 from tests.conftest import HarnessBuilder
 from tests.report_factory import make_report
@@ -576,7 +576,8 @@ def test_dynamo_profile_carries_the_reference_seed_drift_detectors() -> None:
     assert (rows["vllm-agg"].handoffs, rows["sglang-agg"].handoffs) == (0, 0)
 
 
-@pytest.mark.parametrize("knobs", [{}, {"SEMANTIC_CHANGE": True}], ids=["fixture", "semantic-change"])
+@pytest.mark.parametrize("knobs", [{}, {"SEMANTIC_CHANGE": True}, REAL_HARNESS_SHAPES],
+                         ids=["fixture", "semantic-change", "real-shapes"])
 def test_demo_drift_detectors_hold_on_the_fixture_and_its_evidenced_change(
     harness: HarnessBuilder, demo_trace: Path, tmp_path: Path, knobs: dict[str, Knob]
 ) -> None:
@@ -600,6 +601,8 @@ def test_demo_drift_detectors_hold_on_the_fixture_and_its_evidenced_change(
         details.append(drift[0].detail)
 
     assert "requests with reused KV 901 (expected [883, 919])" in details[0]
+    assert "agg immediate placements 1000 (expected 1000); agg queued placements 0 (expected 0); agg active " \
+        "workers 4 (expected 4)" in details[0]
     assert "prefill immediate placements 1000 (expected 1000)" in details[1]
 
 
