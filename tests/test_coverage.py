@@ -573,7 +573,12 @@ def test_dynamo_profile_carries_the_reference_seed_drift_detectors() -> None:
         seed = PoolPlacements(immediate=5000, queued=0)
         assert rows[row].placements == {"prefill": seed, "decode": seed}
         assert (rows[row].active_workers, rows[row].handoffs) == ({"prefill": 2, "decode": 2}, 5000)
-    assert (rows["vllm-agg"].handoffs, rows["sglang-agg"].handoffs) == (0, 0)
+    for row in ("vllm-agg", "sglang-agg"):
+        assert rows[row].placements == {"agg": PoolPlacements(immediate=5000, queued=0)}
+        assert (rows[row].active_workers, rows[row].handoffs) == ({"agg": 4}, 0)
+    assert {row: expect.pressure for row, expect in rows.items()} == {
+        "vllm-agg": (1, 3), "vllm-disagg": (10, 20), "sglang-agg": (1, 3), "sglang-disagg": (10, 20),
+    }, "each band holds its seed: 1 / 14 / 1 / 14 pressure events"
 
 
 @pytest.mark.parametrize("knobs", [{}, {"SEMANTIC_CHANGE": True}, REAL_HARNESS_SHAPES],

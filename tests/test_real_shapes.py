@@ -13,10 +13,13 @@ import pytest
 from runners.attribution import compare_work, work_counters
 from runners.campaign import CampaignRequest, run_campaign
 from runners.canonical import canonicalize
-from runners.config import CampaignConfig
+from runners.config import CampaignConfig, load_profile
 from runners.coverage import check_evidence, count_evidence
 from runners.demo import REAL_HARNESS_SHAPES, commit_change, demo_config, init_fixture_repo
+from runners.harness import help_text
+from runners.lifecycles import fixture_trace, run_fixture
 from runners.report import CampaignReport, FixtureStatus, PerfVerdict, SemanticVerdict
+from runners.sandbox import Sandbox
 from tests.conftest import HarnessBuilder
 
 ROW = "vllm-agg"
@@ -94,8 +97,6 @@ def _queueing_report(binary: Path, trace: Path, out: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def queueing_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from runners.lifecycles import fixture_trace
-
     fixture = next(f for f in demo_config().fixtures if f.id == "router-queueing")
     work = tmp_path_factory.mktemp("queueing-trace")
     return fixture_trace(fixture, work, "unused-for-generated-traces", work)
@@ -132,3 +133,25 @@ def test_work_counters_count_route_decisions_from_the_routing_history(
     different = compare_work(real, _queueing_report(stuck, queueing_trace, tmp_path / "stuck.jsonl"))
     assert not different.equivalent
     assert "summary.completed_requests 60 -> 22" in different.summary
+
+
+def test_the_dynamo_profile_reports_scale_to_zero_unsupported_with_the_reason(
+    harness: HarnessBuilder, tmp_path: Path
+) -> None:
+    """The real harness has no scaling control, so the fixture is UNSUPPORTED naming the missing flag, never run
+    with ignored flags."""
+    config = load_profile("dynamo")
+    fixture = next(f for f in config.fixtures if f.kind == "scale_to_zero")
+    binary = harness.binary(**REAL_HARNESS_SHAPES)
+    report = run_fixture(
+        fixture, config=config, binaries={"baseline": binary, "candidate": binary},
+        help_texts={arm: help_text(binary, Sandbox.default()) for arm in ("baseline", "candidate")},
+        trace=lambda f: pytest.fail("an unsupported fixture must not read its trace"),
+        cpu_sets=[[0]], workdir=tmp_path / "work", evidence_dir=tmp_path / "evidence", sandbox=Sandbox.default(),
+    )
+
+    assert report.status == FixtureStatus.UNSUPPORTED
+    assert report.reason == (
+        "the harness has no scale-to-zero control (--planner-scale-to-zero); not emulated with ignored flags"
+    )
+    assert report.determinism is None
