@@ -16,10 +16,12 @@ from runners.canonical import canonicalize
 from runners.config import CampaignConfig, load_profile
 from runners.coverage import check_evidence, count_evidence
 from runners.demo import REAL_HARNESS_SHAPES, commit_change, demo_config, init_fixture_repo
+from runners.demo_trace import generate_demo_trace
 from runners.harness import help_text
 from runners.lifecycles import fixture_trace, run_fixture
 from runners.report import CampaignReport, FixtureStatus, PerfVerdict, SemanticVerdict
 from runners.sandbox import Sandbox
+from runners.trace import prepare_trace
 from tests.conftest import HarnessBuilder
 
 ROW = "vllm-agg"
@@ -59,6 +61,16 @@ def test_a_campaign_on_the_real_shapes_passes_correctness_with_every_lifecycle_c
     drift = next(check for check in row.coverage.checks if check.name == "drift_detectors")
     assert "agg immediate placements 1000 (expected 1000)" in drift.detail
     assert row.perf_verdict != PerfVerdict.NOT_RUN
+
+
+def test_matching_rows_keep_digests_never_full_reports(real_shapes_campaign: CampaignReport) -> None:
+    """Stage 4: a matching row's report carries digests and section digests; no per-request record reaches it."""
+    row = real_shapes_campaign.rows[0]
+    assert row.parity is not None and row.parity.kept_reports == {}
+    assert set(row.parity.section_digests["candidate"]) == {"coverage", "metadata", "per_request", "planner",
+                                                            "summary"}
+    dumped = real_shapes_campaign.model_dump_json()
+    assert '"routing_history"' not in dumped and '"admission_history"' not in dumped
 
 
 def test_the_harness_s_own_exclusions_are_already_absent_and_that_is_fine(
@@ -155,3 +167,18 @@ def test_the_dynamo_profile_reports_scale_to_zero_unsupported_with_the_reason(
         "the harness has no scale-to-zero control (--planner-scale-to-zero); not emulated with ignored flags"
     )
     assert report.determinism is None
+
+
+def test_the_real_size_window_is_a_pinned_5000_request_slice_of_the_generated_trace(tmp_path: Path) -> None:
+    """demo-5000: rows 500..5,499 of the 5,500-row generated Mooncake-shape trace, both checksums recorded."""
+    config = load_profile("demo-5000")
+    full = tmp_path / config.trace.path
+    digest = generate_demo_trace(full, rows=config.trace.offset + config.trace.count)
+    evidence = prepare_trace(full, config.trace, tmp_path / "window.jsonl")
+
+    assert (config.trace.offset, config.trace.count) == (500, 5000)
+    assert digest == config.trace.sha256 == evidence.sha256
+    assert evidence.slice_sha256 == config.trace.slice_sha256
+    window = (tmp_path / "window.jsonl").read_bytes().splitlines()
+    assert len(window) == 5000 and window == full.read_bytes().splitlines()[500:]
+    assert all(row.expect.placements for row in config.rows), "every row counts its 5,000 placements per pool"
