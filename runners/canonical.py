@@ -31,6 +31,7 @@ SECTIONS: tuple[str, ...] = ("coverage", "metadata", "per_request", "planner", "
 
 _ENCODE = orjson.OPT_SORT_KEYS
 _BAD_ESCAPE = re.compile(r"~(?![01])")
+_NON_BLANK = re.compile(rb"[^ \t\r\n\x0b\x0c]")
 _ABSENT = object()
 _VALUE_CHARS = 200
 
@@ -45,9 +46,13 @@ class ReplayBenchNotActive(CanonicalError):
 
 @dataclass(frozen=True)
 class Canonical:
-    """One report line after the closed exclusions, with its canonical bytes and digests."""
+    """One report line after the closed exclusions, with its canonical bytes and digests.
 
-    data: dict[str, Any]
+    Only the bytes are held: a parsed 5,000-request report is about five times the size of its line, and a row
+    holds one report per arm from its determinism runs to its coverage checks. `data` parses the bytes again
+    each time it is read (once per consumer: coverage, Stage 6 assertions, a mismatch's diff).
+    """
+
     encoded: bytes
     digest: str
     section_digests: dict[str, str]
@@ -57,6 +62,12 @@ class Canonical:
     replay_bench: bool
     resolutions: dict[str, Resolution]
     """What each declared and each campaign-excluded pointer resolved to in the line as the harness wrote it."""
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The canonical report as objects, parsed from `encoded` (the same values: orjson round-trips them)."""
+        document: dict[str, Any] = orjson.loads(self.encoded)
+        return document
 
 
 @dataclass(frozen=True)
@@ -166,7 +177,7 @@ def _check_integer_range(line: bytes) -> None:
     json.loads(line, parse_int=exact)
 
 
-def _parse(line: bytes) -> dict[str, Any]:
+def _parse(line: bytes | memoryview) -> dict[str, Any]:
     try:
         document = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -228,7 +239,23 @@ def _section_digests(document: dict[str, Any], encoded: bytes) -> dict[str, str]
     return digests
 
 
-def canonicalize(line: bytes, exclusions: Sequence[str]) -> Canonical:
+def single_line(data: bytes) -> tuple[memoryview | None, int]:
+    """The one non-blank line of a `--iterations 1` output, as a view (no copy of a multi-megabyte line), and
+    how many non-blank lines there were; the view is None unless there was exactly one."""
+    found: list[memoryview] = []
+    count, start, view = 0, 0, memoryview(data)
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end == -1 else end
+        if _NON_BLANK.search(data, start, end):
+            count += 1
+            if not found:
+                found.append(view[start:end])
+        start = end + 1
+    return (found[0] if count == 1 else None), count
+
+
+def canonicalize(line: bytes | memoryview, exclusions: Sequence[str]) -> Canonical:
     """Parse one harness line, remove exactly the configured exclusions, and encode it canonically."""
     document = _parse(line)
     metadata = document["metadata"]
@@ -248,9 +275,8 @@ def canonicalize(line: bytes, exclusions: Sequence[str]) -> Canonical:
         _remove(document, pointer)
     encoded = orjson.dumps(document, option=_ENCODE)
     if _may_hold_rounded_integer(encoded):
-        _check_integer_range(line)
+        _check_integer_range(bytes(line))
     return Canonical(
-        data=document,
         encoded=encoded,
         digest=hashlib.sha256(encoded).hexdigest(),
         section_digests=_section_digests(document, encoded),

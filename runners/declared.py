@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from runners.canonical import Canonical, CanonicalError, canonicalize, resolve
+from runners.canonical import Canonical, CanonicalError, canonicalize, resolve, single_line
 from runners.harness import run_pinned
 from runners.progress import ProgressSink, emit
 from runners.report import ARMS, Arm, DeclaredExclusions, DeclaredPointer, ProcessRecord
@@ -74,10 +74,10 @@ def _full_report(
     if not canonical_out.is_file() or not report_out.is_file():
         return record, None, f"{where} exited 0 but did not write both --canonical-reports-jsonl and --report-json"
     try:
-        lines = [line for line in canonical_out.read_bytes().splitlines() if line.strip()]
-        if len(lines) != 1:
-            return record, None, f"{where} wrote {len(lines)} canonical lines for --iterations 1"
-        canonical = canonicalize(lines[0], exclusions)
+        line, count = single_line(canonical_out.read_bytes())
+        if line is None:
+            return record, None, f"{where} wrote {count} canonical lines for --iterations 1"
+        canonical = canonicalize(line, exclusions)
         report = json.loads(report_out.read_bytes())
     except (CanonicalError, ValueError) as exc:
         return record, None, f"{where} wrote malformed output: {exc}"

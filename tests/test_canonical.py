@@ -23,6 +23,7 @@ from runners.canonical import (
     canonicalize,
     diff,
     parse_pointer,
+    single_line,
 )
 from runners.config import PROTOCOL_EXCLUSIONS
 
@@ -333,3 +334,20 @@ def test_diff_limit_bounds_differences_but_not_pointers() -> None:
 
     assert result.total == 30 and len(result.pointers) == 30
     assert [d.pointer for d in result.differences] == [f"/per_request/{i}/ttft_ms" for i in range(5)]
+
+
+def test_a_single_line_is_found_without_copying_it_and_other_counts_are_reported() -> None:
+    line, count = single_line(b"\n  \n" + b'{"a":1}' + b"\n\n")
+    assert count == 1 and line is not None and bytes(line) == b'{"a":1}'
+    assert single_line(b'{"a":1}\n{"a":1}\n') == (None, 2)
+    assert single_line(b" \n\t\n") == (None, 0)
+
+
+def test_a_canonical_report_holds_its_bytes_and_parses_them_afresh_for_each_reader() -> None:
+    """A parsed 5,000-request report is several times its line: only the bytes are kept between stages."""
+    canon = canonicalize(_line(_report()), EXCLUSIONS)
+    first = canon.data
+    first["summary"]["tampered"] = True
+
+    assert "tampered" not in canon.data["summary"]
+    assert orjson.dumps(canon.data, option=orjson.OPT_SORT_KEYS) == canon.encoded
