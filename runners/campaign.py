@@ -368,7 +368,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         progress=progress, sandbox=request.sandbox)
     try:
         counts = {arm: count_evidence(outcome.canonical[arm].data) for arm in ARMS}
-        disaggregated = baseline.data["metadata"]["execution"].get("topology") == "disaggregated"
+        disaggregated = baseline.section("metadata")["execution"].get("topology") == "disaggregated"
         report.coverage = CoverageResult(counts=counts, checks=check_evidence(counts, row.expect, disaggregated))
     except CoverageError as exc:
         report.coverage = CoverageResult(counts={}, checks=[

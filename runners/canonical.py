@@ -57,6 +57,8 @@ class Canonical:
     digest: str
     section_digests: dict[str, str]
     """SHA-256 of each top-level section's canonical encoding, so a mismatch names its sections."""
+    section_spans: dict[str, tuple[int, int]]
+    """Where each section's encoding lies in `encoded`, so one small section is read without the rest."""
     harness_exclusions: list[str]
     """`metadata.result_exclusions` exactly as the harness declared them."""
     replay_bench: bool
@@ -68,6 +70,11 @@ class Canonical:
         """The canonical report as objects, parsed from `encoded` (the same values: orjson round-trips them)."""
         document: dict[str, Any] = orjson.loads(self.encoded)
         return document
+
+    def section(self, name: str) -> Any:
+        """One top-level section parsed on its own (e.g. `metadata`, without the per-request records)."""
+        start, end = self.section_spans[name]
+        return orjson.loads(memoryview(self.encoded)[start:end])
 
 
 @dataclass(frozen=True)
@@ -217,8 +224,8 @@ def _harness_exclusions(metadata: dict[str, Any]) -> list[str]:
     return list(declared)
 
 
-def _section_digests(document: dict[str, Any], encoded: bytes) -> dict[str, str]:
-    """Digest each top-level section where it lies inside the one encoding, without copying it.
+def _section_spans(document: dict[str, Any], encoded: bytes) -> dict[str, tuple[int, int]]:
+    """Where each top-level section lies inside the one encoding, so it is digested without a copy.
 
     The encoding is `{"key":body,...}` in sorted key order. Every section but per_request is small and
     encoded again to learn its length; per_request's length is what remains.
@@ -228,15 +235,14 @@ def _section_digests(document: dict[str, Any], encoded: bytes) -> dict[str, str]
     names = {key: orjson.dumps(key) for key in keys}
     framing = 2 + len(keys) - 1 + sum(len(name) + 1 for name in names.values())
     remaining = len(encoded) - framing - sum(len(body) for body in small.values())
-    view = memoryview(encoded)
-    digests: dict[str, str] = {}
+    spans: dict[str, tuple[int, int]] = {}
     offset = 1
     for key in keys:
         offset += len(names[key]) + 1
         length = len(small[key]) if key in small else remaining
-        digests[key] = hashlib.sha256(view[offset : offset + length]).hexdigest()
+        spans[key] = (offset, offset + length)
         offset += length + 1
-    return digests
+    return spans
 
 
 def single_line(data: bytes) -> tuple[memoryview | None, int]:
@@ -276,10 +282,13 @@ def canonicalize(line: bytes | memoryview, exclusions: Sequence[str]) -> Canonic
     encoded = orjson.dumps(document, option=_ENCODE)
     if _may_hold_rounded_integer(encoded):
         _check_integer_range(bytes(line))
+    spans = _section_spans(document, encoded)
+    view = memoryview(encoded)
     return Canonical(
         encoded=encoded,
         digest=hashlib.sha256(encoded).hexdigest(),
-        section_digests=_section_digests(document, encoded),
+        section_digests={key: hashlib.sha256(view[start:end]).hexdigest() for key, (start, end) in spans.items()},
+        section_spans=spans,
         harness_exclusions=harness_exclusions,
         replay_bench=True,
         resolutions=resolutions,

@@ -351,3 +351,4 @@ def test_a_canonical_report_holds_its_bytes_and_parses_them_afresh_for_each_read
 
     assert "tampered" not in canon.data["summary"]
     assert orjson.dumps(canon.data, option=orjson.OPT_SORT_KEYS) == canon.encoded
+    assert {name: canon.section(name) for name in SECTIONS} == canon.data
