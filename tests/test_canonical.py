@@ -352,3 +352,32 @@ def test_a_canonical_report_holds_its_bytes_and_parses_them_afresh_for_each_read
     assert "tampered" not in canon.data["summary"]
     assert orjson.dumps(canon.data, option=orjson.OPT_SORT_KEYS) == canon.encoded
     assert {name: canon.section(name) for name in SECTIONS} == canon.data
+
+
+def test_the_aic_to_ais_rename_differs_in_bytes_and_is_shown_by_section_and_pointer() -> None:
+    """In-tree revisions write `aic_*` metadata keys, the bench `ais_*`: a pair straddling the rename differs in
+    bytes by design, so the mismatch names the metadata section and every renamed pointer, nothing else."""
+    older = _report()
+    newer = copy.deepcopy(older)
+    execution = newer["metadata"]["execution"]
+    for key in [k for k in execution if k.startswith("aic_")]:
+        execution["ais_" + key[4:]] = execution.pop(key)
+    features = newer["metadata"]["semantic_features"]
+    features["ais_forward_pass"] = features.pop("aic_forward_pass")
+
+    a, b = canonicalize(_line(older), EXCLUSIONS), canonicalize(_line(newer), EXCLUSIONS)
+    result = diff(a, b)
+
+    assert a.digest != b.digest
+    assert result.differing_sections == ["metadata"]
+    assert [s for s in SECTIONS if a.section_digests[s] != b.section_digests[s]] == ["metadata"]
+    assert result.pointers == [
+        "/metadata/execution/aic_performance_model_implementation",
+        "/metadata/execution/aic_prefill_load_estimator",
+        "/metadata/execution/aic_prefill_load_estimator_implementation",
+        "/metadata/execution/ais_performance_model_implementation",
+        "/metadata/execution/ais_prefill_load_estimator",
+        "/metadata/execution/ais_prefill_load_estimator_implementation",
+        "/metadata/semantic_features/aic_forward_pass",
+        "/metadata/semantic_features/ais_forward_pass",
+    ]
