@@ -350,7 +350,9 @@ def diff(a: Canonical, b: Canonical, limit: int = 20) -> DiffResult:
     differing = [s for s in sections if a.section_digests.get(s) != b.section_digests.get(s)]
     found: list[tuple[str, Any, Any]] = []
     for section in differing:
-        _walk(a.data.get(section, _ABSENT), b.data.get(section, _ABSENT), f"/{_escape(section)}", found)
+        left = a.section(section) if section in a.section_spans else _ABSENT
+        right = b.section(section) if section in b.section_spans else _ABSENT
+        _walk(left, right, f"/{_escape(section)}", found)
     return DiffResult(
         differing_sections=differing,
         differences=[
