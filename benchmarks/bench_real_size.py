@@ -24,6 +24,7 @@ from pathlib import Path
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import load_profile
 from runners.demo import REAL_HARNESS_SHAPES, prepare_demo
+from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 from runners.sandbox import SANDBOX_KINDS, check
 
@@ -57,10 +58,19 @@ def main() -> None:
     config = config.model_copy(update={"perf": config.perf.model_copy(update={"pairs": args.pairs})})
 
     before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    growth: dict[str, int] = {}
+    """How much the high-water RSS rose between a stage's first progress event and the next stage's."""
+    last = {"stage": "prepare", "kib": before_kib}
+
+    def track(event: ProgressEvent) -> None:
+        now = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        growth[last["stage"]] = growth.get(str(last["stage"]), 0) + now - int(last["kib"])
+        last.update(stage=event.stage, kib=now)
+
     started = time.monotonic()
     report = run_campaign(CampaignRequest(repo=repo, base=base, head=head, config=config, config_source="bench",
                                           out_dir=out / "campaign", rows=args.rows.split(","), trace_path=trace,
-                                          sandbox=check(args.sandbox), keep_work=True))
+                                          sandbox=check(args.sandbox), keep_work=True), track)
     wall = time.monotonic() - started
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
@@ -86,6 +96,8 @@ def main() -> None:
     added = (peak_kib - before_kib) * 1024
     print(f"| RSS the campaign added above {before_kib / 1024:.1f} MiB | {added / mib:.1f} MiB "
           f"({added / largest:.1f}x the line) |" if largest else "")
+    rises = ", ".join(f"{stage} +{kib / 1024:.1f}" for stage, kib in growth.items() if kib > 0)
+    print(f"| where the high-water RSS rose (MiB, by stage) | {rises or 'nowhere'} |")
     print(f"| report.json | {len(text.encode()):,} bytes; per-request content in it: {leaked or 'none'}; "
           f"kept full reports: {kept or 'none'} |")
     print(f"| builds (2 release builds) | {builds:.2f} s |")

@@ -29,7 +29,7 @@ Decisions:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runners.config import Band, ExpectedEvidence, band_limits
@@ -61,8 +61,9 @@ def _optional_count(value: Any, path: str) -> int:
     return 0 if value is None else _count(value, path)
 
 
-def _list(value: Any, path: str) -> list[Any]:
-    if not isinstance(value, list):
+def _list(value: Any, path: str) -> Sequence[Any]:
+    """An array: a list, or the per-request records of `Canonical.streamed()`, parsed one at a time."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise CoverageError(f"{path} is {type(value).__name__}, not an array")
     return value
 
