@@ -6,6 +6,8 @@ and non-ASCII text differently (`1e-07` vs `1e-7`, `\\u00e9` vs UTF-8), so its d
 with these. orjson was chosen by benchmarks/bench_canonical.py on a 17 MB, 5,000-request line: the whole
 canonicalize() runs at ~100-130 MB/s against ~30-40 MB/s for stdlib loads+dumps(sort_keys)+sha256, for
 ~25 MiB more working memory (orjson parses into an intermediate document before building Python objects).
+Since issue 20 the per-request records are parsed and encoded one at a time where the line allows it, which
+cut that working memory to ~1.7x the line and is faster than one whole parse (benchmarks/README.md).
 
 Numbers: floats are re-emitted by orjson's shortest round-trip formatter, the same path for both arms.
 NaN, Infinity and literals that overflow a double are not JSON and raise CanonicalError. orjson would
@@ -297,11 +299,12 @@ def _touches_records(pointer: str) -> bool:
 
 
 def _split_records(line: bytes) -> tuple[dict[str, Any], str, list[tuple[int, int]]] | None:
-    """The line with its per-request array stood in for by a random string, that string, and each record's
-    uuid and canonical encoding, parsed one record at a time; None when the split cannot be proven, and the
-    line is then parsed whole (which also gives every malformed line its one error message).
+    """The rest of the line (its per-request array stood in for by a random string), that string, and each
+    record's span in the line; None when the split cannot be proven, and the line is then parsed whole (which
+    also gives every malformed line its one error message).
 
-    Proof: every piece between the separators parses on its own as an object, so the array text is exactly
+    Proof (completed by `_join_records`, which parses every piece): every piece between the separators parses
+    on its own as an object, so the array text is exactly
     those objects; and the rest of the line, with a random string (drawn after the line was read) in the
     array's place, parses with that string as its top-level `per_request`, so the array was the value the
     whole line's parse gives that key. Records are found by the separator `},{"<first key>":`; a line where
