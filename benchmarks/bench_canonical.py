@@ -12,7 +12,10 @@ child and reads resource.getrusage(RUSAGE_CHILDREN).ru_maxrss, which is then exa
 (in the parent itself it would be the maximum over every variant run so far). The worker also reports
 its own ru_maxrss after imports and reading the line, so "work" is the memory the operation itself added.
 
-    .venv/bin/python benchmarks/bench_canonical.py [--requests 5000] [--repeat 5]
+    .venv/bin/python benchmarks/bench_canonical.py [--requests 5000] [--repeat 5] [--line FILE]
+
+`--line` measures a canonical line a harness wrote instead of the generated one (its first line), e.g. the
+fixture's 5,000-request line kept by benchmarks/bench_real_size.py under its work directory.
 """
 
 from __future__ import annotations
@@ -270,6 +273,7 @@ def main() -> None:
     )
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--line", type=Path, default=None, help="a harness-written canonical line to measure")
     parser.add_argument("--worker", nargs=2, metavar=("VARIANT", "FILE"))
     parser.add_argument("--measure", nargs=2, metavar=("VARIANT", "FILE"))
     args = parser.parse_args()
@@ -279,9 +283,10 @@ def main() -> None:
     if args.measure:
         _measure(args.measure[0], Path(args.measure[1]), args.repeat)
         return
-    line = generate_line(args.requests)
+    line = args.line.read_bytes().splitlines()[0] if args.line else generate_line(args.requests)
     size_mb = len(line) / 1e6
-    print(f"line: {args.requests} requests, {len(line):,} bytes ({size_mb:.1f} MB), repeat {args.repeat}")
+    source = str(args.line) if args.line else f"generated, {args.requests} requests"
+    print(f"line: {source}, {len(line):,} bytes ({size_mb:.1f} MB), repeat {args.repeat}")
     digests: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "canonical.jsonl"

@@ -81,7 +81,8 @@ _SUMMARY_COUNTERS = (
 
 
 def work_counters(canonical: Mapping[str, Any]) -> dict[str, int]:
-    """The work a canonical report says was done: request and token totals, engine steps, KV events, routes."""
+    """The work a canonical report says was done: request and token totals, engine steps, KV events, routes
+    (counted from each request's routing history, where the harness records placements)."""
     counters: dict[str, int] = {}
     summary = canonical.get("summary") or {}
     for key in _SUMMARY_COUNTERS:
@@ -92,11 +93,14 @@ def work_counters(canonical: Mapping[str, Any]) -> dict[str, int]:
     for key in ("events", "blocks", "batches"):
         if isinstance(ingest.get(key), int):
             counters[f"kv_ingest.{key}"] = ingest[key]
-    placements = coverage.get("router_placements") or {}
-    for pool, kinds in sorted(placements.items()):
-        for kind in ("immediate", "queued"):
-            if isinstance(kinds, dict) and isinstance(kinds.get(kind), int):
-                counters[f"route_decisions.{pool}.{kind}"] = kinds[kind]
+    routes: Counter[tuple[str, str]] = Counter()
+    for record in canonical.get("per_request") or []:
+        for route in (record.get("routing_history") or []) if isinstance(record, dict) else []:
+            if isinstance(route, dict) and route.get("outcome") in ("immediate", "queued"):
+                routes[str(route.get("pool")), route["outcome"]] += 1
+    for pool in sorted({pool for pool, _ in routes}):
+        for outcome in ("immediate", "queued"):
+            counters[f"route_decisions.{pool}.{outcome}"] = routes[pool, outcome]
     if isinstance(coverage.get("per_request_records"), int):
         counters["per_request_records"] = coverage["per_request_records"]
     return counters

@@ -372,8 +372,8 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         exclusions=config.harness.exclusions, cpu_set=cpu_sets[0], workdir=work / f"declared-{row.id}",
         progress=progress, sandbox=request.sandbox)
     try:
-        counts = {arm: count_evidence(outcome.canonical[arm].data) for arm in ARMS}
-        disaggregated = baseline.data["metadata"]["execution"].get("topology") == "disaggregated"
+        counts = {arm: count_evidence(outcome.canonical[arm].streamed()) for arm in ARMS}
+        disaggregated = baseline.section("metadata")["execution"].get("topology") == "disaggregated"
         report.coverage = CoverageResult(counts=counts, checks=check_evidence(counts, row.expect, disaggregated))
     except CoverageError as exc:
         report.coverage = CoverageResult(counts={}, checks=[
@@ -392,7 +392,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         report.perf_reason = "performance not measured: a profile was requested"
         emit(progress, "attribution", "profiling both arms on the row's CPU (requested)", row=row.id)
         report.attribution = attribute_regression(
-            prepared.binaries, args, {arm: outcome.canonical[arm].data for arm in ARMS},
+            prepared.binaries, args, {arm: outcome.canonical[arm].streamed() for arm in ARMS},
             request.out_dir / "attribution" / row.id, scratch=work / f"attribution-{row.id}",
             trigger="requested",
             launch=sandbox_launcher(request.sandbox, perf_placement().cpu_set),
@@ -417,7 +417,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
     if perf.verdict == PerfVerdict.FAIL:
         emit(progress, "attribution", "profiling both arms on the row's CPU (after the gate decided)", row=row.id)
         report.attribution = attribute_regression(
-            prepared.binaries, args, {arm: outcome.canonical[arm].data for arm in ARMS},
+            prepared.binaries, args, {arm: outcome.canonical[arm].streamed() for arm in ARMS},
             request.out_dir / "attribution" / row.id, scratch=work / f"attribution-{row.id}",
             trigger="performance FAIL",
             launch=sandbox_launcher(request.sandbox, placement.cpu_set),

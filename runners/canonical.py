@@ -6,6 +6,8 @@ and non-ASCII text differently (`1e-07` vs `1e-7`, `\\u00e9` vs UTF-8), so its d
 with these. orjson was chosen by benchmarks/bench_canonical.py on a 17 MB, 5,000-request line: the whole
 canonicalize() runs at ~100-130 MB/s against ~30-40 MB/s for stdlib loads+dumps(sort_keys)+sha256, for
 ~25 MiB more working memory (orjson parses into an intermediate document before building Python objects).
+Since issue 20 the per-request records are parsed and encoded one at a time where the line allows it, which
+cut that working memory to ~1.7x the line and is faster than one whole parse (benchmarks/README.md).
 
 Numbers: floats are re-emitted by orjson's shortest round-trip formatter, the same path for both arms.
 NaN, Infinity and literals that overflow a double are not JSON and raise CanonicalError. orjson would
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +34,9 @@ SECTIONS: tuple[str, ...] = ("coverage", "metadata", "per_request", "planner", "
 
 _ENCODE = orjson.OPT_SORT_KEYS
 _BAD_ESCAPE = re.compile(r"~(?![01])")
+_NON_BLANK = re.compile(rb"[^ \t\r\n]")
+_RECORDS_KEY = b'"per_request":['
+"""Where the per-request records start in a compact line; found once, else the line is parsed whole."""
 _ABSENT = object()
 _VALUE_CHARS = 200
 
@@ -45,18 +51,64 @@ class ReplayBenchNotActive(CanonicalError):
 
 @dataclass(frozen=True)
 class Canonical:
-    """One report line after the closed exclusions, with its canonical bytes and digests."""
+    """One report line after the closed exclusions, with its canonical bytes and digests.
 
-    data: dict[str, Any]
-    encoded: bytes
+    Only the bytes are held: a parsed 5,000-request report is about five times the size of its line, and a row
+    holds one report per arm from its determinism runs to its coverage checks. `data` parses the bytes again
+    each time it is read (once per consumer: coverage, Stage 6 assertions, a mismatch's diff).
+    """
+
+    encoded: bytes | bytearray
+    """The canonical encoding (a bytearray when it was written record by record: never copied once more)."""
     digest: str
     section_digests: dict[str, str]
     """SHA-256 of each top-level section's canonical encoding, so a mismatch names its sections."""
+    section_spans: dict[str, tuple[int, int]]
+    """Where each section's encoding lies in `encoded`, so one small section is read without the rest."""
     harness_exclusions: list[str]
     """`metadata.result_exclusions` exactly as the harness declared them."""
     replay_bench: bool
     resolutions: dict[str, Resolution]
     """What each declared and each campaign-excluded pointer resolved to in the line as the harness wrote it."""
+    record_spans: list[tuple[int, int]] | None = None
+    """Where each per-request record lies in `encoded`, when the line was canonicalised record by record."""
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The canonical report as objects, parsed from `encoded` (the same values: orjson round-trips them)."""
+        document: dict[str, Any] = orjson.loads(self.encoded)
+        return document
+
+    def streamed(self) -> dict[str, Any]:
+        """The report with its per-request records parsed one at a time as they are read, never all at once
+        (coverage counts walk 5,000 records once); the whole `data` when no record spans are known."""
+        if self.record_spans is None:
+            return self.data
+        streamed = {name: self.section(name) for name in self.section_spans if name != "per_request"}
+        streamed["per_request"] = Records(self.encoded, self.record_spans)
+        return streamed
+
+    def section(self, name: str) -> Any:
+        """One top-level section parsed on its own (e.g. `metadata`, without the per-request records)."""
+        start, end = self.section_spans[name]
+        return orjson.loads(memoryview(self.encoded)[start:end])
+
+
+class Records(Sequence[Any]):
+    """Per-request records inside a canonical encoding, each parsed when it is read."""
+
+    def __init__(self, encoded: bytes | bytearray, spans: list[tuple[int, int]]) -> None:
+        self._view = memoryview(encoded)
+        self._spans = spans
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        start, end = self._spans[index]
+        return orjson.loads(self._view[start:end])
 
 
 @dataclass(frozen=True)
@@ -135,7 +187,7 @@ def _remove(document: dict[str, Any], pointer: str) -> None:
             del node[index]
 
 
-def _may_hold_rounded_integer(encoded: bytes) -> bool:
+def _may_hold_rounded_integer(encoded: bytes | bytearray) -> bool:
     """Whether orjson may have rounded an out-of-range integer literal into a float.
 
     Such a literal becomes a float of magnitude >= 9.2e18, and orjson writes every float of magnitude
@@ -206,8 +258,8 @@ def _harness_exclusions(metadata: dict[str, Any]) -> list[str]:
     return list(declared)
 
 
-def _section_digests(document: dict[str, Any], encoded: bytes) -> dict[str, str]:
-    """Digest each top-level section where it lies inside the one encoding, without copying it.
+def _section_spans(document: dict[str, Any], encoded: bytes | bytearray) -> dict[str, tuple[int, int]]:
+    """Where each top-level section lies inside the one encoding, so it is digested without a copy.
 
     The encoding is `{"key":body,...}` in sorted key order. Every section but per_request is small and
     encoded again to learn its length; per_request's length is what remains.
@@ -217,20 +269,156 @@ def _section_digests(document: dict[str, Any], encoded: bytes) -> dict[str, str]
     names = {key: orjson.dumps(key) for key in keys}
     framing = 2 + len(keys) - 1 + sum(len(name) + 1 for name in names.values())
     remaining = len(encoded) - framing - sum(len(body) for body in small.values())
-    view = memoryview(encoded)
-    digests: dict[str, str] = {}
+    spans: dict[str, tuple[int, int]] = {}
     offset = 1
     for key in keys:
         offset += len(names[key]) + 1
         length = len(small[key]) if key in small else remaining
-        digests[key] = hashlib.sha256(view[offset : offset + length]).hexdigest()
+        spans[key] = (offset, offset + length)
         offset += length + 1
-    return digests
+    return spans
 
 
-def canonicalize(line: bytes, exclusions: Sequence[str]) -> Canonical:
-    """Parse one harness line, remove exactly the configured exclusions, and encode it canonically."""
-    document = _parse(line)
+def single_line(data: bytes) -> tuple[bytes | None, int]:
+    """The output of a `--iterations 1` run when it holds exactly one non-blank line, and how many it holds.
+
+    The whole output is returned, not a copy of the line: the blank lines and newlines around it are JSON
+    whitespace, and a 5,000-request line is several megabytes.
+    """
+    count, start = 0, 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end == -1 else end
+        count += _NON_BLANK.search(data, start, end) is not None
+        start = end + 1
+    return (data if count == 1 else None), count
+
+
+def _touches_records(pointer: str) -> bool:
+    return pointer == "/per_request" or pointer.startswith("/per_request/")
+
+
+def _split_records(line: bytes) -> tuple[dict[str, Any], str, list[tuple[int, int]]] | None:
+    """The rest of the line (its per-request array stood in for by a random string), that string, and each
+    record's span in the line; None when the split cannot be proven, and the line is then parsed whole (which
+    also gives every malformed line its one error message).
+
+    Proof (completed by `_join_records`, which parses every piece): every piece between the separators parses
+    on its own as an object, so the array text is exactly
+    those objects; and the rest of the line, with a random string (drawn after the line was read) in the
+    array's place, parses with that string as its top-level `per_request`, so the array was the value the
+    whole line's parse gives that key. Records are found by the separator `},{"<first key>":`; a line where
+    that also occurs inside a record fails the proof and is parsed whole.
+    """
+    at = line.find(_RECORDS_KEY)
+    if at == -1 or line.find(_RECORDS_KEY, at + 1) != -1:
+        return None
+    opening = at + len(_RECORDS_KEY) - 1
+    begin = opening + 1
+    pieces: list[tuple[int, int]] = []
+    if line[begin : begin + 1] == b"]":
+        closing = begin
+    else:
+        key_end = line.find(b'"', begin + 2)
+        if line[begin : begin + 2] != b'{"' or key_end == -1 or b"\\" in line[begin + 2 : key_end]:
+            return None
+        separator = b'},{"' + line[begin + 2 : key_end] + b'":'
+        found = line.find(separator, begin)
+        while found != -1:
+            pieces.append((begin, found + 1))
+            begin = found + 2
+            found = line.find(separator, begin)
+        closing = line.find(b"}]", begin)
+        view = memoryview(line)
+        while closing != -1:
+            try:
+                if isinstance(orjson.loads(view[begin : closing + 1]), dict):
+                    break
+            except orjson.JSONDecodeError:
+                pass
+            closing = line.find(b"}]", closing + 1)
+        if closing == -1:
+            return None
+        pieces.append((begin, closing + 1))
+        closing += 1
+    stand_in = secrets.token_hex(16)
+    if stand_in.encode() in line:
+        return None
+    try:
+        rest = orjson.loads(b"".join([line[:opening], b'"', stand_in.encode(), b'"', line[closing + 1 :]]))
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(rest, dict) or rest.get("per_request") != stand_in:
+        return None
+    return rest, stand_in, pieces
+
+
+def _join_records(
+    line: bytes, pieces: list[tuple[int, int]], rest: dict[str, Any], stand_in: str
+) -> tuple[bytes | bytearray, list[tuple[int, int]]] | None:
+    """The canonical encoding: `rest` with the records, each parsed and encoded on its own, in uuid order in
+    place of the stand-in, and each record's span; None when a piece is not JSON after all.
+
+    The records are written straight into the one output buffer (a harness writes them in uuid order); orjson
+    gives each small output an 8 KiB block, so none is kept. Out of order, they are reordered by span.
+    """
+    encoded_rest = orjson.dumps(rest, option=_ENCODE)
+    token = b'"per_request":"' + stand_in.encode() + b'"'
+    cut = encoded_rest.find(token)
+    buffer = bytearray(encoded_rest[:cut])
+    buffer += b'"per_request":['
+    records: list[tuple[str, int, int]] = []
+    view = memoryview(line)
+    for position, (start, end) in enumerate(pieces):
+        try:
+            record = orjson.loads(view[start:end])
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(record, dict) or not isinstance(record.get("uuid"), str):
+            raise CanonicalError(f"per_request[{position}] has no string uuid; records cannot be ordered")
+        if position:
+            buffer += b","
+        offset = len(buffer)
+        buffer += orjson.dumps(record, option=_ENCODE)
+        records.append((record["uuid"], offset, len(buffer)))
+    ordered = sorted(records, key=lambda record: record[0])
+    for (before, _, _), (after, _, _) in zip(ordered, ordered[1:], strict=False):
+        if before == after:
+            raise CanonicalError(f"per_request has duplicate uuid {before}; request UUIDs must be unique")
+    if ordered != records:
+        body = memoryview(buffer)
+        first = records[0][1] if records else len(buffer)
+        parts: list[bytes | memoryview] = [body[:first]]
+        for index, (_, start, end) in enumerate(ordered):
+            parts.extend([b","] if index else [])
+            parts.append(body[start:end])
+        joined = b"".join(parts)
+        body.release()
+        buffer = bytearray(joined)
+        records, offset = [], first
+        for index, (uuid, start, end) in enumerate(ordered):
+            offset += 1 if index else 0
+            records.append((uuid, offset, offset + end - start))
+            offset += end - start
+    buffer += b"]"
+    buffer += encoded_rest[cut + len(token) :]
+    return buffer, [(start, end) for _, start, end in records]
+
+
+def canonicalize(line: bytes, exclusions: Sequence[str], *, record_by_record: bool = True) -> Canonical:
+    """Parse one harness line, remove exactly the configured exclusions, and encode it canonically.
+
+    The per-request records (nearly all of a line) are parsed and encoded one at a time when the line allows
+    it (`_split_records`), so the bot never holds a whole parsed report; otherwise, or with
+    `record_by_record=False`, the line is parsed whole. Both give the same bytes.
+    """
+    by_record = record_by_record and not any(_touches_records(p) for p in exclusions)
+    split = _split_records(line) if by_record else None
+    document = _parse(line) if split is None else split[0]
+    if split is not None:
+        missing = [key for key in SECTIONS if key not in document]
+        if missing:
+            raise CanonicalError(f"canonical line lacks top-level keys {missing}; it has {sorted(document)}")
     metadata = document["metadata"]
     if not isinstance(metadata, dict):
         raise CanonicalError(f"metadata is a JSON {type(metadata).__name__}, not an object")
@@ -240,23 +428,35 @@ def canonicalize(line: bytes, exclusions: Sequence[str]) -> Canonical:
             f"metadata.replay_bench is {shown}, not true: the seeded routing contract was not active"
         )
     harness_exclusions = _harness_exclusions(metadata)
+    if split is not None and any(_touches_records(p) for p in harness_exclusions):
+        return canonicalize(line, exclusions, record_by_record=False)
     resolutions = {
         pointer: resolve(document, pointer)[0] for pointer in dict.fromkeys([*exclusions, *harness_exclusions])
     }
-    _sort_per_request(document["per_request"])
     for pointer in exclusions:
         _remove(document, pointer)
-    encoded = orjson.dumps(document, option=_ENCODE)
+    joined = None if split is None else _join_records(line, split[2], document, split[1])
+    if split is not None and joined is None:
+        return canonicalize(line, exclusions, record_by_record=False)
+    record_spans = None
+    if joined is None:
+        _sort_per_request(document["per_request"])
+        encoded: bytes | bytearray = orjson.dumps(document, option=_ENCODE)
+    else:
+        encoded, record_spans = joined
     if _may_hold_rounded_integer(encoded):
         _check_integer_range(line)
+    spans = _section_spans(document, encoded)
+    view = memoryview(encoded)
     return Canonical(
-        data=document,
         encoded=encoded,
         digest=hashlib.sha256(encoded).hexdigest(),
-        section_digests=_section_digests(document, encoded),
+        section_digests={key: hashlib.sha256(view[start:end]).hexdigest() for key, (start, end) in spans.items()},
+        section_spans=spans,
         harness_exclusions=harness_exclusions,
         replay_bench=True,
         resolutions=resolutions,
+        record_spans=record_spans,
     )
 
 
@@ -315,7 +515,9 @@ def diff(a: Canonical, b: Canonical, limit: int = 20) -> DiffResult:
     differing = [s for s in sections if a.section_digests.get(s) != b.section_digests.get(s)]
     found: list[tuple[str, Any, Any]] = []
     for section in differing:
-        _walk(a.data.get(section, _ABSENT), b.data.get(section, _ABSENT), f"/{_escape(section)}", found)
+        left = a.section(section) if section in a.section_spans else _ABSENT
+        right = b.section(section) if section in b.section_spans else _ABSENT
+        _walk(left, right, f"/{_escape(section)}", found)
     return DiffResult(
         differing_sections=differing,
         differences=[

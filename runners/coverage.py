@@ -13,6 +13,11 @@ Decisions:
 - A reused request has `reused_input_tokens` > 0 or `decode_reused_input_tokens` > 0.
 - A handoff is a request with both worker indices and `destination_activated_ms` set.
 - An active worker is a distinct `logical_worker_id` among a pool's route decisions.
+- Placements are counted from `per_request[].routing_history[].outcome`, the one place the harness records
+  them (the real coverage object has no placement counter). A queued route is one record, filled in at
+  release; a route still queued at the end keeps `logical_worker_id: null` for good. That request is
+  stranded: it fails terminal cleanup by name, whatever status it was closed with, never as a parse error.
+  A null worker on an immediate or released route is malformed.
 - Drift detectors (`expect.reused_requests`, `.placements`, `.active_workers`, `.handoffs`) are checked only
   when configured, each against an exact value or an inclusive band; a failure names expected and observed.
 - `coverage.kv_ingest.kind_counts` lists the kinds it observed, so an absent `removed` kind counts 0;
@@ -24,7 +29,7 @@ Decisions:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runners.config import Band, ExpectedEvidence, band_limits
@@ -56,8 +61,9 @@ def _optional_count(value: Any, path: str) -> int:
     return 0 if value is None else _count(value, path)
 
 
-def _list(value: Any, path: str) -> list[Any]:
-    if not isinstance(value, list):
+def _list(value: Any, path: str) -> Sequence[Any]:
+    """An array: a list, or the per-request records of `Canonical.streamed()`, parsed one at a time."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise CoverageError(f"{path} is {type(value).__name__}, not an array")
     return value
 
@@ -73,12 +79,28 @@ class _Tally:
         self.immediate: Counter[str] = Counter()
         self.queued: Counter[str] = Counter()
         self.workers: defaultdict[str, set[int]] = defaultdict(set)
+        self.stranded_in_queue = 0
 
     def add(self, record: Any, path: str) -> None:
         status = _field(record, "terminal_status", path)
         if status is not None and not isinstance(status, str):
             raise CoverageError(f"{path}/terminal_status is {status!r}, not a status")
-        if status is not None:
+        history_path = f"{path}/routing_history"
+        routes = _list(_field(record, "routing_history", path), history_path)
+        still_queued = [self._add_route(route, f"{history_path}/{index}") for index, route in enumerate(routes)]
+        if any(still_queued[:-1]):
+            first = still_queued.index(True)
+            raise CoverageError(
+                f"{history_path}/{first} never left the router queue, yet the request was routed again after it"
+            )
+        if still_queued and still_queued[-1]:
+            if status == "completed":
+                raise CoverageError(
+                    f"{path}/terminal_status is completed but {history_path}/{len(routes) - 1} never left "
+                    "the router queue"
+                )
+            self.stranded_in_queue += 1
+        elif status is not None:
             self.statuses[status if status in TERMINAL_STATUSES else "other"] += 1
         reused = _count(_field(record, "reused_input_tokens", path), f"{path}/reused_input_tokens")
         decode_reused = _optional_count(
@@ -90,18 +112,14 @@ class _Tally:
             for key in ("prefill_worker_idx", "decode_worker_idx", "destination_activated_ms")
         ]
         self.handoffs += all(value is not None for value in handoff)
-        history_path = f"{path}/routing_history"
-        for index, route in enumerate(_list(_field(record, "routing_history", path), history_path)):
-            self._add_route(route, f"{history_path}/{index}")
 
-    def _add_route(self, route: Any, path: str) -> None:
+    def _add_route(self, route: Any, path: str) -> bool:
+        """Count one route decision; True when it is a queued route that never left the queue."""
         overlap = _field(route, "reported_overlap_tokens", path)
         self.overlap_routed += _optional_count(overlap, f"{path}/reported_overlap_tokens") > 0
         pool = _field(route, "pool", path)
         if not isinstance(pool, str):
             raise CoverageError(f"{path}/pool is {pool!r}, not a pool name")
-        worker = _count(_field(route, "logical_worker_id", path), f"{path}/logical_worker_id")
-        self.workers[pool].add(worker)
         outcome = _field(route, "outcome", path)
         if outcome == "immediate":
             self.immediate[pool] += 1
@@ -109,6 +127,13 @@ class _Tally:
             self.queued[pool] += 1
         else:
             raise CoverageError(f"{path}/outcome is {outcome!r}; every route decision is immediate or queued")
+        worker = _field(route, "logical_worker_id", path)
+        if worker is None and outcome == "queued":
+            if route.get("released_at_ms") is not None:
+                raise CoverageError(f"{path} was released from the queue but names no logical_worker_id")
+            return True
+        self.workers[pool].add(_count(worker, f"{path}/logical_worker_id"))
+        return False
 
 
 def _pressure(coverage: Any) -> tuple[int, int]:
@@ -189,6 +214,7 @@ def count_evidence(data: dict[str, Any]) -> CoverageCounts:
         kv_removed_events=removed,
         router_queue_threshold=_queue_threshold(_field(data, "metadata", "")),
         workers_by_pool={pool: len(ids) for pool, ids in sorted(tally.workers.items())},
+        stranded_in_queue=tally.stranded_in_queue,
     )
 
 
@@ -274,6 +300,7 @@ def _handoff_check(
 def _terminal_check(arm: Arm, counts: CoverageCounts, expect: ExpectedEvidence) -> CoverageCheck:
     terminal = counts.completed + counts.rejected + counts.canceled + counts.failed + counts.other_terminal
     stranded = counts.requests - terminal
+    in_queue = f" ({counts.stranded_in_queue} never left the router queue)" if counts.stranded_in_queue else ""
     ok = (
         counts.requests > 0
         and stranded == 0
@@ -286,7 +313,7 @@ def _terminal_check(arm: Arm, counts: CoverageCounts, expect: ExpectedEvidence) 
         detail=(
             f"{arm}: {counts.completed} of {counts.requests} completed, {counts.rejected} rejected, "
             f"{counts.canceled} canceled, {counts.failed} failed, {counts.other_terminal} other, "
-            f"{stranded} stranded; {counts.kv_removed_events} KV removal events; "
+            f"{stranded} stranded{in_queue}; {counts.kv_removed_events} KV removal events; "
             f"expected {wanted}, none stranded"
         ),
     )

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from runners import untrusted
-from runners.canonical import Canonical, CanonicalError, canonicalize, resolve
+from runners.canonical import Canonical, CanonicalError, canonicalize, resolve, single_line
 from runners.harness import run_pinned
 from runners.progress import ProgressSink, emit
 from runners.report import ARMS, Arm, DeclaredExclusions, DeclaredPointer, ProcessRecord
@@ -79,10 +79,10 @@ def _full_report(
     except untrusted.UntrustedFileError as exc:
         return record, None, f"{where} wrote unusable output: {exc}"
     try:
-        lines = [line for line in written[canonical_out].splitlines() if line.strip()]
-        if len(lines) != 1:
-            return record, None, f"{where} wrote {len(lines)} canonical lines for --iterations 1"
-        canonical = canonicalize(lines[0], exclusions)
+        line, count = single_line(written[canonical_out])
+        if line is None:
+            return record, None, f"{where} wrote {count} canonical lines for --iterations 1"
+        canonical = canonicalize(line, exclusions)
         report = json.loads(written[report_out])
     except (CanonicalError, ValueError) as exc:
         return record, None, f"{where} wrote malformed output: {exc}"

@@ -22,6 +22,10 @@ GIT_IDENTITY = ("-c", "user.name=kv-parity demo", "-c", "user.email=demo@kv-pari
 
 Knob = bool | float | str
 
+REAL_HARNESS_SHAPES: dict[str, Knob] = {"REAL_SHAPES": True}
+"""The fixture writing the real harness's report shapes (the reference's "Shapes the engine must accept"): no
+coverage placement counter, `agg` pools, only the kinds that occurred, `ais_*` keys, no workload request count."""
+
 SCENARIOS: dict[str, tuple[str, dict[str, Knob]]] = {
     "identical": ("refactor: reword the replay loop's comments (no behaviour change)", {}),
     "slowdown": ("perf: extra work in the replay loop (20% slower)", {"WORK_SCALE": 1.2}),
@@ -80,8 +84,11 @@ def demo_config() -> CampaignConfig:
     return load_profile("demo")
 
 
-def prepare_demo(out_dir: Path, scenario: str) -> tuple[Path, str, str, Path]:
-    """Repository, base SHA, head SHA and trace for one demo scenario."""
+def prepare_demo(out_dir: Path, scenario: str, profile: str = "demo",
+                 base_knobs: dict[str, Knob] | None = None) -> tuple[Path, str, str, Path]:
+    """Repository, base SHA, head SHA and trace for one demo scenario; `profile` names the trace window
+    (`demo-5000`: the protocol's real size), `base_knobs` a harness variant committed on main first (e.g.
+    REAL_HARNESS_SHAPES), so both revisions carry it."""
     if scenario not in SCENARIOS:
         raise KeyError(f"unknown scenario {scenario!r}; choose from {sorted(SCENARIOS)}")
     message, knobs = SCENARIOS[scenario]
@@ -90,12 +97,16 @@ def prepare_demo(out_dir: Path, scenario: str) -> tuple[Path, str, str, Path]:
         shutil.rmtree(repo)
     out_dir.mkdir(parents=True, exist_ok=True)
     base = init_fixture_repo(repo)
+    if base_knobs:
+        base = commit_change(repo, f"base: harness variant {base_knobs}", knobs=base_knobs)
     _git(repo, "checkout", "-q", "-b", f"demo/{scenario}")
     head = commit_change(repo, message, knobs=knobs, touch_comment=not knobs)
     _git(repo, "checkout", "-q", "main")
-    config = demo_config()
-    trace = out_dir / "demo-trace.jsonl"
+    config = load_profile(profile)
+    trace = out_dir / config.trace.path
     digest = generate_demo_trace(trace, rows=config.trace.offset + config.trace.count)
     if digest != config.trace.sha256:
-        raise RuntimeError(f"generated demo trace {digest} does not match the demo profile's {config.trace.sha256}")
+        raise RuntimeError(
+            f"generated demo trace {digest} does not match the {profile} profile's {config.trace.sha256}"
+        )
     return repo, base, head, trace

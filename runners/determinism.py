@@ -6,12 +6,12 @@ process gets its own output path. Each revision must yield exactly one canonical
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runners import untrusted
-from runners.canonical import Canonical, CanonicalError, ReplayBenchNotActive, canonicalize
+from runners.canonical import Canonical, CanonicalError, ReplayBenchNotActive, canonicalize, single_line
 from runners.harness import run_pinned
 from runners.progress import ProgressSink, emit
 from runners.report import ARMS, Arm, DeterminismResult, ProcessRecord
@@ -45,7 +45,7 @@ def run_determinism(
     jobs: list[tuple[Arm, int]] = [(arm, rep) for rep in range(REPETITIONS) for arm in ARMS]
     workdir.mkdir(parents=True, exist_ok=True)
 
-    def one(index: int) -> tuple[ProcessRecord, Canonical | None, str | None, bool]:
+    def run(index: int) -> tuple[ProcessRecord, Path]:
         arm, rep = jobs[index]
         own = workdir / f"{row_id}-{arm}-{rep}"
         own.mkdir()
@@ -53,31 +53,46 @@ def run_determinism(
         args = [*harness_args, "--iterations", "1", "--canonical-reports-jsonl", str(out)]
         record, _ = run_pinned(binaries[arm], args, cpu_sets[index % len(cpu_sets)], arm=arm,
                                purpose=f"determinism repetition {rep + 1}", sandbox=sandbox)
-        canonical, problem, blocked = _read_canonical(record, out, exclusions)
-        if canonical is not None:
-            record.canonical_digest = canonical.digest
-            record.section_digests = dict(canonical.section_digests)
-        record.error = problem
-        emit(progress, "determinism", f"{arm} repetition {rep + 1}: "
-             f"{canonical.digest[:12] if canonical else problem}", row=row_id)
-        return record, canonical, problem, blocked
+        return record, out
 
+    # The processes run on worker threads; their lines are parsed here, on this one thread, as each process
+    # ends: a parse on each worker thread would grow a malloc arena per thread (the bot's peak memory adds
+    # up across them), and orjson holds the GIL, so parsing on the workers would save no time.
+    kept: dict[Arm, tuple[int, Canonical]] = {}
+    """Each arm's earliest valid repetition: the only parsed reports held, the other repetitions keep digests."""
+    outcomes: list[tuple[ProcessRecord, str | None, str | None, bool] | None] = [None] * len(jobs)
     with ThreadPoolExecutor(max_workers=max(1, len(cpu_sets))) as pool:
-        outcomes = list(pool.map(one, range(len(jobs))))
+        futures = {pool.submit(run, index): index for index in range(len(jobs))}
+        for future in as_completed(futures):
+            index = futures[future]
+            arm, rep = jobs[index]
+            record, out = future.result()
+            parsed, problem, is_blocked = _read_canonical(record, out, exclusions)
+            digest = None
+            if parsed is not None:
+                digest = record.canonical_digest = parsed.digest
+                record.section_digests = dict(parsed.section_digests)
+                if arm not in kept or rep < kept[arm][0]:
+                    kept[arm] = (rep, parsed)
+                del parsed
+            record.error = problem
+            emit(progress, "determinism", f"{arm} repetition {rep + 1}: {digest[:12] if digest else problem}",
+                 row=row_id)
+            outcomes[index] = (record, digest, problem, is_blocked)
 
     digests: dict[Arm, list[str]] = {arm: [] for arm in ARMS}
-    canonical: dict[Arm, Canonical] = {}
+    canonical = {arm: kept[arm][1] for arm in ARMS if arm in kept}
     failures: list[str] = []
     blocked: list[str] = []
-    for (arm, rep), (_record, canon, problem, is_blocked) in zip(jobs, outcomes, strict=True):
-        if canon is not None:
-            digests[arm].append(canon.digest)
-            canonical.setdefault(arm, canon)
+    finished = [outcome for outcome in outcomes if outcome is not None]
+    for (arm, rep), (_record, digest, problem, is_blocked) in zip(jobs, finished, strict=True):
+        if digest is not None:
+            digests[arm].append(digest)
         elif problem is not None:
             (blocked if is_blocked else failures).append(f"{arm} repetition {rep + 1}: {problem}")
     unstable = [arm for arm in ARMS if len(set(digests[arm])) > 1]
     result = DeterminismResult(
-        runs=[outcome[0] for outcome in outcomes],
+        runs=[outcome[0] for outcome in finished],
         digests=digests,
         concurrent=len(cpu_sets) > 1,
         unstable_arms=unstable,
@@ -101,11 +116,11 @@ def _read_canonical(
         return None, f"harness exited 0 but wrote no canonical report at {out.name}", False
     except untrusted.UntrustedFileError as exc:
         return None, f"unusable canonical report: {exc}", False
-    lines = [line for line in written.splitlines() if line.strip()]
-    if len(lines) != 1:
-        return None, f"expected 1 canonical line for --iterations 1, found {len(lines)}", False
+    line, count = single_line(written)
+    if line is None:
+        return None, f"expected 1 canonical line for --iterations 1, found {count}", False
     try:
-        return canonicalize(lines[0], exclusions), None, False
+        return canonicalize(line, exclusions), None, False
     except ReplayBenchNotActive as exc:
         return None, str(exc), True
     except CanonicalError as exc:

@@ -294,6 +294,8 @@ class CoverageCounts(_Model):
     router_queue_threshold: float | None
     workers_by_pool: dict[str, int] = Field(default_factory=dict)
     """Distinct `logical_worker_id`s per pool that received a route decision."""
+    stranded_in_queue: int = 0
+    """Requests whose last route was queued and never released (`logical_worker_id` null for good)."""
 
 
 class CoverageCheck(_Model):

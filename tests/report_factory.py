@@ -787,8 +787,9 @@ def _attribution() -> RegressionAttribution:
     """What the investigation of a hot spot records, built through the real table and findings rules (the
     costs are callgrind-shaped: mangled names, self instructions)."""
     work = {"summary": {"num_requests": 5000, "total_input_tokens": 51_200_000, "engine_steps": 80_412},
-            "coverage": {"kv_ingest": {"events": 21_874}, "router_placements": {
-                "prefill": {"immediate": 5000, "queued": 0}, "decode": {"immediate": 5000, "queued": 0}}}}
+            "coverage": {"kv_ingest": {"events": 21_874}},
+            "per_request": [{"routing_history": [{"pool": pool, "outcome": "immediate"}
+                                                 for pool in ("prefill", "decode")]}] * 5000}
     baseline = {
         "_ZN12dynamo_bench3sim8Prepared3run17he2df2eb5c8846d1bE": 412_000_000,
         "_ZN12dynamo_bench3sim9busy_work17h9a3f1c2b7d4e5f60E": 980_000_000,

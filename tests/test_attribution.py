@@ -73,12 +73,16 @@ def test_perf_script_stacks_keep_only_the_harness_process_root_first() -> None:
 def _canonical(requests: int, steps: int) -> dict[str, object]:
     return {
         "summary": {"num_requests": requests, "engine_steps": steps, "total_input_tokens": 10 * requests},
-        "coverage": {"kv_ingest": {"events": 7}, "router_placements": {"worker": {"immediate": requests, "queued": 0}}},
+        "coverage": {"kv_ingest": {"events": 7}},
+        "per_request": [{"routing_history": [{"pool": "agg", "outcome": "immediate", "logical_worker_id": 0}]}
+                        for _ in range(requests)],
     }
 
 
 def test_work_comparison_tells_more_work_from_the_same_work() -> None:
-    assert work_counters(_canonical(3, 9))["route_decisions.worker.immediate"] == 3
+    counters = work_counters(_canonical(3, 9))
+    assert counters["route_decisions.agg.immediate"] == 3
+    assert counters["route_decisions.agg.queued"] == 0, "both outcomes of every routed pool are counted"
     same = compare_work(_canonical(3, 9), _canonical(3, 9))
     assert same.equivalent and "identical" in same.summary
     more = compare_work(_canonical(3, 9), _canonical(3, 12))

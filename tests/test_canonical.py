@@ -18,11 +18,13 @@ import pytest
 
 from runners.canonical import (
     SECTIONS,
+    Canonical,
     CanonicalError,
     ReplayBenchNotActive,
     canonicalize,
     diff,
     parse_pointer,
+    single_line,
 )
 from runners.config import PROTOCOL_EXCLUSIONS
 
@@ -333,3 +335,134 @@ def test_diff_limit_bounds_differences_but_not_pointers() -> None:
 
     assert result.total == 30 and len(result.pointers) == 30
     assert [d.pointer for d in result.differences] == [f"/per_request/{i}/ttft_ms" for i in range(5)]
+
+
+def test_the_one_line_of_an_output_is_used_without_copying_it_and_other_counts_are_reported() -> None:
+    output = b"\n  \n" + b'{"a":1}' + b"\n\n"
+    line, count = single_line(output)
+    assert count == 1 and line is output, "the newlines around the one line are JSON whitespace"
+    assert orjson.loads(line) == {"a": 1}
+    assert single_line(b'{"a":1}\n{"a":1}\n') == (None, 2)
+    assert single_line(b" \n\t\n") == (None, 0)
+
+
+def test_a_canonical_report_holds_its_bytes_and_parses_them_afresh_for_each_reader() -> None:
+    """A parsed 5,000-request report is several times its line: only the bytes are kept between stages."""
+    canon = canonicalize(_line(_report()), EXCLUSIONS)
+    first = canon.data
+    first["summary"]["tampered"] = True
+
+    assert "tampered" not in canon.data["summary"]
+    assert orjson.dumps(canon.data, option=orjson.OPT_SORT_KEYS) == canon.encoded
+    assert {name: canon.section(name) for name in SECTIONS} == canon.data
+
+
+def test_the_aic_to_ais_rename_differs_in_bytes_and_is_shown_by_section_and_pointer() -> None:
+    """In-tree revisions write `aic_*` metadata keys, the bench `ais_*`: a pair straddling the rename differs in
+    bytes by design, so the mismatch names the metadata section and every renamed pointer, nothing else."""
+    older = _report()
+    newer = copy.deepcopy(older)
+    execution = newer["metadata"]["execution"]
+    for key in [k for k in execution if k.startswith("aic_")]:
+        execution["ais_" + key[4:]] = execution.pop(key)
+    features = newer["metadata"]["semantic_features"]
+    features["ais_forward_pass"] = features.pop("aic_forward_pass")
+
+    a, b = canonicalize(_line(older), EXCLUSIONS), canonicalize(_line(newer), EXCLUSIONS)
+    result = diff(a, b)
+
+    assert a.digest != b.digest
+    assert result.differing_sections == ["metadata"]
+    assert [s for s in SECTIONS if a.section_digests[s] != b.section_digests[s]] == ["metadata"]
+    assert result.pointers == [
+        "/metadata/execution/aic_performance_model_implementation",
+        "/metadata/execution/aic_prefill_load_estimator",
+        "/metadata/execution/aic_prefill_load_estimator_implementation",
+        "/metadata/execution/ais_performance_model_implementation",
+        "/metadata/execution/ais_prefill_load_estimator",
+        "/metadata/execution/ais_prefill_load_estimator_implementation",
+        "/metadata/semantic_features/aic_forward_pass",
+        "/metadata/semantic_features/ais_forward_pass",
+    ]
+
+
+def _both_ways(line: bytes) -> tuple[Canonical, Canonical]:
+    return canonicalize(line, EXCLUSIONS), canonicalize(line, EXCLUSIONS, record_by_record=False)
+
+
+def _same(streamed: Canonical, whole: Canonical) -> None:
+    assert streamed.encoded == whole.encoded and streamed.digest == whole.digest
+    assert streamed.section_digests == whole.section_digests and streamed.section_spans == whole.section_spans
+    assert (streamed.resolutions, streamed.harness_exclusions) == (whole.resolutions, whole.harness_exclusions)
+    view = streamed.streamed()
+    assert {**view, "per_request": list(view["per_request"])} == whole.data == streamed.data
+
+
+def _shuffled(report: dict[str, Any]) -> dict[str, Any]:
+    shuffled = copy.deepcopy(report)
+    random.Random(7).shuffle(shuffled["per_request"])
+    return shuffled
+
+
+@pytest.mark.parametrize("requests", [0, 1, 2, 40])
+def test_records_parsed_one_at_a_time_give_the_bytes_of_the_whole_parse(requests: int) -> None:
+    """A compact line is canonicalised record by record (the bot never holds the whole parsed report); the
+    result is byte for byte the whole parse's, records out of order and keys unsorted included."""
+    for report in (_report(requests), _reverse_keys(_shuffled(_report(requests)))):
+        streamed, whole = _both_ways(_line(report))
+        _same(streamed, whole)
+        assert streamed.record_spans is not None and len(streamed.record_spans) == requests
+        assert whole.record_spans is None
+        records = streamed.streamed()["per_request"]
+        assert [records[i]["uuid"] for i in range(len(records))] == sorted(r["uuid"] for r in report["per_request"])
+
+
+def _with_string(report: dict[str, Any], where: str, text: str) -> dict[str, Any]:
+    changed = copy.deepcopy(report)
+    if where == "metadata":
+        changed["metadata"]["note"] = text
+    else:
+        changed["per_request"][1]["session_id"] = text
+    return changed
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [
+        ("metadata", '"per_request":[{"admission_count":1}]'),
+        ("record", '},{"admission_count":'),
+        ("record", '}]'),
+        ("record", '},{"admission_count":2,"uuid":"x"},{"admission_count":'),
+    ],
+    ids=["records-key-in-a-string", "separator-in-a-record", "array-end-in-a-record", "forged-record"],
+)
+def test_a_line_whose_records_cannot_be_proven_apart_is_parsed_whole_with_the_same_result(
+    where: str, text: str
+) -> None:
+    """Strings that imitate the record layout never change what the line says: the split is proven (each piece
+    an object, a random stand-in for the array) or abandoned for the whole parse."""
+    line = _line(_with_string(_report(5), where, text))
+    streamed, whole = _both_ways(line)
+
+    _same(streamed, whole)
+    data = streamed.data
+    assert (data["metadata"]["note"] if where == "metadata" else data["per_request"][1]["session_id"]) == text
+
+
+def test_a_duplicated_records_key_is_parsed_whole_so_the_last_one_counts_as_everywhere() -> None:
+    report = _report(3)
+    line = _line(report).replace(b'"per_request":[', b'"per_request":[],"per_request":[', 1)
+    streamed, whole = _both_ways(line)
+
+    _same(streamed, whole)
+    assert streamed.record_spans is None and len(streamed.data["per_request"]) == 3
+
+
+def test_malformed_records_get_the_whole_parse_s_error() -> None:
+    report = _report(3)
+    report["per_request"][1].pop("uuid")
+    with pytest.raises(CanonicalError, match=r"per_request\[1\] has no string uuid"):
+        canonicalize(_line(report), EXCLUSIONS)
+    line = _line(_report(3)).replace(b'"itl_ms":10.03', b'"itl_ms":NaN', 1)
+    with pytest.raises(CanonicalError, match="canonical line is not JSON"):
+        canonicalize(line, EXCLUSIONS)

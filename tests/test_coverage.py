@@ -16,7 +16,7 @@ from bot.render import Links
 from runners.canonical import canonicalize
 from runners.config import PROTOCOL_EXCLUSIONS, ExpectedEvidence, PoolPlacements, load_profile
 from runners.coverage import CoverageError, check_evidence, count_evidence
-from runners.demo import Knob
+from runners.demo import REAL_HARNESS_SHAPES, Knob
 from runners.report import CoverageCheck, CoverageCounts, CoverageResult
 from tests.conftest import HarnessBuilder
 from tests.report_factory import make_report
@@ -208,6 +208,68 @@ def test_unexpected_queued_placements_fail_even_with_threshold() -> None:
 
     assert _failed(checks) == ["placement"]
     assert "1 queued placements, expected 0" in checks["placement"].detail
+
+
+def _strand_in_queue(report: dict[str, Any], index: int, status: str | None) -> None:
+    """The request's decode route entered the router queue and never left it: the harness fills the record in
+    only at release, so its worker and release fields stay null."""
+    record = report["per_request"][index]
+    record["routing_history"][1].update(
+        outcome="queued", queue_entered_at_ms=598.0, released_at_ms=None, queue_wait_ms=None,
+        logical_worker_id=None, scheduler_id=None, dp_rank=None, reported_overlap_tokens=None,
+    )
+    record["terminal_status"] = status
+    report["metadata"]["router"]["config"]["router_queue_threshold"] = 0.5
+
+
+@pytest.mark.parametrize("status", [None, "canceled"])
+def test_a_route_still_queued_at_the_end_is_a_stranded_request_not_a_parse_error(status: str | None) -> None:
+    report = _report()
+    _strand_in_queue(report, 7, status)
+    report["summary"]["completed_requests"] = 19
+
+    checks = _checks(report, ExpectedEvidence(pressure=(10, 20), handoff=True, queued=1, completed_all=False))
+
+    assert "terminal_cleanup" in _failed(checks)
+    assert "19 of 20 completed, 0 rejected, 0 canceled, 0 failed, 0 other, 1 stranded (1 never left the router " \
+        "queue)" in checks["terminal_cleanup"].detail
+    counts = count_evidence(report)
+    assert (counts.stranded_in_queue, counts.queued_by_pool, counts.workers_by_pool) == (
+        1, {"decode": 1}, {"decode": 2, "prefill": 2})
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda r: r["per_request"][7].update(terminal_status="completed"),
+         "/per_request/7/terminal_status is completed but /per_request/7/routing_history/1 never left the router"),
+        (lambda r: r["per_request"][7]["routing_history"][1].update(released_at_ms=612.4),
+         "/per_request/7/routing_history/1 was released from the queue but names no logical_worker_id"),
+        (lambda r: r["per_request"][7]["routing_history"].reverse(),
+         "/per_request/7/routing_history/0 never left the router queue, yet the request was routed again"),
+        (lambda r: r["per_request"][7]["routing_history"][1].update(outcome="immediate"),
+         "/per_request/7/routing_history/1/logical_worker_id is None, not a count"),
+    ],
+)
+def test_a_null_worker_outside_a_never_released_last_route_is_malformed(mutate: Any, message: str) -> None:
+    report = _report()
+    _strand_in_queue(report, 7, None)
+    report["summary"]["completed_requests"] = 19
+    mutate(report)
+
+    with pytest.raises(CoverageError, match=message):
+        count_evidence(report)
+
+
+def test_only_the_kinds_and_pools_that_occurred_are_listed() -> None:
+    """The harness writes `kind_counts`, `pool_counts` and `tier_counts` with only the keys that occurred."""
+    report = _report(disaggregated=False, pressure=1)
+    report["coverage"]["kv_ingest"].update(kind_counts={}, pool_counts={}, tier_counts={}, boundaries={})
+
+    counts = count_evidence(report)
+
+    assert counts.kv_removed_events == 0
+    assert (counts.immediate_by_pool, counts.workers_by_pool) == ({"agg": 20}, {"agg": 2})
 
 
 def test_no_route_decisions_fail_placement() -> None:
@@ -511,10 +573,16 @@ def test_dynamo_profile_carries_the_reference_seed_drift_detectors() -> None:
         seed = PoolPlacements(immediate=5000, queued=0)
         assert rows[row].placements == {"prefill": seed, "decode": seed}
         assert (rows[row].active_workers, rows[row].handoffs) == ({"prefill": 2, "decode": 2}, 5000)
-    assert (rows["vllm-agg"].handoffs, rows["sglang-agg"].handoffs) == (0, 0)
+    for row in ("vllm-agg", "sglang-agg"):
+        assert rows[row].placements == {"agg": PoolPlacements(immediate=5000, queued=0)}
+        assert (rows[row].active_workers, rows[row].handoffs) == ({"agg": 4}, 0)
+    assert {row: expect.pressure for row, expect in rows.items()} == {
+        "vllm-agg": (1, 3), "vllm-disagg": (10, 20), "sglang-agg": (1, 3), "sglang-disagg": (10, 20),
+    }, "each band holds its seed: 1 / 14 / 1 / 14 pressure events"
 
 
-@pytest.mark.parametrize("knobs", [{}, {"SEMANTIC_CHANGE": True}], ids=["fixture", "semantic-change"])
+@pytest.mark.parametrize("knobs", [{}, {"SEMANTIC_CHANGE": True}, REAL_HARNESS_SHAPES],
+                         ids=["fixture", "semantic-change", "real-shapes"])
 def test_demo_drift_detectors_hold_on_the_fixture_and_its_evidenced_change(
     harness: HarnessBuilder, demo_trace: Path, tmp_path: Path, knobs: dict[str, Knob]
 ) -> None:
@@ -538,6 +606,8 @@ def test_demo_drift_detectors_hold_on_the_fixture_and_its_evidenced_change(
         details.append(drift[0].detail)
 
     assert "requests with reused KV 901 (expected [883, 919])" in details[0]
+    assert "agg immediate placements 1000 (expected 1000); agg queued placements 0 (expected 0); agg active " \
+        "workers 4 (expected 4)" in details[0]
     assert "prefill immediate placements 1000 (expected 1000)" in details[1]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runners.config import CampaignConfig, LifecycleFixture
-from runners.demo import demo_config
+from runners.demo import REAL_HARNESS_SHAPES, Knob, demo_config
 from runners.harness import help_text
 from runners.lifecycles import fixture_trace, run_fixture
 from runners.report import FixtureStatus, fixture_status
@@ -21,9 +21,10 @@ def _demo_fixture(fixture_id: str) -> LifecycleFixture:
     return next(f for f in demo_config().fixtures if f.id == fixture_id)
 
 
-def _run(harness: HarnessBuilder, fixture: LifecycleFixture, tmp_path: Path, **candidate_knobs: object):
+def _run(harness: HarnessBuilder, fixture: LifecycleFixture, tmp_path: Path,
+         baseline_knobs: dict[str, Knob] | None = None, **candidate_knobs: Knob):
     config: CampaignConfig = demo_config()
-    binaries = {"baseline": harness.binary(), "candidate": harness.binary(**candidate_knobs)}
+    binaries = {"baseline": harness.binary(**(baseline_knobs or {})), "candidate": harness.binary(**candidate_knobs)}
     return run_fixture(
         fixture,
         config=config,
@@ -108,3 +109,30 @@ def test_fixture_config_errors_name_the_problem(update: dict[str, object], messa
     raw = {"id": "f", "kind": "preemption_edge", "trace": {"generator": "demo", "rows": 10, "sha256": "a" * 64}}
     with pytest.raises(ValueError, match=message):
         LifecycleFixture.model_validate({**raw, **update})
+
+
+@pytest.mark.parametrize("fixture_id", ["router-queueing", "preemption-edge", "handoff-vllm"])
+def test_fixtures_pass_on_the_real_harness_shapes(harness: HarnessBuilder, tmp_path: Path, fixture_id: str) -> None:
+    """Placements only in routing_history, `agg` pools, immediate routes with queue_wait_ms 0.0 and queued ones
+    filled in at release: the same lifecycles hold as on the fixture's own shapes."""
+    report = _run(harness, _demo_fixture(fixture_id), tmp_path, REAL_HARNESS_SHAPES, **REAL_HARNESS_SHAPES)
+
+    assert report.status == FixtureStatus.PASS, report.reason
+    assert report.parity is not None and report.parity.identical
+    if fixture_id == "router-queueing":
+        evidence = {a.name: a.evidence for a in report.assertions["candidate"]}
+        assert evidence["queued placements > 0"] == "38 queued placements; 38 requests routed through the queue"
+
+
+def test_a_request_left_in_the_router_queue_fails_queueing_on_the_real_shapes(
+    harness: HarnessBuilder, tmp_path: Path
+) -> None:
+    """The real collector never fills in a queued record whose request stays queued: null worker and release."""
+    broken = _run(harness, _demo_fixture("router-queueing"), tmp_path, REAL_HARNESS_SHAPES,
+                  BREAK_LIFECYCLE="queue_release", **REAL_HARNESS_SHAPES)
+
+    assert broken.status == FixtureStatus.FAIL
+    failing = {a.name: a.evidence for a in broken.assertions["candidate"] if not a.passed}
+    assert failing["every queued request released"].startswith("38 queued requests never released")
+    assert failing["every request completed"].startswith("38 of 60 requests not completed")
+    assert all(a.passed for a in broken.assertions["baseline"])
