@@ -43,7 +43,7 @@ from runners.perf import (
 from runners.placement import perf_placement, pinned_argv
 from runners.plots import write_plots
 from runners.progress import ProgressEvent
-from runners.report import PerfResult, PerfVerdict, Placement
+from runners.report import KERNEL_CLOCK_LABELS, PerfResult, PerfVerdict, Placement
 from runners.verify import verify_performance
 
 if TYPE_CHECKING:
@@ -135,6 +135,14 @@ def test_classification(
     assert words in (meaning.failure or "")
     if status == "ok":
         assert (meaning.metric_ms, meaning.setup_ms) == (5.0, 1.5)
+
+
+def test_a_replay_longer_than_its_own_process_is_a_malformed_record() -> None:
+    record = {PROTOCOL_FIELD: 80.0, "replay_bench": True}
+    meaning = classify(0, record, None, PROTOCOL_FIELD, process_wall_ms=50.0)
+    assert (meaning.status, meaning.blocking, meaning.metric_ms) == ("product_failure", False, None)
+    assert "reports 80 ms, more than the 50.000 ms the whole harness process took" in (meaning.failure or "")
+    assert classify(0, record, None, PROTOCOL_FIELD, process_wall_ms=80.5).status == "ok"
 
 
 def test_output_flags_in_harness_args_are_refused(tmp_path: Path) -> None:
@@ -264,6 +272,76 @@ def test_a_real_result_verifies_and_plots(identical: tuple[PerfResult, list[Prog
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 
 
+def test_an_honest_candidate_passes_with_the_kernel_gate_on(
+    identical: tuple[PerfResult, list[ProgressEvent], Path],
+) -> None:
+    result, _, _ = identical
+    assert result.verdict == PerfVerdict.PASS and result.kernel_corroborated
+    assert [g.clock for g in result.kernel_gates] == ["process_wall_ms", "process_cpu_ms"]
+    for gate in result.kernel_gates:
+        assert gate.verdict != PerfVerdict.FAIL, gate.reason
+        assert len(gate.ratios) == 60 and gate.bounds.n == 60
+        assert (gate.bounds.lower_index, gate.bounds.upper_index) == (24, 37), "same exact gate as reported"
+    for sample in [*result.warmups, *result.samples]:
+        assert sample.kernel_cpu_ms is not None and sample.kernel_cpu_ms > 0
+        assert sample.metric_ms is not None and sample.metric_ms < sample.elapsed_s * 1000
+
+
+def test_verify_recomputes_the_kernel_gates(identical: tuple[PerfResult, list[ProgressEvent], Path]) -> None:
+    result, _, _ = identical
+    slowed = [
+        s.model_copy(update={"kernel_cpu_ms": (s.kernel_cpu_ms or 0) * 3}) if s.arm == "candidate" else s
+        for s in result.samples
+    ]
+    forged = result.model_copy(update={"samples": slowed})
+    problems = verify_performance(forged, VERDICT_PERF, "demo-agg")
+    assert "performance verdict PASS, recomputed FAIL" in problems
+    assert "performance kernel_gates differ from their recomputation" in problems
+    switched_off = result.model_copy(
+        update={"kernel_corroborated": False, "kernel_gates": [], "reported_verdict": None}
+    )
+    assert verify_performance(switched_off, VERDICT_PERF, "demo-agg") == [
+        "samples carry the kernel's CPU time but the corroborating kernel gate is switched off"
+    ]
+    before = switched_off.model_copy(
+        update={"samples": [s.model_copy(update={"kernel_cpu_ms": None}) for s in result.samples],
+                "warmups": [s.model_copy(update={"kernel_cpu_ms": None}) for s in result.warmups]}
+    )
+    legacy = PerfResult.model_validate(
+        {k: v for k, v in before.model_dump().items()
+         if k not in ("kernel_corroborated", "kernel_gates", "reported_verdict")}
+    )
+    assert verify_performance(legacy, VERDICT_PERF, "demo-agg") == [], "a report from before the gate verifies"
+
+
+def test_a_slower_candidate_that_under_reports_its_times_fails_on_the_kernel_figures(
+    tmp_path: Path, harness: HarnessBuilder, baseline: Path, demo_row_args: list[str], placement: Placement
+) -> None:
+    """20 % more replay work, every reported replay time × 0.8: the reported ratio is ~0.96 (PASS before)."""
+    liar = harness.binary(WORK_SCALE=1.2, REPORTED_TIME_SCALE=0.8)
+    result = _campaign(tmp_path, baseline, liar, demo_row_args, placement)
+    assert result.bounds is not None and result.bounds.upper <= 1.05, "the reported figures alone PASS"
+    assert result.verdict == PerfVerdict.FAIL, result.reason
+    assert result.reason.startswith("reported PASS contradicted by the kernel's FAIL: the reported figures upper")
+    failing = [g for g in result.kernel_gates if g.verdict == PerfVerdict.FAIL]
+    assert failing and all(g.bounds.lower > 1.05 for g in failing)
+    assert all(KERNEL_CLOCK_LABELS[g.clock] in result.reason for g in failing)
+    assert verify_performance(result, VERDICT_PERF, "demo-agg") == []
+
+
+def test_a_reported_replay_longer_than_the_process_fails_the_row(
+    tmp_path: Path, harness: HarnessBuilder, baseline: Path, demo_row_args: list[str], placement: Placement
+) -> None:
+    result = _campaign(
+        tmp_path, baseline, harness.binary(REPORTED_TIME_SCALE=1000.0), demo_row_args, placement, perf=SHORT_PERF
+    )
+    assert result.verdict == PerfVerdict.FAIL
+    assert result.reason.startswith("product failure in candidate in measured pair 0 attempt 0: malformed timing")
+    assert "more than the" in result.reason and "the whole harness process took" in result.reason
+    assert result.samples[-1].status == "product_failure" and result.samples[-1].metric_ms is None
+    assert verify_performance(result, SHORT_PERF, "demo-agg") == []
+
+
 def test_twenty_percent_slowdown_fails(
     tmp_path: Path, harness: HarnessBuilder, baseline: Path, demo_row_args: list[str], placement: Placement
 ) -> None:
@@ -293,12 +371,28 @@ def test_missing_timing_field_blocks_naming_the_fields_present(
     assert result.verdict == PerfVerdict.BLOCKED
     assert "lacks the timing field `replay_execution_ms`; fields present: " in result.reason
     assert "replay_call_ms" in result.reason and "wall_time_ms" in result.reason
-    assert "sampling stopped at the first product failure" in result.reason
-    assert [(w.arm, w.status) for w in result.warmups] == [
-        ("baseline", "ok"),
-        ("candidate", "product_failure"),
+    assert "protocol boundary: start right before the prepared run call" in result.reason
+    assert result.reason.startswith("blocked by the timing contract in the candidate timer probe (before any warmup)")
+    assert result.reason.endswith("; no warmup or sample ran")
+    assert [(p.arm, p.kind, p.status) for p in result.probes] == [
+        ("baseline", "probe", "ok"),
+        ("candidate", "probe", "product_failure"),
     ]
-    assert result.samples == []
+    for probe in result.probes:
+        assert probe.argv[4:] == [*demo_row_args, "--iterations", "1", "--timings-jsonl", probe.argv[-1]], (
+            "a probe is invoked exactly like a sample: the row's own trace and args, timing mode"
+        )
+    assert result.warmups == [] and result.samples == [], "blocked before any warmup"
+    assert verify_performance(result, VERDICT_PERF, "demo-agg") == []
+
+
+def test_a_non_numeric_timer_in_the_probe_blocks() -> None:
+    record = {PROTOCOL_FIELD: "n/a", "replay_bench": True, "wall_time_ms": 3.0}
+    meaning = classify(0, record, None, PROTOCOL_FIELD, probe=True)
+    assert (meaning.status, meaning.blocking) == ("product_failure", True)
+    assert "is \"n/a\", not a positive number" in (meaning.failure or "")
+    assert "fields present: replay_bench, replay_execution_ms, wall_time_ms" in (meaning.failure or "")
+    assert classify(0, record, None, PROTOCOL_FIELD).blocking is False, "in a sample it is a product failure"
 
 
 def test_replay_bench_not_reported_blocks(
@@ -316,13 +410,24 @@ def test_replay_bench_not_reported_blocks(
     assert "replay_bench=false" in result.reason
 
 
+def test_a_harness_crashing_in_timing_mode_fails_at_the_probe(
+    tmp_path: Path, harness: HarnessBuilder, baseline: Path, demo_row_args: list[str], placement: Placement
+) -> None:
+    result = _campaign(tmp_path, baseline, harness.binary(CRASH_MODE="perf_only"), demo_row_args, placement,
+                       perf=SHORT_PERF, field=PROTOCOL_FIELD)
+    assert result.verdict == PerfVerdict.FAIL, "a crash is a product failure, not a missing timer"
+    assert result.reason.startswith("product failure in the candidate timer probe (before any warmup): process "
+                                    "exited with status 101")
+    assert result.warmups == [] and result.samples == []
+
+
 def test_a_crashing_sample_fails_the_row_and_is_kept(
     tmp_path: Path, harness: HarnessBuilder, baseline: Path, demo_row_args: list[str], placement: Placement
 ) -> None:
     result = _campaign(
         tmp_path,
         baseline,
-        harness.binary(CRASH_MODE="perf_only"),
+        harness.binary(CRASH_MODE="measured_only"),
         demo_row_args,
         placement,
         perf=SHORT_PERF,
@@ -330,6 +435,7 @@ def test_a_crashing_sample_fails_the_row_and_is_kept(
     )
     assert result.verdict == PerfVerdict.FAIL
     assert result.reason.startswith("product failure in candidate in measured pair 0 attempt 0")
+    assert [p.status for p in result.probes] == ["ok", "ok"]
     crashed = result.samples[-1]
     assert crashed.arm == "candidate" and crashed.status == "product_failure"
     assert crashed.exit_code != 0 and "injected crash" in crashed.stderr_tail

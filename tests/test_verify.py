@@ -62,7 +62,8 @@ def test_factory_outcomes_are_what_they_are_named() -> None:
     assert failed.verdict == PerfVerdict.FAIL and failed.bounds is not None
     assert failed.bounds.lower > PERF.threshold
     blocked = perf("blocked_timing_field", 0)
-    assert blocked.verdict == PerfVerdict.BLOCKED and blocked.samples == [] and len(blocked.warmups) == 1
+    assert blocked.verdict == PerfVerdict.BLOCKED and blocked.samples == [] and blocked.warmups == []
+    assert [probe.status for probe in blocked.probes] == ["product_failure", "product_failure"]
     assert "lacks the timing field `replay_execution_ms`" in blocked.reason
     passed = perf("pass", 0)
     assert passed.verdict == PerfVerdict.PASS
