@@ -24,6 +24,7 @@ from typing import Literal
 
 import numpy as np
 
+from runners import untrusted
 from runners.config import OUTPUT_FLAGS, InvalidationRules, PerfConfig
 from runners.placement import cpu_busy_ms, cpu_telemetry, kept_off, pinned_argv, read_affinity, stat_tick_ms
 from runners.progress import ProgressSink, emit
@@ -49,6 +50,8 @@ from runners.sandbox import Sandbox
 from runners.stats import SAMPLING_ASSUMPTION, Decision, decide, observations
 
 STDERR_TAIL_CHARS = 2000
+TIMING_FILE_MAX_BYTES = 1 << 20
+"""One --iterations 1 record is a few hundred bytes; anything near this bound is not a timing record."""
 SETUP_FIELD = "setup_ms"
 """Optional timing-record field kept as the setup-time diagnostic when the harness reports it."""
 TIMER_BOUNDARY = (
@@ -160,13 +163,16 @@ def _exit_text(code: int) -> str:
     return f"process exited with status {code}"
 
 
-def read_timing_file(path: Path) -> tuple[dict[str, object] | None, str | None]:
-    """The single timing record of an --iterations 1 run, or why there is none."""
+def read_timing_file(path: Path, root: Path) -> tuple[dict[str, object] | None, str | None]:
+    """The single timing record of an --iterations 1 run, or why there is none.
+
+    The harness wrote the file in its own sandbox-writable directory under the trusted `root`: it is read
+    without following links, as a regular file, up to TIMING_FILE_MAX_BYTES (runners/untrusted.py)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = untrusted.read_text(path, max_bytes=TIMING_FILE_MAX_BYTES, root=root)
     except FileNotFoundError:
         return None, f"no timing record: {path} was not written"
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, untrusted.UntrustedFileError) as exc:
         return None, f"timing file {path} unreadable: {exc}"
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
@@ -495,6 +501,13 @@ def _sandboxed_child(info: int, binary: str) -> int | None:
         os.sched_yield()
 
 
+def _open_descriptors() -> list[int]:
+    """Every descriptor of this process beyond stdio. The sample's child closes them all before exec (bar the
+    bwrap info pipe): posix_spawn would otherwise hand pull-request code whatever the orchestrator left
+    inheritable. The listing's own directory descriptor is among them; closing it in the child is a no-op."""
+    return sorted(fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2)
+
+
 def _await_exec(pid: int, launcher: str) -> None:
     """Return once the child has left the taskset launcher (it is then pinned and running) or has exited.
 
@@ -555,7 +568,9 @@ class _Sampler:
         command, env = self.sandbox.command(run)
         spawn_argv = pinned_argv(self.cpu_set, command)
         launcher = os.path.realpath(spawn_argv[0])
-        spawn_actions = [(os.POSIX_SPAWN_DUP2, info_write, 3)] if sandboxed else []
+        spawn_actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, info_write, 3)] if sandboxed else []
+        passed = {3} if sandboxed else set()
+        spawn_actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _open_descriptors() if fd not in passed]
         around = (
             self.hooks.around_sample(pair, attempt, position) if self.hooks.around_sample else nullcontext()
         )
@@ -597,7 +612,7 @@ class _Sampler:
             ended_unix = time.time()
             busy_after = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
         exit_code = os.waitstatus_to_exitcode(status)
-        record, problem = read_timing_file(timing_path)
+        record, problem = read_timing_file(timing_path, self.timings)
         printed = _tail(stdout_path).strip().splitlines()
         if record is None and exit_code == 0 and printed:
             problem = f"{problem}; stdout: {printed[-1][:200]}"

@@ -37,6 +37,7 @@ from runners.perf import (
     classify,
     make_schedule,
     persist_schedule,
+    read_timing_file,
     run_performance,
     schedule_seed,
 )
@@ -143,6 +144,20 @@ def test_a_replay_longer_than_its_own_process_is_a_malformed_record() -> None:
     assert (meaning.status, meaning.blocking, meaning.metric_ms) == ("product_failure", False, None)
     assert "reports 80 ms, more than the 50.000 ms the whole harness process took" in (meaning.failure or "")
     assert classify(0, record, None, PROTOCOL_FIELD, process_wall_ms=80.5).status == "ok"
+
+
+def test_a_planted_timing_file_link_is_refused_not_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "root-only.json"
+    secret.write_text('{"replay_execution_ms": 1.0, "replay_bench": true}\n', encoding="utf-8")
+    own = tmp_path / "timings" / "sample"
+    own.mkdir(parents=True)
+    (own / "timing.jsonl").symlink_to(secret)
+    record, problem = read_timing_file(own / "timing.jsonl", tmp_path / "timings")
+    assert record is None and "is a symbolic link; refusing to follow it" in (problem or "")
+    (own / "timing.jsonl").unlink()
+    os.mkfifo(own / "timing.jsonl")
+    record, problem = read_timing_file(own / "timing.jsonl", tmp_path / "timings")
+    assert record is None and "is not a regular file" in (problem or ""), "a FIFO never blocks the reader"
 
 
 def test_output_flags_in_harness_args_are_refused(tmp_path: Path) -> None:
@@ -336,9 +351,11 @@ def test_a_reported_replay_longer_than_the_process_fails_the_row(
         tmp_path, baseline, harness.binary(REPORTED_TIME_SCALE=1000.0), demo_row_args, placement, perf=SHORT_PERF
     )
     assert result.verdict == PerfVerdict.FAIL
-    assert result.reason.startswith("product failure in candidate in measured pair 0 attempt 0: malformed timing")
+    assert result.reason.startswith("product failure in the candidate timer probe (before any warmup): malformed "
+                                    "timing record: `replay_cpu_ms` reports ")
     assert "more than the" in result.reason and "the whole harness process took" in result.reason
-    assert result.samples[-1].status == "product_failure" and result.samples[-1].metric_ms is None
+    assert result.probes[-1].status == "product_failure" and result.probes[-1].metric_ms is None
+    assert result.warmups == [] and result.samples == [], "a failure, not a sample"
     assert verify_performance(result, SHORT_PERF, "demo-agg") == []
 
 
@@ -419,6 +436,30 @@ def test_a_harness_crashing_in_timing_mode_fails_at_the_probe(
     assert result.reason.startswith("product failure in the candidate timer probe (before any warmup): process "
                                     "exited with status 101")
     assert result.warmups == [] and result.samples == []
+
+
+def test_the_harness_inherits_no_descriptor_but_stdio(
+    tmp_path: Path, baseline: Path, demo_row_args: list[str], placement: Placement
+) -> None:
+    """A descriptor the orchestrator left inheritable (no CLOEXEC) must not reach pull-request code."""
+    seen: dict[int, list[int]] = {}
+
+    def look(pair: int | None, attempt: int, position: int, pid: int) -> None:
+        if pair is None and position not in seen:
+            seen[position] = sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd"))
+
+    leaked = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(leaked, 200, inheritable=True)
+    try:
+        result = _campaign(tmp_path, baseline, baseline, demo_row_args, placement, perf=SHORT_PERF,
+                           field=PROTOCOL_FIELD, hooks=SampleHooks(after_start=look))
+    finally:
+        os.close(200)
+        os.close(leaked)
+    assert set(seen) == {0, 1} and [p.status for p in result.probes] == ["ok", "ok"]
+    for fds in seen.values():
+        assert 200 not in fds, f"the harness inherited the orchestrator's descriptor: {fds}"
+        assert fds[:3] == [0, 1, 2]
 
 
 def test_a_crashing_sample_fails_the_row_and_is_kept(
