@@ -60,7 +60,6 @@ TIMER_BOUNDARY = (
 )
 
 
-
 def process_wall_ms(sample: Sample) -> float:
     """The process's own wall time as the bot measured it, the ceiling of any replay time it reports."""
     return sample.elapsed_s * 1000.0

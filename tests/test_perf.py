@@ -330,11 +330,16 @@ def test_verify_recomputes_the_kernel_gates(identical: tuple[PerfResult, list[Pr
 
 
 def test_a_slower_candidate_that_under_reports_its_times_fails_on_the_kernel_figures(
-    tmp_path: Path, harness: HarnessBuilder, baseline: Path, demo_row_args: list[str], placement: Placement
+    tmp_path: Path, harness: HarnessBuilder, demo_row_args: list[str], placement: Placement
 ) -> None:
-    """20 % more replay work, every reported replay time × 0.8: the reported ratio is ~0.96 (PASS before)."""
-    liar = harness.binary(WORK_SCALE=1.2, REPORTED_TIME_SCALE=0.8)
-    result = _campaign(tmp_path, baseline, liar, demo_row_args, placement)
+    """20 % more replay work, every reported replay time × 0.8: the reported ratio is ~0.95 (PASS before).
+
+    Both arms do 4x the fixture's replay work, so the replay call dominates the sandboxed process as it does with
+    the real harness on a 5,000-request window; at the fixture's default size the replay is only about half the
+    process and the kernel's ratio is diluted to ~1.07, INCONCLUSIVE (benchmarks/README.md)."""
+    honest = harness.binary(WORK_SCALE=4.0)
+    liar = harness.binary(WORK_SCALE=4.8, REPORTED_TIME_SCALE=0.8)
+    result = _campaign(tmp_path, honest, liar, demo_row_args, placement)
     assert result.bounds is not None and result.bounds.upper <= 1.05, "the reported figures alone PASS"
     assert result.verdict == PerfVerdict.FAIL, result.reason
     assert result.reason.startswith("reported PASS contradicted by the kernel's FAIL: the reported figures upper")
