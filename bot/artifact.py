@@ -41,6 +41,7 @@ SAMPLE_COLUMNS = (
     "interference_ms",
     "failure",
     "invalidation",
+    "kernel_cpu_ms",
 )
 
 
@@ -53,7 +54,7 @@ def _samples_rows(report: CampaignReport) -> list[dict[str, object]]:
             continue
         orders = {plan.pair: plan.order for plan in perf.schedule}
         invalid = {(inv.pair, inv.attempt): f"{inv.reason}: {inv.evidence}" for inv in perf.invalidations}
-        for sample in [*perf.warmups, *perf.samples]:
+        for sample in [*perf.probes, *perf.warmups, *perf.samples]:
             rows.append(
                 {
                     "row": row.row.id,
@@ -78,6 +79,7 @@ def _samples_rows(report: CampaignReport) -> list[dict[str, object]]:
                     "invalidation": invalid.get((sample.pair, sample.attempt), "")
                     if sample.pair is not None
                     else "",
+                    "kernel_cpu_ms": sample.kernel_cpu_ms,
                 }
             )
     return rows
@@ -90,6 +92,8 @@ def _digests_text(report: CampaignReport) -> str:
         lines.append(f"revision {revision.arm} {revision.sha}")
     if report.determinism_patch_sha256:
         lines.append(f"determinism-patch {report.determinism_patch_sha256}")
+    if report.harness_patch_sha256:
+        lines.append(f"harness-patch {report.harness_patch_sha256}")
     if report.trace:
         trace = report.trace
         lines.append(f"trace {trace.sha256} {trace.source_path}")

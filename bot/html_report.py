@@ -39,6 +39,7 @@ from bot.render import (
     when,
 )
 from runners.report import (
+    KERNEL_CLOCK_LABELS,
     CampaignReport,
     DeterminismResult,
     HostFacts,
@@ -107,7 +108,7 @@ def _environment() -> Environment:
         short=short,
         href=lambda name: artifact_href(*str(name).split("/")),
     )
-    env.globals.update(diagnostics_breached=diagnostics_breached)
+    env.globals.update(diagnostics_breached=diagnostics_breached, kernel_clocks=KERNEL_CLOCK_LABELS)
     return env
 
 

@@ -22,6 +22,7 @@ from bot.commands import CommandSpec
 from bot.store import CampaignView
 from runners.progress import ProgressEvent
 from runners.report import (
+    KERNEL_CLOCK_LABELS,
     CampaignReport,
     CheckConclusion,
     FixtureStatus,
@@ -485,8 +486,14 @@ def _perf_cell(row: RowReport, threshold: float) -> str:
         return f"{icon(verdict)} {md(perf.dependence.line)}"
     if diagnostics_breached(perf):
         return f"{icon(verdict)} {verdict.value}: diagnostics breached, bounds not applied"
-    relation = {PerfVerdict.PASS: "≤", PerfVerdict.FAIL: ">"}.get(verdict, "straddle")
-    return f"{icon(verdict)} {numbers} {relation} {threshold:g} ({pct(bounds.median - 1)})"
+    relation = {PerfVerdict.PASS: "≤", PerfVerdict.FAIL: ">"}.get(perf.reported_verdict or verdict, "straddle")
+    cell = f"{icon(verdict)} {numbers} {relation} {threshold:g} ({pct(bounds.median - 1)})"
+    failing = [gate for gate in perf.kernel_gates if gate.verdict == PerfVerdict.FAIL]
+    if verdict == PerfVerdict.FAIL and perf.reported_verdict == PerfVerdict.PASS and failing:
+        kernel = failing[0].bounds
+        cell += (f" as reported; kernel {md(KERNEL_CLOCK_LABELS[failing[0].clock])} {ratio(kernel.median)} "
+                 f"[{ratio(kernel.lower)}, {ratio(kernel.upper)}] > {threshold:g}")
+    return cell
 
 
 def _diagnostics_cell(perf: PerfResult | None) -> str:
@@ -1016,6 +1023,7 @@ ENV.globals.update(
     first_line=first_line,
     sentence=sentence,
     diagnostics_breached=diagnostics_breached,
+    kernel_clocks=KERNEL_CLOCK_LABELS,
     relationship=relationship,
     GateVerdict=GateVerdict,
 )

@@ -263,15 +263,19 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
         raise CampaignStop("build", str(exc), blocking=True) from exc
     binaries: dict[Arm, Path] = {}
     exceptions: list[ExceptionOutcome] = []
-    patch = request.determinism_patch or _base_patch(request, request.config_ref or shas["baseline"], work)
+    trusted = request.config_ref or shas["baseline"]
+    patch = request.determinism_patch or _base_patch(request, config.determinism.patch, "determinism", trusted, work)
+    harness_patch = _base_patch(request, config.harness.patch, "harness", trusted, work)
     for arm in ARMS:
         emit(progress, "build", f"{arm} {shas[arm][:12]}")
         with worktree(request.repo, shas[arm], work / f"tree-{arm}") as tree:
-            if patch is not None:
-                try:
+            try:
+                if patch is not None:
                     report.determinism_patch_sha256 = apply_patch(tree, patch)
-                except RevisionError as exc:
-                    raise CampaignStop("build", str(exc), blocking=True) from exc
+                if harness_patch is not None:
+                    report.harness_patch_sha256 = apply_patch(tree, harness_patch, "harness patch")
+            except RevisionError as exc:
+                raise CampaignStop("build", str(exc), blocking=True) from exc
             try:
                 artifact = build_artifact(tree, arm, shas[arm], config.build, work / "bin", sandbox=request.sandbox)
                 moved = worktree_head(request.repo, tree)
@@ -308,16 +312,16 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
                     build_differences=differences, help_texts=help_texts)
 
 
-def _base_patch(request: CampaignRequest, trusted_ref: str, work: Path) -> Path | None:
-    """The configured determinism patch, read at the trusted revision the config itself came from."""
-    relative = request.config.determinism.patch
+def _base_patch(request: CampaignRequest, relative: str | None, purpose: str, trusted_ref: str,
+                work: Path) -> Path | None:
+    """A configured patch (determinism or harness), read at the trusted revision the config itself came from."""
     if relative is None:
         return None
     try:
         data = show_file(request.repo, resolve_sha(request.repo, trusted_ref), relative)
     except RevisionError as exc:
-        raise CampaignStop("build", f"determinism patch: {exc}", blocking=True) from exc
-    path = work / "determinism.patch"
+        raise CampaignStop("build", f"{purpose} patch: {exc}", blocking=True) from exc
+    path = work / f"{purpose}.patch"
     path.write_bytes(data)
     return path
 

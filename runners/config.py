@@ -85,6 +85,10 @@ class HarnessConfig(_Strict):
     timing_field: str = "replay_execution_ms"
     exclusions: list[str] = Field(default_factory=lambda: list(PROTOCOL_EXCLUSIONS))
     common_args: list[str] = Field(default_factory=list)
+    patch: str | None = None
+    """A `git apply` patch extending the harness (e.g. adding the protocol's timer while the merge base lacks
+    it), read from the trusted revision like the config and applied identically to both revisions after the
+    determinism patch; its checksum is in the report."""
 
     @field_validator("exclusions")
     @classmethod

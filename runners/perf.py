@@ -18,34 +18,58 @@ import signal
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from runners import untrusted
 from runners.config import OUTPUT_FLAGS, InvalidationRules, PerfConfig
 from runners.placement import cpu_busy_ms, cpu_telemetry, kept_off, pinned_argv, read_affinity, stat_tick_ms
 from runners.progress import ProgressSink, emit
 from runners.report import (
+    ARMS,
+    KERNEL_CLOCK_LABELS,
     Arm,
     Bootstrap,
     Bounds,
     DependenceResult,
     DiagnosticCheck,
     Invalidation,
+    KernelClock,
+    KernelGate,
     PairPlan,
     PerfResult,
     PerfVerdict,
     Placement,
     Sample,
+    SampleKind,
 )
 from runners.sandbox import Sandbox
-from runners.stats import SAMPLING_ASSUMPTION, decide, observations
+from runners.stats import SAMPLING_ASSUMPTION, Decision, decide, observations
 
 STDERR_TAIL_CHARS = 2000
+TIMING_FILE_MAX_BYTES = 1 << 20
+"""One --iterations 1 record is a few hundred bytes; anything near this bound is not a timing record."""
 SETUP_FIELD = "setup_ms"
 """Optional timing-record field kept as the setup-time diagnostic when the harness reports it."""
+TIMER_BOUNDARY = (
+    "protocol boundary: start right before the prepared run call, stop right after it returns, before collector "
+    "finalization (extend the harness, or set `harness.patch` to add it to both revisions)"
+)
+
+
+def process_wall_ms(sample: Sample) -> float:
+    """The process's own wall time as the bot measured it, the ceiling of any replay time it reports."""
+    return sample.elapsed_s * 1000.0
+
+
+KERNEL_CLOCKS: dict[KernelClock, Callable[[Sample], float | None]] = {
+    "process_wall_ms": process_wall_ms,
+    "process_cpu_ms": lambda sample: sample.kernel_cpu_ms,
+}
+"""The kernel's figures for one sample, which the candidate cannot report: the corroborating gate's inputs."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +78,8 @@ class SampleHooks:
 
     `after_start(pair, attempt, position, pid)` runs once the harness binary itself is executing (after
     taskset pinned it) and before its affinity is read; `around_sample(pair, attempt, position)` wraps the
-    whole sample including the CPU-time readings. `pair` is None for warmups; their position is the run index.
+    whole sample including the CPU-time readings. `pair` is None for timer probes and warmups; their position is
+    the run index.
     """
 
     after_start: Callable[[int | None, int, int, int], None] | None = None
@@ -82,6 +107,8 @@ class Evaluation:
     diagnostics: list[DiagnosticCheck]
     bootstrap: Bootstrap | None
     dependence: DependenceResult | None = None
+    kernel_gates: list[KernelGate] = field(default_factory=list)
+    reported_verdict: PerfVerdict | None = None
 
 
 # --- schedule -----------------------------------------------------------------------------------------------
@@ -135,13 +162,16 @@ def _exit_text(code: int) -> str:
     return f"process exited with status {code}"
 
 
-def read_timing_file(path: Path) -> tuple[dict[str, object] | None, str | None]:
-    """The single timing record of an --iterations 1 run, or why there is none."""
+def read_timing_file(path: Path, root: Path) -> tuple[dict[str, object] | None, str | None]:
+    """The single timing record of an --iterations 1 run, or why there is none.
+
+    The harness wrote the file in its own sandbox-writable directory under the trusted `root`: it is read
+    without following links, as a regular file, up to TIMING_FILE_MAX_BYTES (runners/untrusted.py)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = untrusted.read_text(path, max_bytes=TIMING_FILE_MAX_BYTES, root=root)
     except FileNotFoundError:
         return None, f"no timing record: {path} was not written"
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, untrusted.UntrustedFileError) as exc:
         return None, f"timing file {path} unreadable: {exc}"
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
@@ -167,9 +197,19 @@ def _number(value: object) -> float | None:
 
 
 def classify(
-    exit_code: int | None, record: dict[str, object] | None, read_problem: str | None, timing_field: str
+    exit_code: int | None,
+    record: dict[str, object] | None,
+    read_problem: str | None,
+    timing_field: str,
+    process_wall_ms: float | None = None,
+    probe: bool = False,
 ) -> Classification:
-    """Product failure or usable sample, from the process status and its timing record alone."""
+    """Product failure or usable sample, from the process status, its timing record and its own wall time.
+
+    A replay that reports taking longer than the whole process it ran in, as the bot timed that process, is a
+    malformed record (the figure is not a time of this run), so a product failure, never a sample. In the
+    timer `probe` a non-numeric timing field means the harness has no usable timer: it blocks like a missing one.
+    """
 
     def failed(text: str, blocking: bool = False) -> Classification:
         return Classification("product_failure", text, blocking, None, None)
@@ -187,7 +227,7 @@ def classify(
     if timing_field not in record:
         problems.append(
             f"timing record lacks the timing field `{timing_field}`; fields present: "
-            f"{', '.join(sorted(record))}"
+            f"{', '.join(sorted(record))}; {TIMER_BOUNDARY}"
         )
     if problems:
         return failed("; ".join(problems), blocking=True)
@@ -196,6 +236,13 @@ def classify(
         return failed(
             f"malformed timing record: `{timing_field}` is {json.dumps(record[timing_field])}, "
             "not a positive number of milliseconds"
+            + (f"; fields present: {', '.join(sorted(record))}; {TIMER_BOUNDARY}" if probe else ""),
+            blocking=probe,
+        )
+    if process_wall_ms is not None and metric > process_wall_ms:
+        return failed(
+            f"malformed timing record: `{timing_field}` reports {metric:g} ms, more than the "
+            f"{process_wall_ms:.3f} ms the whole harness process took as the bot timed it (spawn to reap)"
         )
     return Classification("ok", None, False, metric, _number(record.get(SETUP_FIELD)))
 
@@ -223,6 +270,8 @@ def breaches(sample: Sample, rules: InvalidationRules) -> list[tuple[str, str]]:
 
 
 def _describe(sample: Sample) -> str:
+    if sample.kind == "probe":
+        return f"the {sample.arm} timer probe (before any warmup)"
     if sample.kind == "warmup":
         return f"{sample.arm} warmup {sample.position + 1}"
     return f"{sample.arm} in measured pair {sample.pair} attempt {sample.attempt}"
@@ -257,11 +306,22 @@ def evaluate(evidence: PerfResult, perf: PerfConfig) -> Evaluation:
     unmeasurable = _unmeasurable_rule(perf, evidence.interference_resolution_ms)
     if unmeasurable is not None:
         return Evaluation(PerfVerdict.BLOCKED, unmeasurable, ratios, None, [], None)
-    for sample in sorted([*evidence.warmups, *evidence.samples], key=lambda s: s.started_unix):
+    for sample in sorted([*evidence.probes, *evidence.warmups, *evidence.samples], key=lambda s: s.started_unix):
         if sample.status != "product_failure":
             continue
-        meaning = classify(sample.exit_code, sample.timing_record, sample.failure, evidence.timing_field)
-        stop = "; sampling stopped at the first product failure (sample kept, never retried)"
+        meaning = classify(
+            sample.exit_code,
+            sample.timing_record,
+            sample.failure,
+            evidence.timing_field,
+            process_wall_ms(sample),
+            probe=sample.kind == "probe",
+        )
+        stop = (
+            "; no warmup or sample ran"
+            if sample.kind == "probe"
+            else "; sampling stopped at the first product failure (sample kept, never retried)"
+        )
         if meaning.blocking:
             return Evaluation(
                 PerfVerdict.BLOCKED,
@@ -305,14 +365,66 @@ def evaluate(evidence: PerfResult, perf: PerfConfig) -> Evaluation:
             None,
         )
     decision = decide(pairs, perf, evidence.schedule_seed)
+    gates = kernel_gates(evidence, perf) if evidence.kernel_corroborated else []
+    verdict, reason = corroborated(decision, gates, perf.threshold)
     return Evaluation(
-        decision.verdict,
-        decision.reason,
+        verdict,
+        reason,
         ratios,
         decision.bounds,
         decision.diagnostics,
         decision.bootstrap,
         decision.dependence,
+        gates,
+        decision.verdict if evidence.kernel_corroborated else None,
+    )
+
+
+def kernel_gates(evidence: PerfResult, perf: PerfConfig) -> list[KernelGate]:
+    """The reported gate repeated on each kernel clock: same valid attempts, schedule, threshold, confidence and
+    dependence method. A clock some pair lacks is left out (it cannot cover the same pairs)."""
+    reported = observations(evidence.schedule, evidence.samples)
+    gates = []
+    for clock, measure in KERNEL_CLOCKS.items():
+        pairs = observations(evidence.schedule, evidence.samples, measure)
+        if [p.pair for p in pairs] != [p.pair for p in reported]:
+            continue
+        decision = decide(pairs, perf, evidence.schedule_seed)
+        gates.append(
+            KernelGate(
+                clock=clock,
+                ratios=[p.ratio for p in pairs],
+                bounds=decision.bounds,
+                diagnostics=decision.diagnostics,
+                dependence=decision.dependence,
+                verdict=decision.verdict,
+                reason=decision.reason,
+            )
+        )
+    return gates
+
+
+def corroborated(decision: Decision, gates: list[KernelGate], threshold: float) -> tuple[PerfVerdict, str]:
+    """The row's verdict: the reported figures' unless they PASS while a kernel clock FAILs (a contradiction)."""
+    contradicting = [gate for gate in gates if gate.verdict == PerfVerdict.FAIL]
+    if decision.verdict != PerfVerdict.PASS or not contradicting:
+        return decision.verdict, decision.reason
+
+    def claim(label: str, bounds: Bounds, dependence: DependenceResult | None, passed: bool) -> str:
+        if dependence is not None:
+            return f"{label} by the batch IUT ({dependence.line})"
+        if passed:
+            return f"{label} upper X({bounds.upper_index})={bounds.upper:.4f} <= {threshold:g}"
+        return f"{label} lower X({bounds.lower_index})={bounds.lower:.4f} > {threshold:g}"
+
+    kernel = " and ".join(
+        claim(KERNEL_CLOCK_LABELS[gate.clock], gate.bounds, gate.dependence, False) for gate in contradicting
+    )
+    reported = claim("the reported figures", decision.bounds, decision.dependence, True)
+    return (
+        PerfVerdict.FAIL,
+        f"reported PASS contradicted by the kernel's FAIL: {reported}, while {kernel}; a verdict never rests "
+        "on the candidate's own figures alone",
     )
 
 
@@ -328,6 +440,8 @@ def finalize(evidence: PerfResult, perf: PerfConfig) -> PerfResult:
             "diagnostics": outcome.diagnostics,
             "bootstrap": outcome.bootstrap,
             "dependence": outcome.dependence,
+            "kernel_gates": outcome.kernel_gates,
+            "reported_verdict": outcome.reported_verdict,
         }
     )
 
@@ -386,6 +500,13 @@ def _sandboxed_child(info: int, binary: str) -> int | None:
         os.sched_yield()
 
 
+def _open_descriptors() -> list[int]:
+    """Every descriptor of this process beyond stdio. The sample's child closes them all before exec (bar the
+    bwrap info pipe): posix_spawn would otherwise hand pull-request code whatever the orchestrator left
+    inheritable. The listing's own directory descriptor is among them; closing it in the child is a no-op."""
+    return sorted(fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2)
+
+
 def _await_exec(pid: int, launcher: str) -> None:
     """Return once the child has left the taskset launcher (it is then pinned and running) or has exited.
 
@@ -429,7 +550,7 @@ class _Sampler:
         self.logs.mkdir(parents=True, exist_ok=True)
 
     def run(
-        self, kind: Literal["warmup", "measured"], arm: Arm, pair: int | None, attempt: int, position: int
+        self, kind: SampleKind, arm: Arm, pair: int | None, attempt: int, position: int
     ) -> Sample:
         tag = f"{self.row_id}-{kind}-{arm}-p{pair}-a{attempt}-{position}"
         own = self.timings / tag
@@ -446,7 +567,9 @@ class _Sampler:
         command, env = self.sandbox.command(run)
         spawn_argv = pinned_argv(self.cpu_set, command)
         launcher = os.path.realpath(spawn_argv[0])
-        spawn_actions = [(os.POSIX_SPAWN_DUP2, info_write, 3)] if sandboxed else []
+        spawn_actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, info_write, 3)] if sandboxed else []
+        passed = {3} if sandboxed else set()
+        spawn_actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _open_descriptors() if fd not in passed]
         around = (
             self.hooks.around_sample(pair, attempt, position) if self.hooks.around_sample else nullcontext()
         )
@@ -488,11 +611,11 @@ class _Sampler:
             ended_unix = time.time()
             busy_after = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
         exit_code = os.waitstatus_to_exitcode(status)
-        record, problem = read_timing_file(timing_path)
+        record, problem = read_timing_file(timing_path, self.timings)
         printed = _tail(stdout_path).strip().splitlines()
         if record is None and exit_code == 0 and printed:
             problem = f"{problem}; stdout: {printed[-1][:200]}"
-        meaning = classify(exit_code, record, problem, self.timing_field)
+        meaning = classify(exit_code, record, problem, self.timing_field, elapsed * 1000.0, probe=kind == "probe")
         own_cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000.0
         expected = sorted(self.cpu_set)
         return Sample(
@@ -518,6 +641,7 @@ class _Sampler:
             affinity_ok=at_start == expected and at_exit in (None, expected),
             interference_ms=(busy_after - busy_before) - own_cpu_ms,
             telemetry=cpu_telemetry(self.cpu_set[0]),
+            kernel_cpu_ms=own_cpu_ms,
         )
 
 
@@ -560,6 +684,45 @@ def _sample_pair(
     return samples, invalidations, False
 
 
+def _warm_and_sample(
+    sampler: _Sampler, plan: list[PairPlan], perf: PerfConfig, row_id: str, progress: ProgressSink | None
+) -> tuple[list[Sample], list[Sample], list[Invalidation]]:
+    """Warmups, then every scheduled pair in order; stops at the first product failure or exhausted pair."""
+    warmups: list[Sample] = []
+    samples: list[Sample] = []
+    invalidations: list[Invalidation] = []
+    for index in range(2 * perf.warmups_per_arm):
+        warmups.append(sampler.run("warmup", ARMS[index % 2], None, 0, index))
+        if warmups[-1].status == "product_failure":
+            return warmups, samples, invalidations
+    emit(progress, "performance", f"{len(warmups)} warmups done", row=row_id, done=0, total=perf.pairs)
+    for done, pair in enumerate(plan, start=1):
+        pair_samples, pair_invalidations, complete = _sample_pair(sampler, pair, perf.invalidation)
+        samples.extend(pair_samples)
+        invalidations.extend(pair_invalidations)
+        for invalidation in pair_invalidations:
+            emit(
+                progress,
+                "performance",
+                f"pair {pair.pair} attempt {invalidation.attempt} invalidated: {invalidation.reason}",
+                row=row_id,
+                done=done - 1,
+                total=perf.pairs,
+            )
+        if not complete:
+            break
+        emit(
+            progress,
+            "performance",
+            f"pair {pair.pair} ({pair.order})",
+            row=row_id,
+            done=done,
+            total=perf.pairs,
+            ratio=_pair_ratio(pair_samples),
+        )
+    return warmups, samples, invalidations
+
+
 def run_performance(
     *,
     row_id: str,
@@ -586,7 +749,8 @@ def run_performance(
         timing_field=timing_field,
         timing_scope=f"`{timing_field}` from the harness timing record of one fresh pinned process per "
         "sample (--iterations 1, unique --timings-jsonl, no canonical or report output); process wall "
-        "time is kept per sample as elapsed_s, setup time as setup_ms when reported",
+        "time is kept per sample as elapsed_s and its CPU time from wait4 rusage as kernel_cpu_ms, both gated "
+        "as corroboration; setup time is kept as setup_ms when reported",
         placement=placement,
         schedule_seed=seed,
         schedule=plan,
@@ -603,6 +767,7 @@ def run_performance(
         perf_config=perf,
         interference_resolution_ms=2 * stat_tick_ms(),
         sampling_assumption=SAMPLING_ASSUMPTION,
+        kernel_corroborated=True,
     )
     if _unmeasurable_rule(perf, evidence.interference_resolution_ms) is not None:
         return finalize(evidence, perf)
@@ -616,43 +781,17 @@ def run_performance(
         hooks=hooks,
         sandbox=sandbox or Sandbox.default(),
     )
-    warmups: list[Sample] = []
-    samples: list[Sample] = []
-    invalidations: list[Invalidation] = []
+    probes: list[Sample] = []
+    series: tuple[list[Sample], list[Sample], list[Invalidation]] = ([], [], [])
     with kept_off([*placement.cpu_set, *placement.siblings_excluded]):
-        for index in range(2 * perf.warmups_per_arm):
-            warmups.append(sampler.run("warmup", ("baseline", "candidate")[index % 2], None, 0, index))
-            if warmups[-1].status == "product_failure":
-                break
-        else:
-            emit(
-                progress, "performance", f"{len(warmups)} warmups done", row=row_id, done=0, total=perf.pairs
-            )
-            for done, pair in enumerate(plan, start=1):
-                pair_samples, pair_invalidations, complete = _sample_pair(sampler, pair, perf.invalidation)
-                samples.extend(pair_samples)
-                invalidations.extend(pair_invalidations)
-                for invalidation in pair_invalidations:
-                    emit(
-                        progress,
-                        "performance",
-                        f"pair {pair.pair} attempt {invalidation.attempt} invalidated: {invalidation.reason}",
-                        row=row_id,
-                        done=done - 1,
-                        total=perf.pairs,
-                    )
-                if not complete:
-                    break
-                emit(
-                    progress,
-                    "performance",
-                    f"pair {pair.pair} ({pair.order})",
-                    row=row_id,
-                    done=done,
-                    total=perf.pairs,
-                    ratio=_pair_ratio(pair_samples),
-                )
+        for index, arm in enumerate(ARMS):
+            probes.append(sampler.run("probe", arm, None, 0, index))
+        if all(probe.status == "ok" for probe in probes):
+            series = _warm_and_sample(sampler, plan, perf, row_id, progress)
+    warmups, samples, invalidations = series
     return finalize(
-        evidence.model_copy(update={"warmups": warmups, "samples": samples, "invalidations": invalidations}),
+        evidence.model_copy(
+            update={"probes": probes, "warmups": warmups, "samples": samples, "invalidations": invalidations}
+        ),
         perf,
     )

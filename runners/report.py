@@ -352,10 +352,14 @@ class PairPlan(_Model):
     order: Literal["baseline_first", "candidate_first"]
 
 
+SampleKind = Literal["probe", "warmup", "measured"]
+"""`probe`: the one timer check per arm before any warmup (same argv as a sample); never a measurement."""
+
+
 class Sample(_Model):
     """One attempted invocation; never dropped."""
 
-    kind: Literal["warmup", "measured"]
+    kind: SampleKind
     arm: Arm
     pair: int | None
     attempt: int
@@ -380,6 +384,9 @@ class Sample(_Model):
     affinity_ok: bool
     interference_ms: float | None
     telemetry: dict[str, float] = Field(default_factory=dict)
+    kernel_cpu_ms: float | None = None
+    """User + system CPU time of the whole process tree from `wait4` rusage: the kernel's figure, not the
+    harness's (None in reports from before the kernel-corroborated gate)."""
 
 
 class Invalidation(_Model):
@@ -442,6 +449,29 @@ class DependenceResult(_Model):
     verdict: PerfVerdict
     line: str
     """One line saying which method decided and why, for the comment and the check run."""
+
+
+KernelClock = Literal["process_wall_ms", "process_cpu_ms"]
+"""The kernel's accounting of one harness process: wall time from spawn to reap as the bot measured it
+(`elapsed_s`), and user + system CPU time from `wait4` rusage (`kernel_cpu_ms`)."""
+
+KERNEL_CLOCK_LABELS: Final[dict[str, str]] = {
+    "process_wall_ms": "process wall time (spawn to reap)",
+    "process_cpu_ms": "process CPU time (wait4 rusage)",
+}
+
+
+class KernelGate(_Model):
+    """The reported figures' gate, repeated on one kernel clock: same pairs, schedule, threshold, confidence and
+    dependence method. It corroborates and never rescues: only a FAIL here can change the row's verdict."""
+
+    clock: KernelClock
+    ratios: list[float]
+    bounds: Bounds
+    diagnostics: list[DiagnosticCheck]
+    dependence: DependenceResult | None = None
+    verdict: PerfVerdict
+    reason: str
 
 
 class HostFacts(_Model):
@@ -528,6 +558,14 @@ class PerfResult(_Model):
     """The assumption the conditional order-statistic bounds rest on, as stated to reviewers."""
     dependence: DependenceResult | None = None
     """The dependence-aware method's result when the diagnostics breached and the config declared one."""
+    kernel_corroborated: bool = False
+    """The kernel clocks were gated too (False: a report from before the corroborating gate, verified without)."""
+    kernel_gates: list[KernelGate] = Field(default_factory=list)
+    """The corroborating gates, one per kernel clock, present once the reported series was complete."""
+    reported_verdict: PerfVerdict | None = None
+    """The reported figures' gate alone, before corroboration (None when the series never completed)."""
+    probes: list[Sample] = Field(default_factory=list)
+    """One timing-mode invocation per arm before any warmup: a missing or non-numeric timer blocks here."""
 
 
 # --- Sizes, rows, campaign ----------------------------------------------------------------------------------
@@ -809,6 +847,8 @@ class CampaignReport(_Model):
     relationship: str
     merge_base: str | None
     determinism_patch_sha256: str | None
+    harness_patch_sha256: str | None = None
+    """SHA-256 of `harness.patch` as applied to both revisions (None: no harness patch)."""
     toolchain: Toolchain | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
     trace: TraceEvidence | None = None

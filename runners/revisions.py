@@ -127,15 +127,16 @@ def worktree_head(repo: Path, path: Path) -> str:
     raise RevisionError(f"{path} is not a worktree of {repo}")
 
 
-def apply_patch(tree: Path, patch: Path) -> str:
-    """Stage 1.3: apply the determinism patch to one worktree; returns its SHA-256 for the record."""
+def apply_patch(tree: Path, patch: Path, purpose: str = "determinism patch") -> str:
+    """Apply a trusted patch (Stage 1.3's determinism patch, or the harness patch) to one worktree, the same
+    way for both revisions; returns its SHA-256 for the record."""
     try:
         data = patch.read_bytes()
     except OSError as exc:
-        raise RevisionError(f"cannot read determinism patch {patch}: {exc.strerror}") from exc
+        raise RevisionError(f"cannot read {purpose} {patch}: {exc.strerror}") from exc
     try:
         git(tree, "apply", "--check", str(patch))
     except RevisionError as exc:
-        raise RevisionError(f"determinism patch {patch} does not apply to {tree}: {exc}") from exc
+        raise RevisionError(f"{purpose} {patch} does not apply to {tree}: {exc}") from exc
     git(tree, "apply", str(patch))
     return hashlib.sha256(data).hexdigest()

@@ -121,6 +121,7 @@ class ArmBuild(_Model):
     toolchain: Toolchain | None
     determinism_patch_sha256: str | None
     preflight_problems: list[str]
+    harness_patch_sha256: str | None = None
     exception_records: list[ExceptionRecord]
     exceptions: list[ExceptionOutcome]
     stopped: StopRecord | None
@@ -239,10 +240,13 @@ def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, wo
                       exceptions=[], stopped=None, sandbox=sandbox.record())
     try:
         record.toolchain = toolchain()
-        patch = _patch(plan, repo, work)
+        patch = _patch(plan, repo, work, plan.config.determinism.patch, "determinism")
+        harness_patch = _patch(plan, repo, work, plan.config.harness.patch, "harness")
         with worktree(repo, sha, work / f"tree-{arm}") as tree:
             if patch is not None:
                 record.determinism_patch_sha256 = apply_patch(tree, patch)
+            if harness_patch is not None:
+                record.harness_patch_sha256 = apply_patch(tree, harness_patch, "harness patch")
             try:
                 artifact = build_artifact(tree, arm, sha, plan.config.build, out, sandbox=sandbox)
             except BuildError as exc:
@@ -273,12 +277,11 @@ def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, wo
     return record
 
 
-def _patch(plan: Plan, repo: Path, work: Path) -> Path | None:
-    """The determinism patch, from the trusted config ref like the config itself."""
-    relative = plan.config.determinism.patch
+def _patch(plan: Plan, repo: Path, work: Path, relative: str | None, purpose: str) -> Path | None:
+    """A configured patch (determinism or harness), from the trusted config ref like the config itself."""
     if relative is None:
         return None
-    path = work / "determinism.patch"
+    path = work / f"{purpose}.patch"
     path.write_bytes(show_file(repo, plan.config_ref, relative))
     return path
 
@@ -395,6 +398,7 @@ def assemble_manifest(plan: Plan, plan_sha: str, arm_dirs: dict[Arm, Path], trac
                    Revision(arm="candidate", sha=plan.head_sha, requested=plan.head_sha)],
         relationship=plan.relationship, merge_base=plan.merge_base,
         determinism_patch_sha256=builds["baseline"].determinism_patch_sha256,
+        harness_patch_sha256=builds["baseline"].harness_patch_sha256,
         toolchain=builds["baseline"].toolchain, exclusions=list(config.harness.exclusions),
         skipped=[*STANDING_SKIPS, *([f"rows not selected for this campaign: {', '.join(plan.unselected_rows)}"]
                                    if plan.unselected_rows else []),
@@ -408,6 +412,10 @@ def assemble_manifest(plan: Plan, plan_sha: str, arm_dirs: dict[Arm, Path], trac
         report.stopped = StopRecord(stage="build", blocking=True, reason=(
             f"determinism patch differs between the arms: baseline {builds['baseline'].determinism_patch_sha256}, "
             f"candidate {builds['candidate'].determinism_patch_sha256}"))
+    if report.stopped is None and builds["baseline"].harness_patch_sha256 != builds["candidate"].harness_patch_sha256:
+        report.stopped = StopRecord(stage="build", blocking=True, reason=(
+            f"harness patch differs between the arms: baseline {builds['baseline'].harness_patch_sha256}, "
+            f"candidate {builds['candidate'].harness_patch_sha256}"))
     if report.stopped is None:
         try:
             report.trace = prepare_trace(trace_source, config.trace, out / ".trace-check.jsonl")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -268,11 +269,18 @@ def bootstrap(ratios: list[float], resamples: int, seed: int, confidence: float 
     )
 
 
-def observations(schedule: list[PairPlan], samples: list[Sample]) -> list[PairObservation]:
-    """The final valid attempt of each scheduled pair that has one, in pair order.
+def reported_metric(sample: Sample) -> float | None:
+    """The harness's own timing figure: what the gate decides on."""
+    return sample.metric_ms
+
+
+def observations(
+    schedule: list[PairPlan], samples: list[Sample], measure: Callable[[Sample], float | None] = reported_metric
+) -> list[PairObservation]:
+    """The final valid attempt of each scheduled pair that has one, in pair order, its ratio of `measure`.
 
     A valid attempt has both members measured with status ok; reruns happen only after an invalidation, so
-    the highest such attempt is the one the gate uses.
+    the highest such attempt is the one the gate uses, whichever figure (reported or kernel) is compared.
     """
     measured = [s for s in samples if s.kind == "measured" and s.pair is not None]
     if not measured:
@@ -291,7 +299,7 @@ def observations(schedule: list[PairPlan], samples: list[Sample]) -> list[PairOb
             continue
         members = attempts[max(complete)]
         by_arm = {m.arm: m for m in members}
-        baseline, candidate = by_arm["baseline"].metric_ms, by_arm["candidate"].metric_ms
+        baseline, candidate = measure(by_arm["baseline"]), measure(by_arm["candidate"])
         if baseline is None or candidate is None:
             continue
         shared = set(by_arm["baseline"].telemetry) & set(by_arm["candidate"].telemetry)

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from runners.config import PerfConfig
-from runners.perf import breaches, classify, evaluate, make_schedule, schedule_seed
+from runners.perf import breaches, classify, evaluate, make_schedule, process_wall_ms, schedule_seed
 from runners.report import (
     CampaignReport,
     PerfResult,
@@ -46,6 +46,8 @@ def _same(left: object, right: object) -> bool:
 
 
 def _sample_name(sample: Sample) -> str:
+    if sample.kind == "probe":
+        return f"{sample.arm} timer probe"
     if sample.kind == "warmup":
         return f"{sample.arm} warmup {sample.position}"
     return f"{sample.arm} pair {sample.pair} attempt {sample.attempt} position {sample.position}"
@@ -55,7 +57,8 @@ def _audit_sample(sample: Sample, timing_field: str) -> list[str]:
     """The stored status, failure and metric must follow from the process status and timing record."""
     where = _sample_name(sample)
     problems = []
-    meaning = classify(sample.exit_code, sample.timing_record, sample.failure, timing_field)
+    meaning = classify(sample.exit_code, sample.timing_record, sample.failure, timing_field, process_wall_ms(sample),
+                       probe=sample.kind == "probe")
     expected_status: str = meaning.status
     if sample.status == "invalidated" and meaning.status == "ok":
         expected_status = "invalidated"
@@ -113,13 +116,16 @@ def verify_performance(perf: PerfResult, config: PerfConfig, row_id: str) -> lis
         )
     if perf.schedule != make_schedule(perf.schedule_seed, config.pairs):
         problems.append("stored schedule is not the one its seed generates")
-    for sample in [*perf.warmups, *perf.samples]:
+    for sample in [*perf.probes, *perf.warmups, *perf.samples]:
         problems.extend(_audit_sample(sample, perf.timing_field))
     problems.extend(_audit_invalidations(perf, config))
+    if not perf.kernel_corroborated and any(s.kernel_cpu_ms is not None for s in perf.samples):
+        problems.append("samples carry the kernel's CPU time but the corroborating kernel gate is switched off")
     outcome = evaluate(perf, config)
     if outcome.verdict != perf.verdict:
         problems.append(f"performance verdict {perf.verdict.value}, recomputed {outcome.verdict.value}")
-    for name in ("ratios", "bounds", "diagnostics", "bootstrap", "dependence"):
+    for name in ("ratios", "bounds", "diagnostics", "bootstrap", "dependence", "kernel_gates",
+                 "reported_verdict"):
         if not _same(getattr(perf, name), getattr(outcome, name)):
             problems.append(f"performance {name} differ from their recomputation")
     return problems

@@ -15,13 +15,14 @@ import hashlib
 import math
 from collections.abc import Callable
 from statistics import NormalDist
-from typing import Any, Literal
+from typing import Any
 
 from runners.attribution import compare_work, cost_table, findings, readable_costs
 from runners.config import CampaignConfig, ExpectedEvidence, PerfConfig, RowConfig
 from runners.doctor import worst
 from runners.perf import SETUP_FIELD, arm_order, breaches, classify, finalize, make_schedule, schedule_seed
 from runners.report import (
+    ARMS,
     Arm,
     Artifact,
     CampaignReport,
@@ -50,6 +51,7 @@ from runners.report import (
     Revision,
     RowReport,
     Sample,
+    SampleKind,
     SizeAttribution,
     StopRecord,
     SymbolDelta,
@@ -90,6 +92,7 @@ OUTCOMES: tuple[str, ...] = (
     "pass_with_exceptions",
     "parity_fail",
     "perf_fail",
+    "kernel_contradiction",
     "inconclusive_diagnostics",
     "perf_fail_after_breach",
     "inconclusive_straddle",
@@ -267,7 +270,7 @@ def _target_ratios(
 def _invocation(
     row_id: str,
     placement: Placement,
-    kind: Literal["warmup", "measured"],
+    kind: SampleKind,
     arm: Arm,
     pair: int | None,
     attempt: int,
@@ -278,12 +281,19 @@ def _invocation(
     exit_code: int = 0,
     stderr_tail: str = "",
     observed: list[int] | None = None,
+    replay_ms: float | None = None,
 ) -> Sample:
-    """One pinned harness process as `_Sampler.run` records it; status, failure and metric come from `classify`."""
+    """One pinned harness process as `_Sampler.run` records it; status, failure and metric come from `classify`.
+
+    `replay_ms` is the replay's real duration when the record under-reports it; the process's wall time (the
+    replay plus ~410 ms of process setup and trace loading) and CPU time (~380 ms of it) follow the real one.
+    """
     tag = f"{kind}-{arm}-p{pair}-a{attempt}-{position}"
-    meaning = classify(exit_code, record, None, TIMING_FIELD)
+    reported = classify(exit_code, record, None, TIMING_FIELD).metric_ms
+    real_ms = replay_ms if replay_ms is not None else (reported if reported is not None else BASE_MS)
+    elapsed = round((real_ms + 410.0) / 1000.0, 3)
+    meaning = classify(exit_code, record, None, TIMING_FIELD, elapsed * 1000.0, probe=kind == "probe")
     metric = meaning.metric_ms
-    elapsed = round(((metric if metric is not None else BASE_MS) + 410.0) / 1000.0, 3)
     cpus = placement.cpu_set
     seen = observed if observed is not None else cpus
     return Sample(
@@ -318,6 +328,7 @@ def _invocation(
         affinity_ok=seen == cpus,
         interference_ms=round(0.2 + 1.6 * _unit("interference", row_id, tag), 1),
         telemetry={"temperature_c": round(40.0 + 3.0 * _unit("temperature", row_id, tag), 1)},
+        kernel_cpu_ms=round(real_ms + 380.0 + 4.0 * _unit("cpu", row_id, tag), 3),
     )
 
 
@@ -334,6 +345,7 @@ def synthetic_perf(
     crash_at_pair: int | None = None,
     broken_record: dict[str, object] | None = None,
     start_unix: float = CREATED_UNIX + 600.0,
+    reported_scale: float = 1.0,
 ) -> PerfResult:
     """A performance series recorded the way `run_performance` records one, then judged by `finalize`.
 
@@ -346,7 +358,9 @@ def synthetic_perf(
       both members are invalidated and the pair is rerun;
     - `crash_at_pair`: the candidate exits 101 there (a product failure that stops sampling);
     - `broken_record`: every process writes this timing record instead (the timing contract is broken,
-      so the first warmup blocks the row).
+      so the first warmup blocks the row);
+    - `reported_scale`: every candidate record reports the replay's real time times this (a harness that lies
+      about itself; the kernel's wall and CPU times follow the real one).
     """
     seed = schedule_seed(perf.seed, row_id)
     plan = make_schedule(seed, perf.pairs)
@@ -354,7 +368,7 @@ def synthetic_perf(
     clock = start_unix
 
     def run(
-        kind: Literal["warmup", "measured"], arm: Arm, pair: int | None, attempt: int, position: int
+        kind: SampleKind, arm: Arm, pair: int | None, attempt: int, position: int
     ) -> Sample:
         nonlocal clock
         base = round(
@@ -365,7 +379,7 @@ def synthetic_perf(
             broken_record
             if broken_record is not None
             else {
-                TIMING_FIELD: metric,
+                TIMING_FIELD: round(metric * (reported_scale if arm == "candidate" else 1.0), 3),
                 SETUP_FIELD: round(41.0 + _unit("setup", row_id, kind, pair, attempt, position), 2),
                 "replay_bench": True,
             }
@@ -388,18 +402,21 @@ def synthetic_perf(
             if crash
             else "",
             observed=[*placement.cpu_set, *placement.siblings_excluded] if moved else None,
+            replay_ms=metric,
         )
         clock = sample.ended_unix + 0.05
         return sample
 
+    probes = [run("probe", arm, None, 0, index) for index, arm in enumerate(ARMS)]
     warmups: list[Sample] = []
     samples: list[Sample] = []
     invalidations: list[Invalidation] = []
-    for index in range(2 * perf.warmups_per_arm):
+    timer_ok = all(p.status == "ok" for p in probes)
+    for index in range(2 * perf.warmups_per_arm if timer_ok else 0):
         warmups.append(run("warmup", ("baseline", "candidate")[index % 2], None, 0, index))
         if warmups[-1].status == "product_failure":
             break
-    else:
+    if timer_ok and all(w.status != "product_failure" for w in warmups):
         for pair in plan:
             complete = False
             for attempt in range(perf.invalidation.max_reruns_per_pair + 1):
@@ -434,6 +451,7 @@ def synthetic_perf(
         schedule_seed=seed,
         schedule=plan,
         schedule_path=f"schedule-{row_id}.json",
+        probes=probes,
         warmups=warmups,
         samples=samples,
         invalidations=invalidations,
@@ -446,6 +464,7 @@ def synthetic_perf(
         perf_config=perf,
         interference_resolution_ms=20.0,
         sampling_assumption=SAMPLING_ASSUMPTION,
+        kernel_corroborated=True,
     )
     return finalize(evidence, perf)
 
@@ -824,6 +843,15 @@ def _perf_fail() -> CampaignReport:
     return _base_report(config, rows)
 
 
+def _kernel_contradiction() -> CampaignReport:
+    """A candidate 25 % slower that reports its replay times x 0.8: PASS on its word, FAIL on the kernel's."""
+    config = make_config()
+    lying = _perf(1, config.rows[1], PerfVerdict.FAIL, centre=1.25, spread=0.02, reported_scale=0.8)
+    assert lying.reported_verdict == PerfVerdict.PASS, lying.reason
+    rows = [_row(0, config.rows[0], perf=_pass_perf(0, config.rows[0])), _row(1, config.rows[1], perf=lying)]
+    return _base_report(config, rows)
+
+
 def _inconclusive_diagnostics() -> CampaignReport:
     """A periodic swing in run order (period 12 pairs) breaches the declared lag-1 autocorrelation limit, and
     the predeclared batch IUT cannot decide either: every batch's bounds straddle the threshold."""
@@ -1009,6 +1037,7 @@ BUILDERS: dict[str, Callable[[], CampaignReport]] = {
     "pass_with_exceptions": _pass_with_exceptions,
     "parity_fail": _parity_fail,
     "perf_fail": _perf_fail,
+    "kernel_contradiction": _kernel_contradiction,
     "inconclusive_diagnostics": _inconclusive_diagnostics,
     "perf_fail_after_breach": _perf_fail_after_breach,
     "inconclusive_straddle": _inconclusive_straddle,

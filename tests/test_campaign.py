@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runners.campaign import CampaignRequest, run_campaign
-from runners.config import CampaignConfig, DeterminismConfig, RowConfig
+from runners.config import CampaignConfig, DeterminismConfig, InvalidationRules, RowConfig
 from runners.demo import commit_change, init_fixture_repo, set_knobs
 from runners.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict
 from runners.revisions import checkout_state
@@ -272,3 +272,60 @@ def test_determinism_patch_from_the_base_is_applied_identically_to_both(
     assert report.rows[0].semantic == SemanticVerdict.PASS, report.rows[0].semantic_reasons
     assert subprocess.run(["git", "-C", str(fixture_repo), "status", "--porcelain"], capture_output=True,
                           text=True, check=True).stdout == "", "the patch never touches the user's checkout"
+
+
+@pytest.fixture(scope="module")
+def timerless(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, bytes]:
+    """A repository whose merge base and head both lack the timing field; the base carries a patch adding it."""
+    repo = tmp_path_factory.mktemp("timerless") / "repo"
+    init_fixture_repo(repo)
+    commit_change(repo, "the harness stops emitting replay_execution_ms", knobs={"EMIT_TIMING_FIELD": False})
+    set_knobs(repo, {"EMIT_TIMING_FIELD": True})
+    patch = subprocess.run(["git", "-C", str(repo), "diff"], capture_output=True, check=True).stdout
+    subprocess.run(["git", "-C", str(repo), "checkout", "--", "."], check=True)
+    commit_change(repo, "carry the timer as a harness patch", files={"patches/timer.patch": patch.decode()})
+    branch(repo, "feature")
+    head = commit_change(repo, "reword comments", touch_comment=True)
+    back_to_main(repo)
+    return repo, head, patch
+
+
+def test_a_harness_patch_from_the_base_supplies_the_missing_timer_to_both_arms(
+        timerless: tuple[Path, str, bytes], campaign_config: CampaignConfig, demo_trace: Path,
+        tmp_path: Path) -> None:
+    repo, head, patch = timerless
+    config = quick(campaign_config)
+    quiet = config.perf.model_copy(update={"invalidation": InvalidationRules(max_interference_ms=1e6)})
+    config = config.model_copy(update={  # this shared VM always has competing load; the gate is not on trial
+        "perf": quiet, "harness": config.harness.model_copy(update={"patch": "patches/timer.patch"})})
+    report = campaign(repo, head, config, demo_trace, tmp_path / "out", [AGG_ROW])
+    assert report.harness_patch_sha256 == hashlib.sha256(patch).hexdigest()
+    row = report.rows[0]
+    assert row.semantic == SemanticVerdict.PASS, row.semantic_reasons
+    assert row.performance is not None and row.perf_verdict in (PerfVerdict.PASS, PerfVerdict.INCONCLUSIVE), (
+        row.perf_reason)
+    assert [(p.arm, p.status) for p in row.performance.probes] == [("baseline", "ok"), ("candidate", "ok")]
+    assert len(row.performance.warmups) == 2 and len(row.performance.samples) == 20
+    assert subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True,
+                          text=True, check=True).stdout == "", "the patch never touches the user's checkout"
+
+
+def test_without_the_harness_patch_the_missing_timer_blocks_before_any_warmup(
+        timerless: tuple[Path, str, bytes], campaign_config: CampaignConfig, demo_trace: Path,
+        tmp_path: Path) -> None:
+    repo, head, _ = timerless
+    report = campaign(repo, head, quick(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
+    row = report.rows[0]
+    assert report.harness_patch_sha256 is None
+    assert row.semantic == SemanticVerdict.PASS, "correctness still decides: only the performance gate blocks"
+    assert row.perf_verdict == PerfVerdict.BLOCKED and row.performance is not None
+    assert row.performance.warmups == [] and row.performance.samples == [], "no warmup was taken"
+    assert [(p.arm, p.status) for p in row.performance.probes] == [("baseline", "product_failure"),
+                                                                   ("candidate", "product_failure")]
+    assert row.perf_reason.startswith("blocked by the timing contract in the baseline timer probe (before any "
+                                      "warmup): timing record lacks the timing field `replay_execution_ms`; "
+                                      "fields present: busy_units, engine_type,")
+    assert "replay_call_ms" in row.perf_reason and "wall_time_ms" in row.perf_reason
+    assert "protocol boundary: start right before the prepared run call, stop right after it returns, before " \
+           "collector finalization" in row.perf_reason and row.perf_reason.endswith("; no warmup or sample ran")
+    assert report.verdicts is not None and report.verdicts.conclusion == CheckConclusion.ACTION_REQUIRED

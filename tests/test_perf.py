@@ -37,13 +37,14 @@ from runners.perf import (
     classify,
     make_schedule,
     persist_schedule,
+    read_timing_file,
     run_performance,
     schedule_seed,
 )
 from runners.placement import perf_placement, pinned_argv
 from runners.plots import write_plots
 from runners.progress import ProgressEvent
-from runners.report import PerfResult, PerfVerdict, Placement
+from runners.report import KERNEL_CLOCK_LABELS, PerfResult, PerfVerdict, Placement
 from runners.verify import verify_performance
 
 if TYPE_CHECKING:
@@ -135,6 +136,28 @@ def test_classification(
     assert words in (meaning.failure or "")
     if status == "ok":
         assert (meaning.metric_ms, meaning.setup_ms) == (5.0, 1.5)
+
+
+def test_a_replay_longer_than_its_own_process_is_a_malformed_record() -> None:
+    record = {PROTOCOL_FIELD: 80.0, "replay_bench": True}
+    meaning = classify(0, record, None, PROTOCOL_FIELD, process_wall_ms=50.0)
+    assert (meaning.status, meaning.blocking, meaning.metric_ms) == ("product_failure", False, None)
+    assert "reports 80 ms, more than the 50.000 ms the whole harness process took" in (meaning.failure or "")
+    assert classify(0, record, None, PROTOCOL_FIELD, process_wall_ms=80.5).status == "ok"
+
+
+def test_a_planted_timing_file_link_is_refused_not_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "root-only.json"
+    secret.write_text('{"replay_execution_ms": 1.0, "replay_bench": true}\n', encoding="utf-8")
+    own = tmp_path / "timings" / "sample"
+    own.mkdir(parents=True)
+    (own / "timing.jsonl").symlink_to(secret)
+    record, problem = read_timing_file(own / "timing.jsonl", tmp_path / "timings")
+    assert record is None and "is a symbolic link; refusing to follow it" in (problem or "")
+    (own / "timing.jsonl").unlink()
+    os.mkfifo(own / "timing.jsonl")
+    record, problem = read_timing_file(own / "timing.jsonl", tmp_path / "timings")
+    assert record is None and "is not a regular file" in (problem or ""), "a FIFO never blocks the reader"
 
 
 def test_output_flags_in_harness_args_are_refused(tmp_path: Path) -> None:
@@ -264,6 +287,83 @@ def test_a_real_result_verifies_and_plots(identical: tuple[PerfResult, list[Prog
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 
 
+def test_an_honest_candidate_passes_with_the_kernel_gate_on(
+    identical: tuple[PerfResult, list[ProgressEvent], Path],
+) -> None:
+    result, _, _ = identical
+    assert result.verdict == PerfVerdict.PASS and result.kernel_corroborated
+    assert [g.clock for g in result.kernel_gates] == ["process_wall_ms", "process_cpu_ms"]
+    for gate in result.kernel_gates:
+        assert gate.verdict != PerfVerdict.FAIL, gate.reason
+        assert len(gate.ratios) == 60 and gate.bounds.n == 60
+        assert (gate.bounds.lower_index, gate.bounds.upper_index) == (24, 37), "same exact gate as reported"
+    for sample in [*result.warmups, *result.samples]:
+        assert sample.kernel_cpu_ms is not None and sample.kernel_cpu_ms > 0
+        assert sample.metric_ms is not None and sample.metric_ms < sample.elapsed_s * 1000
+
+
+def test_verify_recomputes_the_kernel_gates(identical: tuple[PerfResult, list[ProgressEvent], Path]) -> None:
+    result, _, _ = identical
+    slowed = [
+        s.model_copy(update={"kernel_cpu_ms": (s.kernel_cpu_ms or 0) * 3}) if s.arm == "candidate" else s
+        for s in result.samples
+    ]
+    forged = result.model_copy(update={"samples": slowed})
+    problems = verify_performance(forged, VERDICT_PERF, "demo-agg")
+    assert "performance verdict PASS, recomputed FAIL" in problems
+    assert "performance kernel_gates differ from their recomputation" in problems
+    switched_off = result.model_copy(
+        update={"kernel_corroborated": False, "kernel_gates": [], "reported_verdict": None}
+    )
+    assert verify_performance(switched_off, VERDICT_PERF, "demo-agg") == [
+        "samples carry the kernel's CPU time but the corroborating kernel gate is switched off"
+    ]
+    before = switched_off.model_copy(
+        update={"samples": [s.model_copy(update={"kernel_cpu_ms": None}) for s in result.samples],
+                "warmups": [s.model_copy(update={"kernel_cpu_ms": None}) for s in result.warmups]}
+    )
+    legacy = PerfResult.model_validate(
+        {k: v for k, v in before.model_dump().items()
+         if k not in ("kernel_corroborated", "kernel_gates", "reported_verdict")}
+    )
+    assert verify_performance(legacy, VERDICT_PERF, "demo-agg") == [], "a report from before the gate verifies"
+
+
+def test_a_slower_candidate_that_under_reports_its_times_fails_on_the_kernel_figures(
+    tmp_path: Path, harness: HarnessBuilder, demo_row_args: list[str], placement: Placement
+) -> None:
+    """20 % more replay work, every reported replay time × 0.8: the reported ratio is ~0.95 (PASS before).
+
+    Both arms do 4x the fixture's replay work, so the replay call dominates the sandboxed process as it does with
+    the real harness on a 5,000-request window; at the fixture's default size the replay is only about half the
+    process and the kernel's ratio is diluted to ~1.07, INCONCLUSIVE (benchmarks/README.md)."""
+    honest = harness.binary(WORK_SCALE=4.0)
+    liar = harness.binary(WORK_SCALE=4.8, REPORTED_TIME_SCALE=0.8)
+    result = _campaign(tmp_path, honest, liar, demo_row_args, placement)
+    assert result.bounds is not None and result.bounds.upper <= 1.05, "the reported figures alone PASS"
+    assert result.verdict == PerfVerdict.FAIL, result.reason
+    assert result.reason.startswith("reported PASS contradicted by the kernel's FAIL: the reported figures upper")
+    failing = [g for g in result.kernel_gates if g.verdict == PerfVerdict.FAIL]
+    assert failing and all(g.bounds.lower > 1.05 for g in failing)
+    assert all(KERNEL_CLOCK_LABELS[g.clock] in result.reason for g in failing)
+    assert verify_performance(result, VERDICT_PERF, "demo-agg") == []
+
+
+def test_a_reported_replay_longer_than_the_process_fails_the_row(
+    tmp_path: Path, harness: HarnessBuilder, baseline: Path, demo_row_args: list[str], placement: Placement
+) -> None:
+    result = _campaign(
+        tmp_path, baseline, harness.binary(REPORTED_TIME_SCALE=1000.0), demo_row_args, placement, perf=SHORT_PERF
+    )
+    assert result.verdict == PerfVerdict.FAIL
+    assert result.reason.startswith("product failure in the candidate timer probe (before any warmup): malformed "
+                                    "timing record: `replay_cpu_ms` reports ")
+    assert "more than the" in result.reason and "the whole harness process took" in result.reason
+    assert result.probes[-1].status == "product_failure" and result.probes[-1].metric_ms is None
+    assert result.warmups == [] and result.samples == [], "a failure, not a sample"
+    assert verify_performance(result, SHORT_PERF, "demo-agg") == []
+
+
 def test_twenty_percent_slowdown_fails(
     tmp_path: Path, harness: HarnessBuilder, baseline: Path, demo_row_args: list[str], placement: Placement
 ) -> None:
@@ -293,12 +393,28 @@ def test_missing_timing_field_blocks_naming_the_fields_present(
     assert result.verdict == PerfVerdict.BLOCKED
     assert "lacks the timing field `replay_execution_ms`; fields present: " in result.reason
     assert "replay_call_ms" in result.reason and "wall_time_ms" in result.reason
-    assert "sampling stopped at the first product failure" in result.reason
-    assert [(w.arm, w.status) for w in result.warmups] == [
-        ("baseline", "ok"),
-        ("candidate", "product_failure"),
+    assert "protocol boundary: start right before the prepared run call" in result.reason
+    assert result.reason.startswith("blocked by the timing contract in the candidate timer probe (before any warmup)")
+    assert result.reason.endswith("; no warmup or sample ran")
+    assert [(p.arm, p.kind, p.status) for p in result.probes] == [
+        ("baseline", "probe", "ok"),
+        ("candidate", "probe", "product_failure"),
     ]
-    assert result.samples == []
+    for probe in result.probes:
+        assert probe.argv[4:] == [*demo_row_args, "--iterations", "1", "--timings-jsonl", probe.argv[-1]], (
+            "a probe is invoked exactly like a sample: the row's own trace and args, timing mode"
+        )
+    assert result.warmups == [] and result.samples == [], "blocked before any warmup"
+    assert verify_performance(result, VERDICT_PERF, "demo-agg") == []
+
+
+def test_a_non_numeric_timer_in_the_probe_blocks() -> None:
+    record = {PROTOCOL_FIELD: "n/a", "replay_bench": True, "wall_time_ms": 3.0}
+    meaning = classify(0, record, None, PROTOCOL_FIELD, probe=True)
+    assert (meaning.status, meaning.blocking) == ("product_failure", True)
+    assert "is \"n/a\", not a positive number" in (meaning.failure or "")
+    assert "fields present: replay_bench, replay_execution_ms, wall_time_ms" in (meaning.failure or "")
+    assert classify(0, record, None, PROTOCOL_FIELD).blocking is False, "in a sample it is a product failure"
 
 
 def test_replay_bench_not_reported_blocks(
@@ -316,13 +432,48 @@ def test_replay_bench_not_reported_blocks(
     assert "replay_bench=false" in result.reason
 
 
+def test_a_harness_crashing_in_timing_mode_fails_at_the_probe(
+    tmp_path: Path, harness: HarnessBuilder, baseline: Path, demo_row_args: list[str], placement: Placement
+) -> None:
+    result = _campaign(tmp_path, baseline, harness.binary(CRASH_MODE="perf_only"), demo_row_args, placement,
+                       perf=SHORT_PERF, field=PROTOCOL_FIELD)
+    assert result.verdict == PerfVerdict.FAIL, "a crash is a product failure, not a missing timer"
+    assert result.reason.startswith("product failure in the candidate timer probe (before any warmup): process "
+                                    "exited with status 101")
+    assert result.warmups == [] and result.samples == []
+
+
+def test_the_harness_inherits_no_descriptor_but_stdio(
+    tmp_path: Path, baseline: Path, demo_row_args: list[str], placement: Placement
+) -> None:
+    """A descriptor the orchestrator left inheritable (no CLOEXEC) must not reach pull-request code."""
+    seen: dict[int, list[int]] = {}
+
+    def look(pair: int | None, attempt: int, position: int, pid: int) -> None:
+        if pair is None and position not in seen:
+            seen[position] = sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd"))
+
+    leaked = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(leaked, 200, inheritable=True)
+    try:
+        result = _campaign(tmp_path, baseline, baseline, demo_row_args, placement, perf=SHORT_PERF,
+                           field=PROTOCOL_FIELD, hooks=SampleHooks(after_start=look))
+    finally:
+        os.close(200)
+        os.close(leaked)
+    assert set(seen) == {0, 1} and [p.status for p in result.probes] == ["ok", "ok"]
+    for fds in seen.values():
+        assert 200 not in fds, f"the harness inherited the orchestrator's descriptor: {fds}"
+        assert fds[:3] == [0, 1, 2]
+
+
 def test_a_crashing_sample_fails_the_row_and_is_kept(
     tmp_path: Path, harness: HarnessBuilder, baseline: Path, demo_row_args: list[str], placement: Placement
 ) -> None:
     result = _campaign(
         tmp_path,
         baseline,
-        harness.binary(CRASH_MODE="perf_only"),
+        harness.binary(CRASH_MODE="measured_only"),
         demo_row_args,
         placement,
         perf=SHORT_PERF,
@@ -330,6 +481,7 @@ def test_a_crashing_sample_fails_the_row_and_is_kept(
     )
     assert result.verdict == PerfVerdict.FAIL
     assert result.reason.startswith("product failure in candidate in measured pair 0 attempt 0")
+    assert [p.status for p in result.probes] == ["ok", "ok"]
     crashed = result.samples[-1]
     assert crashed.arm == "candidate" and crashed.status == "product_failure"
     assert crashed.exit_code != 0 and "injected crash" in crashed.stderr_tail

@@ -532,14 +532,16 @@ def test_artifact_keeps_every_attempted_sample(tmp_path: Path) -> None:
     with (tmp_path / "samples.csv").open(encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     expected = sum(
-        len(r.performance.warmups) + len(r.performance.samples) for r in report.rows if r.performance
+        len(r.performance.probes) + len(r.performance.warmups) + len(r.performance.samples)
+        for r in report.rows if r.performance
     )
-    assert len(rows) == expected == 2 * 10 + 122 + 120
+    assert len(rows) == expected == 2 * 2 + 2 * 10 + 122 + 120
     invalidated = [r for r in rows if r["status"] == "invalidated"]
     assert len(invalidated) == 2 and all(
         r["invalidation"].startswith("affinity violation") for r in invalidated
     )
-    assert {r["kind"] for r in rows} == {"warmup", "measured"}
+    assert {r["kind"] for r in rows} == {"probe", "warmup", "measured"}
+    assert all(float(r["kernel_cpu_ms"]) > float(r["metric_ms"] or 0) for r in rows), "the kernel's CPU time"
     schedule = json.loads((tmp_path / "schedule-vllm-disagg.json").read_text())
     first = report.rows[0].performance
     assert first is not None and schedule["seed"] == first.schedule_seed and len(schedule["pairs"]) == 60

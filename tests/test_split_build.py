@@ -20,7 +20,7 @@ import pytest
 from bot.cli import main as cli_main
 from bot.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from runners.config import DEFAULT_CONFIG_PATH, FixtureTraceSpec
-from runners.demo import Knob, commit_change, demo_config, init_fixture_repo
+from runners.demo import Knob, commit_change, demo_config, init_fixture_repo, set_knobs
 from runners.distributed import (
     FIXTURES_ROW,
     FIXTURES_SUFFIX,
@@ -386,3 +386,41 @@ def test_profile_mode_merges_to_a_profile_report_without_a_performance_gate(tmp_
     check_report_matches(report, expected)
     with pytest.raises(ReportMismatch, match="mode is 'profile' in the report but 'campaign' was dispatched"):
         check_report_matches(report, expected.model_copy(update={"mode": "campaign"}))
+
+
+def test_the_harness_patch_reaches_both_arm_builds_the_manifest_and_the_row(tmp_path: Path,
+                                                                           demo_trace: Path) -> None:
+    """Merge base and head lack the timer; the trusted config's harness.patch adds it to both arm builds."""
+    repo = tmp_path / "repo"
+    init_fixture_repo(repo)
+    commit_change(repo, "the harness stops emitting replay_execution_ms", knobs={"EMIT_TIMING_FIELD": False})
+    set_knobs(repo, {"EMIT_TIMING_FIELD": True})
+    patch = subprocess.run(["git", "-C", str(repo), "diff"], capture_output=True, check=True).stdout
+    subprocess.run(["git", "-C", str(repo), "checkout", "--", "."], check=True)
+    config = quick(demo_config())
+    config = config.model_copy(update={"rows": config.rows[:1],
+                                       "trace": config.trace.model_copy(update={"path": str(demo_trace)}),
+                                       "harness": config.harness.model_copy(update={"patch": "patches/timer.patch"})})
+    base = commit_change(repo, "config and the timer patch", files={
+        DEFAULT_CONFIG_PATH: "\n".join(to_toml(config.model_dump(mode="json"))) + "\n",
+        "patches/timer.patch": patch.decode()})
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "head"], check=True)
+    head = commit_change(repo, "the candidate", touch_comment=True)
+    plan, dist = tmp_path / "plan", tmp_path / "dist"
+    assert cli_main(["plan", "--repo", str(repo), "--config-ref", base, "--base", base, "--head", head, "--rows", ROW,
+                     "--campaign-id", "c-patch", "--out", str(plan), "--github-output", str(tmp_path / "out")]) == 0
+    assert build_arm(repo, plan, "baseline", tmp_path / "arm-b", tmp_path / "wb") == 0
+    assert build_arm(repo, plan, "candidate", tmp_path / "arm-c", tmp_path / "wc",
+                     "--baseline", str(tmp_path / "arm-b")) == 0
+    digest = hashlib.sha256(patch).hexdigest()
+    for arm in ("arm-b", "arm-c"):
+        assert json.loads((tmp_path / arm / "build.json").read_text(encoding="utf-8"))["harness_patch_sha256"] == digest
+    assert cli_main(["manifest", "--plan", str(plan), "--baseline", str(tmp_path / "arm-b"), "--candidate",
+                     str(tmp_path / "arm-c"), "--out", str(dist)]) == 0
+    assert load_manifest(dist / MANIFEST_NAME).report.harness_patch_sha256 == digest
+    row_out = tmp_path / "row-out"
+    assert cli_main(["row", "--manifest", str(dist / MANIFEST_NAME), "--row", ROW, "--out", str(row_out)]) == 0
+    result = RowResult.model_validate_json((row_out / f"{ROW}{ROW_SUFFIX}").read_text(encoding="utf-8"))
+    performance = result.report.performance
+    assert performance is not None and [p.status for p in performance.probes] == ["ok", "ok"]
+    assert result.report.perf_verdict != PerfVerdict.BLOCKED, result.report.perf_reason

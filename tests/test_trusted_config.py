@@ -44,8 +44,8 @@ def test_the_determinism_patch_is_read_at_the_config_ref_not_the_merge_base(tmp_
 
     (tmp_path / "tip").mkdir()
     (tmp_path / "base").mkdir()
-    at_tip = _base_patch(request(tip), tip, tmp_path / "tip")
-    at_base = _base_patch(request(None), base, tmp_path / "base")
+    at_tip = _base_patch(request(tip), config.determinism.patch, "determinism", tip, tmp_path / "tip")
+    at_base = _base_patch(request(None), config.determinism.patch, "determinism", base, tmp_path / "base")
     assert at_tip is not None and at_tip.read_text() == "new patch\n"
     assert at_base is not None and at_base.read_text() == "old patch\n"
 

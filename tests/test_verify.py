@@ -63,7 +63,8 @@ def test_factory_outcomes_are_what_they_are_named() -> None:
     assert failed.verdict == PerfVerdict.FAIL and failed.bounds is not None
     assert failed.bounds.lower > PERF.threshold
     blocked = perf("blocked_timing_field", 0)
-    assert blocked.verdict == PerfVerdict.BLOCKED and blocked.samples == [] and len(blocked.warmups) == 1
+    assert blocked.verdict == PerfVerdict.BLOCKED and blocked.samples == [] and blocked.warmups == []
+    assert [probe.status for probe in blocked.probes] == ["product_failure", "product_failure"]
     assert "lacks the timing field `replay_execution_ms`" in blocked.reason
     passed = perf("pass", 0)
     assert passed.verdict == PerfVerdict.PASS
@@ -216,3 +217,23 @@ def test_main_verify_exit_codes(tmp_path: Path, report: CampaignReport) -> None:
     assert main_verify(bad) == 1
     assert main_verify(junk) == 2
     assert main_verify(tmp_path / "missing.json") == 2
+
+
+def test_verify_recomputes_the_kernel_gate_that_overturned_a_reported_pass(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = make_report("kernel_contradiction")
+    lying = report.rows[1].performance
+    assert lying is not None and lying.reported_verdict == PerfVerdict.PASS and lying.verdict == PerfVerdict.FAIL
+    assert [(g.clock, g.verdict) for g in lying.kernel_gates] == [("process_wall_ms", PerfVerdict.FAIL),
+                                                                  ("process_cpu_ms", PerfVerdict.FAIL)]
+    believed = lying.model_copy(update={"verdict": PerfVerdict.PASS, "kernel_gates": []})
+    rows = [report.rows[0], report.rows[1].model_copy(update={"performance": believed,
+                                                              "perf_verdict": PerfVerdict.PASS})]
+    forged = report.model_copy(update={"rows": rows})
+    forged = forged.model_copy(update={"verdicts": campaign_verdicts(forged)})
+    path = tmp_path / "report.json"
+    path.write_text(forged.model_dump_json(), encoding="utf-8")
+    assert main_verify(path) == 1
+    out = capsys.readouterr().out
+    assert "performance verdict PASS, recomputed FAIL" in out
+    assert "performance kernel_gates differ from their recomputation" in out
