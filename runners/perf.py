@@ -502,8 +502,8 @@ def _sandboxed_child(info: int, binary: str) -> int | None:
 
 def _open_descriptors() -> list[int]:
     """Every descriptor of this process beyond stdio. The sample's child closes them all before exec (bar the
-    bwrap info pipe): posix_spawn would otherwise hand pull-request code whatever the orchestrator left
-    inheritable. The listing's own directory descriptor is among them; closing it in the child is a no-op."""
+    bwrap info pipe and `Sandbox.passed_fds`): posix_spawn would otherwise hand pull-request code whatever the
+    orchestrator left inheritable. The listing's own directory descriptor is among them; closing it in the child is a no-op."""
     return sorted(fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2)
 
 
@@ -568,7 +568,7 @@ class _Sampler:
         spawn_argv = pinned_argv(self.cpu_set, command)
         launcher = os.path.realpath(spawn_argv[0])
         spawn_actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, info_write, 3)] if sandboxed else []
-        passed = {3} if sandboxed else set()
+        passed = {3, *self.sandbox.passed_fds(run)} if sandboxed else set()
         spawn_actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _open_descriptors() if fd not in passed]
         around = (
             self.hooks.around_sample(pair, attempt, position) if self.hooks.around_sample else nullcontext()

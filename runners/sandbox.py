@@ -20,6 +20,7 @@ so a swapped binary stops the row instead of running.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import ipaddress
 import json
@@ -355,20 +356,22 @@ class Sandbox:
         """The seccomp program for a sampled start, on one inheritable memfd rewound for each start.
 
         A performance sample is one process whose whole life counts, so it gets no interpreter: bwrap loads the
-        same filter (`--seccomp`), `prlimit` sets the same limits, and every other descriptor of this process is
-        made close-on-exec first, so the spawn (posix_spawn passes inheritable descriptors on) hands over only
-        stdio, the info pipe and this memfd, which bwrap closes. Samples start one at a time, so one offset
-        suffices."""
+        same filter (`--seccomp`) and `prlimit` sets the same limits. The sampler's spawn closes every other
+        descriptor in the child (`passed_fds` names the ones a start needs), and bwrap closes this one. Samples
+        start one at a time, so one offset suffices."""
         if self._filter_fd is None:
-            self._filter_fd = os.memfd_create("kv-parity-seccomp", 0)
+            created = os.memfd_create("kv-parity-seccomp", 0)
+            # Far above the descriptors a spawn maps (the sampler dup2s its info pipe onto 3).
+            self._filter_fd = fcntl.fcntl(created, fcntl.F_DUPFD, 100)
+            os.close(created)
             os.write(self._filter_fd, no_user_namespaces_filter())
-        for name in os.listdir("/proc/self/fd"):
-            if int(name) > 2 and int(name) != self._filter_fd:
-                with suppress(OSError):
-                    os.set_inheritable(int(name), False)
         os.set_inheritable(self._filter_fd, True)
         os.lseek(self._filter_fd, 0, os.SEEK_SET)
         return self._filter_fd
+
+    def passed_fds(self, run: Run) -> set[int]:
+        """Descriptors beyond stdio a start of `run` must inherit: the seccomp memfd of a sampled start."""
+        return {self._sampled_filter_fd()} if run.as_pid_1 and self.kind != "none" else set()
 
     def run(self, run: Run, *, timeout: float | None = None, text: bool = True) -> subprocess.CompletedProcess[str]:
         """Start `run` and wait; the caller reads exit status and output (never through a shell).
