@@ -503,7 +503,8 @@ def _sandboxed_child(info: int, binary: str) -> int | None:
 def _open_descriptors() -> list[int]:
     """Every descriptor of this process beyond stdio. The sample's child closes them all before exec (bar the
     bwrap info pipe and `Sandbox.passed_fds`): posix_spawn would otherwise hand pull-request code whatever the
-    orchestrator left inheritable. The listing's own directory descriptor is among them; closing it in the child is a no-op."""
+    orchestrator left inheritable. The listing's own directory descriptor is among them; closing it in the child
+    is a no-op."""
     return sorted(fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2)
 
 
