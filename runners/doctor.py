@@ -25,7 +25,6 @@ from pathlib import Path
 from runners.placement import (
     PROC,
     SYS,
-    _read,
     choose_perf_core,
     cpu_busy_ms,
     cpu_topology,
@@ -34,6 +33,7 @@ from runners.placement import (
     online_cpus,
     parse_cpu_list,
     read_affinity,
+    read_fact,
 )
 from runners.report import DoctorCheck, DoctorReport, DoctorStatus
 from runners.sandbox import SandboxKind, SandboxUnavailable, add_sandbox_argument
@@ -98,7 +98,7 @@ def check_profilers(search_path: str | None = None) -> DoctorCheck:
 
 
 def check_governor(cpus: Sequence[int], sys_root: Path = SYS) -> DoctorCheck:
-    governors = {cpu: _read(sys_root / CPU_DIR / f"cpu{cpu}/cpufreq/scaling_governor") for cpu in cpus}
+    governors = {cpu: read_fact(sys_root / CPU_DIR / f"cpu{cpu}/cpufreq/scaling_governor") for cpu in cpus}
     unread = [cpu for cpu, governor in governors.items() if governor is None]
     if unread:
         return DoctorCheck(name="frequency governor", status=DoctorStatus.UNKNOWN,
@@ -116,13 +116,13 @@ def check_governor(cpus: Sequence[int], sys_root: Path = SYS) -> DoctorCheck:
 
 def check_boost(sys_root: Path = SYS) -> DoctorCheck:
     """Turbo lets the clock follow temperature and the other cores' load, so pairs see different frequencies."""
-    boost = _read(sys_root / CPU_DIR / "cpufreq/boost")
+    boost = read_fact(sys_root / CPU_DIR / "cpufreq/boost")
     if boost is not None:
         if boost == "0":
             return DoctorCheck(name="turbo/boost", status=DoctorStatus.PASS, detail="off (cpufreq/boost=0)")
         return DoctorCheck(name="turbo/boost", status=DoctorStatus.WARN, detail=f"on (cpufreq/boost={boost})",
                            fix=f"echo 0 > {SYS / CPU_DIR / 'cpufreq/boost'}")
-    no_turbo = _read(sys_root / CPU_DIR / "intel_pstate/no_turbo")
+    no_turbo = read_fact(sys_root / CPU_DIR / "intel_pstate/no_turbo")
     if no_turbo is not None:
         if no_turbo == "1":
             return DoctorCheck(name="turbo/boost", status=DoctorStatus.PASS, detail="off (intel_pstate/no_turbo=1)")
@@ -139,7 +139,7 @@ def isolated_cpus(sys_root: Path = SYS, proc_root: Path = PROC) -> tuple[set[int
     """CPUs the scheduler keeps general work off, and where that was read; None when nothing could be read."""
     sources: list[str] = []
     isolated: set[int] = set()
-    cmdline = _read(proc_root / "cmdline")
+    cmdline = read_fact(proc_root / "cmdline")
     if cmdline is not None:
         sources.append("/proc/cmdline")
         for word in cmdline.split():
@@ -149,7 +149,7 @@ def isolated_cpus(sys_root: Path = SYS, proc_root: Path = PROC) -> tuple[set[int
                 cpulist = ",".join(part for part in value.split(",") if part[:1].isdigit())
                 isolated.update(parse_cpu_list(cpulist))
     for relative in (f"{CPU_DIR}/isolated", "fs/cgroup/cpuset.cpus.isolated"):
-        text = _read(sys_root / relative)
+        text = read_fact(sys_root / relative)
         if text is not None:
             sources.append(f"/sys/{relative}")
             isolated.update(parse_cpu_list(text))
@@ -175,13 +175,13 @@ def check_isolation(cpus: Sequence[int], sys_root: Path = SYS, proc_root: Path =
 
 def _cpuset_cpus(sys_root: Path, proc_root: Path) -> str | None:
     """This process's cpuset (cgroup v2, else v1), as `<path>: <cpus>`; None when not exposed."""
-    path = _read(proc_root / "self/cpuset")
+    path = read_fact(proc_root / "self/cpuset")
     if path is None:
         return None
     relative = path.lstrip("/")
     for candidate in (sys_root / "fs/cgroup" / relative / "cpuset.cpus.effective",
                       sys_root / "fs/cgroup/cpuset" / relative / "cpuset.effective_cpus"):
-        text = _read(candidate)
+        text = read_fact(candidate)
         if text is not None:
             return f"cpuset {path}: cpus {text}"
     return None
@@ -207,7 +207,7 @@ def check_affinity(cpus: Sequence[int], sys_root: Path = SYS, proc_root: Path = 
 
 def check_smt(cpus: Sequence[int], sys_root: Path = SYS, proc_root: Path = PROC) -> DoctorCheck:
     """A pinned CPU's SMT siblings share its core's pipeline and caches: work on them is competing load."""
-    unread = [cpu for cpu in cpus if _read(sys_root / CPU_DIR / f"cpu{cpu}/topology/thread_siblings_list") is None]
+    unread = [cpu for cpu in cpus if read_fact(sys_root / CPU_DIR / f"cpu{cpu}/topology/thread_siblings_list") is None]
     if unread:
         return DoctorCheck(name="SMT siblings", status=DoctorStatus.UNKNOWN,
                            detail=_cannot(f"no topology/thread_siblings_list for cpu {_cpus(unread)}"), fix="")
@@ -215,7 +215,7 @@ def check_smt(cpus: Sequence[int], sys_root: Path = SYS, proc_root: Path = PROC)
     found = isolated_cpus(sys_root, proc_root)
     isolated = found[0] if found else set()
     siblings = sorted({s for cpu in cpus if cpu in cores for s in cores[cpu].cpus if s != cpu and s not in cpus})
-    smt = _read(sys_root / CPU_DIR / "smt/control") or "not exposed"
+    smt = read_fact(sys_root / CPU_DIR / "smt/control") or "not exposed"
     detail = (f"SMT {smt}; siblings of cpu {_cpus(cpus)}: {_cpus(siblings) or 'none'}"
               + "".join(f"; {cores[c].label()}" for c in cpus if c in cores))
     busy = [s for s in siblings if s not in isolated]
@@ -238,7 +238,7 @@ def busy_snapshot(cpus: Sequence[int], proc_root: Path = PROC) -> dict[int, floa
 def check_load(cpus: Sequence[int], before: dict[int, float] | None, after: dict[int, float] | None,
                window_s: float, proc_root: Path = PROC) -> DoctorCheck:
     """Other work on the pinned CPUs over one window: what would invalidate samples right now."""
-    loadavg = _read(proc_root / "loadavg")
+    loadavg = read_fact(proc_root / "loadavg")
     context = f"; load average {' '.join(loadavg.split()[:3])}" if loadavg else ""
     if before is None or after is None or window_s <= 0:
         return DoctorCheck(name="load on the pinned CPUs", status=DoctorStatus.UNKNOWN,
@@ -261,7 +261,7 @@ def check_numa(cpus: Sequence[int], sys_root: Path = SYS) -> DoctorCheck:
     node_dir = sys_root / "devices/system/node"
     layout: dict[int, list[int]] = {}
     for entry in sorted(node_dir.glob("node[0-9]*")):
-        cpulist = _read(entry / "cpulist")
+        cpulist = read_fact(entry / "cpulist")
         if cpulist is not None:
             layout[int(entry.name[4:])] = parse_cpu_list(cpulist)
     if not layout:
@@ -280,7 +280,7 @@ def check_numa(cpus: Sequence[int], sys_root: Path = SYS) -> DoctorCheck:
 def check_aslr(proc_root: Path = PROC) -> DoctorCheck:
     """Full randomization (2), as pyperf advises: every fresh process samples a layout, so a layout that happens
     to suit one arm does not decide a pair; it is also a defence against the untrusted code."""
-    value = _read(proc_root / "sys/kernel/randomize_va_space")
+    value = read_fact(proc_root / "sys/kernel/randomize_va_space")
     if value is None:
         return DoctorCheck(name="ASLR", status=DoctorStatus.UNKNOWN,
                            detail=_cannot("/proc/sys/kernel/randomize_va_space"), fix="")
@@ -292,7 +292,7 @@ def check_aslr(proc_root: Path = PROC) -> DoctorCheck:
 
 def check_perf_paranoid(proc_root: Path = PROC, euid: int | None = None) -> DoctorCheck:
     """`perf record` runs as the bot's user: above 2 the kernel refuses it (root is exempt)."""
-    value = _read(proc_root / "sys/kernel/perf_event_paranoid")
+    value = read_fact(proc_root / "sys/kernel/perf_event_paranoid")
     if value is None:
         return DoctorCheck(name="perf_event_paranoid", status=DoctorStatus.UNKNOWN,
                            detail=_cannot("/proc/sys/kernel/perf_event_paranoid (no perf events in this kernel)"),

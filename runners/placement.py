@@ -50,7 +50,8 @@ def format_cpu_list(cpus: list[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
 
 
-def _read(path: Path) -> str | None:
+def read_fact(path: Path) -> str | None:
+    """A /proc or /sys fact, stripped; None when this machine does not expose it."""
     try:
         return path.read_text(encoding="utf-8").strip()
     except OSError:
@@ -58,7 +59,7 @@ def _read(path: Path) -> str | None:
 
 
 def online_cpus(sys_root: Path = SYS) -> list[int]:
-    text = _read(sys_root / "devices/system/cpu/online")
+    text = read_fact(sys_root / "devices/system/cpu/online")
     if text is None:
         count = os.cpu_count()
         if count is None:
@@ -72,7 +73,7 @@ def _numa_map(sys_root: Path) -> dict[int, int]:
     mapping: dict[int, int] = {}
     node_dir = sys_root / "devices/system/node"
     for entry in sorted(node_dir.glob("node[0-9]*")):
-        cpulist = _read(entry / "cpulist")
+        cpulist = read_fact(entry / "cpulist")
         if cpulist is not None:
             for cpu in parse_cpu_list(cpulist):
                 mapping[cpu] = int(entry.name[4:])
@@ -85,13 +86,13 @@ def cpu_topology(sys_root: Path = SYS) -> list[Core]:
     cores: dict[tuple[int, ...], Core] = {}
     for cpu in online_cpus(sys_root):
         topo = sys_root / f"devices/system/cpu/cpu{cpu}/topology"
-        siblings_text = _read(topo / "thread_siblings_list")
+        siblings_text = read_fact(topo / "thread_siblings_list")
         threads = tuple(sorted({cpu, *(parse_cpu_list(siblings_text) if siblings_text else [])}))
         if threads not in cores:
-            core_text = _read(topo / "core_id")
+            core_text = read_fact(topo / "core_id")
             cores[threads] = Core(
                 node=nodes.get(cpu, 0),
-                package=int(_read(topo / "physical_package_id") or 0),
+                package=int(read_fact(topo / "physical_package_id") or 0),
                 core_id=int(core_text) if core_text is not None else cpu,
                 cpus=threads,
             )
@@ -173,14 +174,14 @@ def cpu_busy_ms(cpu: int, proc_root: Path = PROC) -> float:
 def _thermal_max_c(sys_root: Path) -> float | None:
     readings = []
     for zone in sorted((sys_root / "class/thermal").glob("thermal_zone*")):
-        text = _read(zone / "temp")
+        text = read_fact(zone / "temp")
         if text is not None and text.lstrip("-").isdigit():
             readings.append(int(text) / 1000.0)
     return max(readings) if readings else None
 
 
 def _scaling_mhz(cpu: int, sys_root: Path) -> float | None:
-    text = _read(sys_root / f"devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq")
+    text = read_fact(sys_root / f"devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq")
     return int(text) / 1000.0 if text is not None and text.isdigit() else None
 
 
@@ -202,7 +203,7 @@ def cpu_telemetry(cpu: int, sys_root: Path = SYS) -> dict[str, float]:
 def _cpuinfo(proc_root: Path) -> tuple[str, list[float]]:
     model = UNAVAILABLE
     mhz: list[float] = []
-    text = _read(proc_root / "cpuinfo") or ""
+    text = read_fact(proc_root / "cpuinfo") or ""
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
@@ -217,16 +218,16 @@ def _governor(cpus: list[int], sys_root: Path) -> str | None:
     found = {
         text
         for cpu in cpus
-        if (text := _read(sys_root / f"devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor")) is not None
+        if (text := read_fact(sys_root / f"devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor")) is not None
     }
     return ",".join(sorted(found)) if found else None
 
 
 def _boost(sys_root: Path) -> str | None:
-    boost = _read(sys_root / "devices/system/cpu/cpufreq/boost")
+    boost = read_fact(sys_root / "devices/system/cpu/cpufreq/boost")
     if boost is not None:
         return f"{'on' if boost == '1' else 'off'} (cpufreq/boost={boost})"
-    no_turbo = _read(sys_root / "devices/system/cpu/intel_pstate/no_turbo")
+    no_turbo = read_fact(sys_root / "devices/system/cpu/intel_pstate/no_turbo")
     if no_turbo is not None:
         return f"{'off' if no_turbo == '1' else 'on'} (intel_pstate/no_turbo={no_turbo})"
     return None
@@ -244,7 +245,7 @@ def host_facts(sys_root: Path = SYS, proc_root: Path = PROC) -> HostFacts:
         kernel=f"{uname.sysname} {uname.release} {uname.version}",
         cpu_model=model,
         logical_cpus=len(cpus),
-        smt=_read(sys_root / "devices/system/cpu/smt/control") or UNAVAILABLE,
+        smt=read_fact(sys_root / "devices/system/cpu/smt/control") or UNAVAILABLE,
         numa_nodes=max(len(set(_numa_map(sys_root).values())), 1),
         governor=_governor(cpus, sys_root),
         boost=_boost(sys_root),
