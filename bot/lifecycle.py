@@ -52,6 +52,10 @@ class Publisher(Protocol):
 
     def progress(self, campaign: CampaignView, event: ProgressEvent) -> None: ...
 
+    def waiting(self, campaign: CampaignView) -> None:
+        """Show where the running campaign waits in its scheduler's queue (`campaign.scheduler_wait`)."""
+        ...
+
     def finished(
         self,
         campaign: CampaignView,
@@ -249,6 +253,12 @@ class Lifecycle:
                     publisher.progress(linked, event)
                 except Exception:
                     log.exception("campaign %s: publishing progress failed", campaign.id)
+        if result.running and result.waiting is not None and result.waiting != (campaign.scheduler_wait or ""):
+            campaign = self.store.set_scheduler_wait(campaign.id, result.waiting)
+            try:
+                self.services(campaign.repo).publisher.waiting(self.linked(campaign))
+            except Exception:
+                log.exception("campaign %s: publishing where it waits failed", campaign.id)
         if not result.running:
             self._record_exit(campaign, result.report, result.error, result.note)
 

@@ -193,6 +193,13 @@ class Publisher:
             )
             self.check_runs.running(run_id, content, started=True, details_url=campaign.details_url)
 
+    def waiting(self, campaign: CampaignView) -> None:
+        """The running status comment again, now saying where the campaign waits in its scheduler's queue (or
+        no longer): a person sees why nothing runs without opening the check run. One edit per change."""
+        with self._lock:
+            body = render.status_comment(campaign, "running", self._links(campaign), self.settings.command_word)
+            self.comments.upsert_status(campaign, body)
+
     def finished(
         self,
         campaign: CampaignView,

@@ -127,6 +127,9 @@ class CampaignView(BaseModel):
     mode: Literal["campaign", "profile"] = "campaign"
     """`profile`: requested with `/parity profile` (correctness, then attribution; no performance gate)."""
     """The base branch's tip the config and determinism patch were read at (None: recorded before it was kept)."""
+    scheduler_wait: str | None = None
+    """Where its jobs wait in the backend's scheduler queue (Slurm's reason and place), as the backend last
+    said; None when nothing waits or the backend has no queue of its own. Cleared by every transition."""
     details_url: str | None = None
     """Where a person follows the campaign (its details page, or its Actions run): set by the lifecycle for
     the publisher, never stored."""
@@ -221,13 +224,14 @@ _ADDED_COLUMNS = {
     "performance": "TEXT",
     "finished_at": "REAL",
     "mode": "TEXT NOT NULL DEFAULT 'campaign'",
+    "scheduler_wait": "TEXT",
 }
 """Campaign columns added after the first schema: added in place to a database that lacks them."""
 
 _COLUMNS = (
     "seq, id, repo, pr_number, head_sha, base_sha, relationship, rows, state, check_run_id, "
     "status_comment_id, requested_by, trigger, created_at, deadline, artifact_dir, attempt, reason, "
-    "conclusion, config_source, backend, config_sha, mode"
+    "conclusion, config_source, backend, config_sha, mode, scheduler_wait"
 )
 
 
@@ -263,6 +267,7 @@ def campaign_from_row(
         backend,
         config_sha,
         mode,
+        scheduler_wait,
     ) = row
     state = CampaignState(str(state))
     return CampaignView(
@@ -288,6 +293,7 @@ def campaign_from_row(
         config_source=str(config_source),
         config_sha=None if config_sha is None else str(config_sha),
         mode="profile" if mode == "profile" else "campaign",
+        scheduler_wait=None if scheduler_wait is None else str(scheduler_wait),
     )
 
 
@@ -488,7 +494,8 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords):
                 raise IllegalTransition(f"campaign {campaign_id}: {current} -> {to_state} is not allowed")
             sets = ", ".join(f"{name} = ?" for name in updates)
             db.execute(
-                f"UPDATE campaigns SET state = ?, reason = ?{', ' + sets if sets else ''} WHERE id = ?",
+                f"UPDATE campaigns SET state = ?, reason = ?, scheduler_wait = NULL{', ' + sets if sets else ''} "
+                "WHERE id = ?",
                 (to_state.value, reason, *updates.values(), campaign_id),
             )
             db.execute(
@@ -529,6 +536,11 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords):
 
     def set_status_comment(self, campaign_id: str, comment_id: int) -> None:
         self._set(campaign_id, "status_comment_id", comment_id)
+
+    def set_scheduler_wait(self, campaign_id: str, waiting: str) -> CampaignView:
+        """Keep the backend's latest word on where the campaign waits in its queue ('' = nothing waits)."""
+        self._set(campaign_id, "scheduler_wait", waiting or None)
+        return self.require(campaign_id)
 
     def set_published_position(self, campaign_id: str, position: int) -> None:
         self._set(campaign_id, "published_position", position)

@@ -183,6 +183,9 @@ class SlurmOutcome:
     report: CampaignReport | None = None
     error: str | None = None
     note: str | None = None
+    waiting: str | None = None
+    """While running: the first job waiting in Slurm's queue for something other than its own campaign's
+    earlier jobs, with Slurm's reason and its place among the pending jobs ('' when none waits)."""
 
 
 # --- the Slurm commands ---------------------------------------------------------------------------------------
@@ -533,13 +536,30 @@ class SlurmCampaign:
         if stopped:
             self._cancel_jobs(run, [job for job in rows if not job.final])
         elif not all(job.final for job in rows):
-            return SlurmOutcome(True, self._progress(current))
+            order = self.client.pending_order() if any(job.state == "PENDING" for job in current) else []
+            return SlurmOutcome(True, self._progress(current, order), waiting=self._waiting(current, order))
         return self._merge(run, rows)
 
     def _event(self, stage: str, detail: str, done: int | None = None, total: int | None = None) -> ProgressEvent:
         return ProgressEvent(stage=stage, detail=detail, done=done, total=total, unix=time.time())
 
-    def _progress(self, current: list[SlurmJob]) -> list[ProgressEvent]:
+    @staticmethod
+    def _job_line(job: SlurmJob, order: list[str]) -> str:
+        """One job as the progress and the status surfaces show it: a pending job with the reason Slurm gives
+        and its place among the pending jobs (`order`), a running one with its node."""
+        part = f"{job.label()}: Slurm job {job.job_id} {job.state}"
+        if job.state == "PENDING":
+            place = f", {order.index(job.job_id) + 1} of {len(order)} pending" if job.job_id in order else ""
+            reason = job.reason if job.reason not in ("", "None") else "waiting to be scheduled"
+            return f"{part} ({reason}{place})"
+        return f"{part} on {job.node}" if job.node else part
+
+    def _waiting(self, current: list[SlurmJob], order: list[str]) -> str:
+        """The first job pending for a reason other than its campaign's own earlier jobs (`Dependency`)."""
+        job = next((job for job in current if job.state == "PENDING" and job.reason != "Dependency"), None)
+        return "" if job is None else self._job_line(job, order)
+
+    def _progress(self, current: list[SlurmJob], order: list[str]) -> list[ProgressEvent]:
         """Where the pipeline is: the job it is on, and the first row job still pending with the reason Slurm
         gives and its place among the pending jobs; only a change is reported."""
         rows = [job for job in current if job.role in RETRIED_ROLES]
@@ -552,17 +572,7 @@ class SlurmCampaign:
         shown = [job for job in (active, pending) if job is not None]
         if len(shown) == 2 and shown[0] is shown[1]:
             shown = shown[:1]
-        order = self.client.pending_order() if any(job.state == "PENDING" for job in shown) else []
-        parts = []
-        for job in shown:
-            part = f"{job.label()}: Slurm job {job.job_id} {job.state}"
-            if job.state == "PENDING":
-                place = f", {order.index(job.job_id) + 1} of {len(order)} pending" if job.job_id in order else ""
-                reason = job.reason if job.reason not in ("", "None") else "waiting to be scheduled"
-                part += f" ({reason}{place})"
-            elif job.node:
-                part += f" on {job.node}"
-            parts.append(part)
+        parts = [self._job_line(job, order) for job in shown]
         detail = "; ".join(parts) or "waiting for Slurm"
         done = sum(job.final for job in rows)
         if self._shown == detail:

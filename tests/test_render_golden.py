@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -183,6 +184,30 @@ def test_running_surfaces() -> None:
     )
 
 
+WAITING = "row vllm-disagg: Slurm job 4242 PENDING (Resources, 2 of 7 pending)"
+"""What the Slurm backend says while a row job waits for a node (`runners.slurm`'s pending line)."""
+
+
+def test_waiting_status_comment() -> None:
+    """The running status comment of a campaign whose row job pends: Slurm's reason and queue place."""
+    links = Links(check_run_url=LINKS.check_run_url)
+    check_golden(
+        "waiting.status_comment.md", render.status_comment(campaign(scheduler_wait=WAITING), "running", links)
+    )
+
+
+def test_slurms_reason_is_defused_on_both_surfaces() -> None:
+    """The reason is Slurm's text, not ours: it can neither format, split the table, nor mention anyone."""
+    hostile = "row a: Slurm job 7 PENDING (@team <img src=x> | #12 **x**, 1 of 1 pending)"
+    view = campaign(scheduler_wait=hostile)
+    comment = render.status_comment(view, "running", Links())
+    reply = render.reply("status", "/parity", COMMANDS, "kv-parity", {"campaigns": [view]})
+    escaped = "(@\u200bteam \\<img src=x\\> \\| #\u200b12 \\*\\*x\\*\\*, 1 of 1 pending)"
+    assert escaped in comment and escaped in reply
+    [row] = [line for line in reply.splitlines() if line.startswith("| `")]
+    assert len(re.findall(r"(?<!\\)\|", row)) == 7, row
+
+
 REPLIES: dict[str, dict[str, object]] = {
     "refused": {
         "reason": "@mallory has `read` permission on octo-org/dynamo; starting a campaign needs `write`",
@@ -191,7 +216,7 @@ REPLIES: dict[str, dict[str, object]] = {
     "help": {},
     "status": {
         "campaigns": [
-            campaign(),
+            campaign(scheduler_wait=WAITING),
             campaign(
                 id="c-20251129-0002",
                 state=CampaignState.REQUESTED,
@@ -250,6 +275,7 @@ def test_every_golden_is_produced_by_a_test() -> None:
         *(f"{s}.{k}.md" for s in ENDED for k in ("check_summary", "status_comment")),
         *(f"{s}.{k}.md" for s in ("queued", "running") for k in ("check_summary", "status_comment")),
         *(f"reply.{k}.md" for k in REPLIES),
+        "waiting.status_comment.md",
     }
     assert {p.name for p in GOLDEN.glob("*.md")} == produced
 

@@ -187,6 +187,22 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
     assert pending is not None and pending.id == "d9"
 
 
+def test_where_a_campaign_waits_survives_reopening_and_the_next_transition_clears_it(tmp_path: Path) -> None:
+    """Slurm's pending line is kept for `/parity status` and the status comment, and goes stale with the state."""
+    store = Store(tmp_path / "bot.sqlite3")
+    campaign = store.create_campaign(new())
+    store.transition(campaign.id, S.DISPATCHED, "go", attempt=1)
+    store.transition(campaign.id, S.RUNNING, "started")
+    line = "row r1: Slurm job 12 PENDING (Resources, 1 of 3 pending)"
+    assert store.set_scheduler_wait(campaign.id, line).scheduler_wait == line
+    store.close()
+    reopened = Store(tmp_path / "bot.sqlite3")
+    assert [c.scheduler_wait for c in reopened.for_pr("acme/widgets", 1)] == [line]
+    assert reopened.set_scheduler_wait(campaign.id, "").scheduler_wait is None
+    reopened.set_scheduler_wait(campaign.id, line)
+    assert reopened.transition(campaign.id, S.CANCELLED, "cancelled").scheduler_wait is None
+
+
 def test_refusals_are_logged_and_the_answered_one_found_within_its_window(store: Store) -> None:
     assert store.answered_refusal("acme/widgets", 1, "reader", since=0) is None
     store.record_refusal("acme/widgets", 1, "Reader", "read", "no", answered=True)

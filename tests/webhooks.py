@@ -262,6 +262,9 @@ class RecordingPublisher:
     def progress(self, campaign: Any, event: Any) -> None:
         self._add("progress", campaign=campaign.id, stage=event.stage)
 
+    def waiting(self, campaign: Any) -> None:
+        self._add("waiting", campaign=campaign.id, waiting=campaign.scheduler_wait)
+
     def finished(
         self, campaign: Any, report: CampaignReport, artifact_dir: Path, *, prior_attempts: list[Any]
     ) -> None:

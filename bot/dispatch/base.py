@@ -44,6 +44,9 @@ class PollResult:
     note: str | None = None
     """What the backend did on its own along the way (e.g. retried a row), recorded in the reason of the
     completed transition (an error already says it in `error`)."""
+    waiting: str | None = None
+    """Where the run waits in its scheduler's queue (Slurm's reason and place), kept with the campaign for the
+    status comment and `/parity status`; '' once nothing waits, None when this poll brings no news."""
 
 
 class StartError(RuntimeError):

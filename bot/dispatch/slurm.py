@@ -96,7 +96,7 @@ class SlurmBackend(LocalBackend):
         if not outcome.running:
             self._checked.pop(campaign.id, None)
         return PollResult(running=outcome.running, progress=outcome.progress, report=outcome.report,
-                          error=outcome.error, note=outcome.note)
+                          error=outcome.error, note=outcome.note, waiting=outcome.waiting)
 
     def cancel(self, campaign: CampaignView, handle: RunHandle) -> None:
         """scancel every job of the campaign; returns once squeue lists none of them."""
