@@ -23,6 +23,8 @@ import pytest
 from bot.cli import main as cli_main
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.slurm import SlurmBackend
+from bot.render import is_status_comment
+from bot.server import create_app, default_publisher
 from bot.settings import Settings
 from bot.store import CampaignState, CampaignView, Store
 from runners.config import DEFAULT_CONFIG_PATH, SlurmRowConfig
@@ -32,7 +34,7 @@ from runners.slurm import STATE_FILE, SlurmClient, SlurmOptions, SlurmRun, job_s
 from tests.fakes.github_api import FakeGitHub
 from tests.service_fixtures import BOT, TOKEN, service
 from tests.test_distributed import quick, to_toml
-from tests.webhooks import REPO, SECRET, comment_event, post, pull_request_event
+from tests.webhooks import REPO, SECRET, comment_event, post, pull_request_event, serve_app
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SCRIPT = ROOT / "script" / "slurm-cluster"
@@ -308,7 +310,8 @@ def test_a_rows_own_slurm_table_reaches_sbatch_and_a_refused_submission_leaves_n
 
 
 @contextmanager
-def slurm_service_settings(slurm_conf: Path, revisions: Revisions, tmp_path: Path) -> Iterator[Settings]:
+def slurm_service_settings(slurm_conf: Path, revisions: Revisions, tmp_path: Path
+                           ) -> Iterator[tuple[FakeGitHub, Settings]]:
     """The GitHub stand-in serving `revisions` as pull request #1, and settings of a service using it with
     `backend = "slurm"`."""
     with FakeGitHub() as fake:
@@ -316,7 +319,7 @@ def slurm_service_settings(slurm_conf: Path, revisions: Revisions, tmp_path: Pat
         fake.add_repo(REPO, revisions.repo)
         fake.add_pull(REPO, 1, revisions.head, "head", "main")
         fake.set_permission(REPO, "maintainer", "write")
-        yield Settings.model_validate({
+        yield fake, Settings.model_validate({
             "webhook_secret": SECRET, "token": TOKEN, "api_base_url": fake.url, "api_seconds_between_requests": 0,
             "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
             "work_dir": tmp_path / "work", "local_repo_path": revisions.repo, "backend": "slurm",
@@ -335,7 +338,7 @@ def test_the_service_runs_a_campaign_on_slurm_and_re_attaches_to_its_jobs_after_
     """The real webhook service (SQLite, lifecycle) with `backend = "slurm"`: a label starts the campaign, the
     service stops while its jobs run, a new service on the same database re-attaches by job id and publishes
     the report once."""
-    with slurm_service_settings(slurm_conf, quick_revisions, tmp_path) as settings:
+    with slurm_service_settings(slurm_conf, quick_revisions, tmp_path) as (_, settings):
         with service(settings) as first:
             post(first.url, "pull_request", label_event(quick_revisions), delivery="label-slurm")
             [running] = first.wait_state(CampaignState.RUNNING, timeout=120)
@@ -358,7 +361,7 @@ def test_the_service_runs_a_campaign_on_slurm_and_re_attaches_to_its_jobs_after_
 def test_parity_cancel_mid_row_scancels_every_job_of_the_campaign(
         slurm_conf: Path, slow_revisions: Revisions, tmp_path: Path) -> None:
     """`/parity cancel` while the row job runs: the campaign ends cancelled and squeue lists nothing."""
-    with slurm_service_settings(slurm_conf, slow_revisions, tmp_path) as settings, service(settings) as bot:
+    with slurm_service_settings(slurm_conf, slow_revisions, tmp_path) as (_, settings), service(settings) as bot:
         post(bot.url, "pull_request", label_event(slow_revisions), delivery="label-cancel")
         [running] = bot.wait_state(CampaignState.RUNNING, timeout=120)
         assert running.artifact_dir is not None
@@ -381,3 +384,55 @@ def test_a_handle_without_its_slurm_state_ends_the_campaign_naming_the_file(
     result = backend(quick_revisions, slurm_conf).poll(campaign, handle)
     assert not result.running and result.report is None
     assert result.error == f"no readable Slurm state ({tmp_path / 'stateless' / STATE_FILE}) for this campaign"
+
+
+def test_parity_status_and_the_status_comment_name_slurms_reason_and_queue_place_while_jobs_pend(
+        slurm_conf: Path, quick_revisions: Revisions, tmp_path: Path) -> None:
+    """The real service and publisher against the GitHub stand-in. A job occupies the node, so the campaign's
+    builds pend: the status comment says so with Slurm's reason and place. Its row job is held (`scontrol
+    hold`): once the builds run, `/parity status` names the held row job, Slurm's reason and its place."""
+    client = SlurmClient(slurm_conf)
+    script = tmp_path / "occupy.sh"
+    script.write_text("#!/bin/bash\nsleep 600\n")
+    occupier = client.sbatch(["--exclusive", "--nodes=1", "--job-name=occupier", f"--output={tmp_path / '%j.out'}"],
+                             script, tmp_path)
+    builds_pend = re.compile(r"⏸ Waiting in the scheduler's queue: build-baseline: Slurm job \d+ PENDING "
+                             r"\((Resources|Priority), \d+ of \d+ pending\)")
+    try:
+        with slurm_service_settings(slurm_conf, quick_revisions, tmp_path) as (fake, settings):
+            app = create_app(settings, publisher_factory=default_publisher)
+            with serve_app(app) as url:
+                store: Store = app.state.store
+                post(url, "pull_request", label_event(quick_revisions), delivery="label-pending")
+
+                def status_comment() -> str:
+                    return next((c["body"] for c in fake.comments(REPO, 1) if is_status_comment(c["body"])), "")
+
+                wait_for(lambda: builds_pend.search(status_comment()), "the status comment to say the builds pend",
+                         120)
+                [campaign] = store.for_pr(REPO, 1)
+                [row] = [job for job in run_state(campaign).jobs if job.role == "row"]
+                subprocess.run(["scontrol", "hold", row.job_id], check=True, env=client.environ)
+                client.scancel([occupier])
+                held = re.compile(rf"row {ROW}: Slurm job {row.job_id} PENDING \(JobHeld(Admin|User), "
+                                  r"\d+ of \d+ pending\)")
+                wait_for(lambda: held.search(store.require(campaign.id).scheduler_wait or ""),
+                         "the stored line to name the held row job", 300)
+                post(url, "issue_comment", comment_event("/parity status"), delivery="status-pending")
+                reply = wait_for(lambda: next((c["body"] for c in fake.comments(REPO, 1)
+                                               if c["body"].startswith("Parity campaigns")), None),
+                                 "the /parity status reply", 60)
+                [line] = [ln for ln in reply.splitlines() if campaign.id in ln]
+                assert "running · ⏸ Waiting in the scheduler's queue: " in line and held.search(line), reply
+                assert held.search(status_comment()), status_comment()
+                post(url, "issue_comment", comment_event("/parity cancel"), delivery="cancel-pending")
+                wait_for(lambda: store.require(campaign.id).state == CampaignState.CANCELLED or None,
+                         "the campaign cancelled", 120)
+                wait_for(lambda: not client.live([job.job_id for job in run_state(campaign).jobs]) or None,
+                         "the campaign's jobs to leave the queue", 120)
+                ended = wait_for(lambda: (body := status_comment()) and "Cancelled" in body and body,
+                                 "the status comment to say cancelled", 60)
+                assert "Waiting in the scheduler's queue" not in ended
+                assert store.require(campaign.id).scheduler_wait is None
+    finally:
+        client.scancel([occupier])
