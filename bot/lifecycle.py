@@ -254,11 +254,13 @@ class Lifecycle:
                 except Exception:
                     log.exception("campaign %s: publishing progress failed", campaign.id)
         if result.running and result.waiting is not None and result.waiting != (campaign.scheduler_wait or ""):
-            campaign = self.store.set_scheduler_wait(campaign.id, result.waiting)
+            waiting = campaign.model_copy(update={"scheduler_wait": result.waiting or None})
             try:
-                self.services(campaign.repo).publisher.waiting(self.linked(campaign))
-            except Exception:
+                self.services(campaign.repo).publisher.waiting(self.linked(waiting))
+            except Exception:  # kept unstored, so the next poll that says the same publishes it again
                 log.exception("campaign %s: publishing where it waits failed", campaign.id)
+            else:
+                self.store.set_scheduler_wait(campaign.id, result.waiting)
         if not result.running:
             self._record_exit(campaign, result.report, result.error, result.note)
 
