@@ -32,6 +32,19 @@ def git(repo: Path, *args: str) -> str:
     return completed.stdout.strip()
 
 
+def shared_clone(source: Path, dest: Path) -> None:
+    """A clone of its own (objects borrowed read-only from `source` through alternates, its own `.git` without
+    template hooks and with hooks pointing nowhere), so nothing done in it reaches `source`; a leftover `dest`
+    from an earlier attempt is removed first."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    argv = [*GIT, "clone", "--quiet", "--shared", "--no-checkout", "--template=", "--config", GIT[2], str(source),
+            str(dest)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RevisionError(f"cannot clone {source} into {dest}: {done.stderr.strip()[-500:]}")
+
+
 def show_file(repo: Path, sha: str, path: str) -> bytes:
     """A file's exact bytes at a revision (trusted inputs such as config and patches come from the base)."""
     completed = subprocess.run([*GIT, "-C", str(repo), "show", f"{sha}:{path}"], capture_output=True, check=False)

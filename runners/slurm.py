@@ -45,6 +45,7 @@ from runners.distributed import (
 )
 from runners.progress import ProgressEvent, ProgressSink
 from runners.report import CampaignReport, ScheduledOn, campaign_verdicts
+from runners.revisions import shared_clone
 from runners.sandbox import SandboxKind
 from runners.split_build import PLAN_NAME, Mode, make_plan
 from runners.untrusted import UntrustedFileError, read_text
@@ -52,7 +53,6 @@ from runners.verify import verify_report
 
 STATE_FILE = "slurm.json"
 EXIT_SUFFIX = ".exit"
-NO_HOOKS = "core.hooksPath=/dev/null"
 LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
                          "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"})
 LOST_STATES = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
@@ -298,18 +298,6 @@ def job_script(campaign_id: str, role: str, argv: list[str], exit_file: Path) ->
     )
 
 
-def clone_for_arm(source: Path, dest: Path) -> None:
-    """The arm's own clone (objects borrowed read-only from `source`, its own `.git`, hooks pointing nowhere),
-    so the two builds never share a repository and nothing a build writes reaches `source`."""
-    if dest.exists():
-        shutil.rmtree(dest)
-    argv = ["git", "-c", NO_HOOKS, "clone", "--quiet", "--shared", "--no-checkout", "--template=",
-            "--config", NO_HOOKS, str(source), str(dest)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
-        raise SlurmError(f"cannot clone {source} into {dest}: {done.stderr.strip()[-500:]}")
-
-
 def default_kv_parity() -> str:
     sibling = Path(sys.executable).with_name("kv-parity")
     found = str(sibling) if sibling.is_file() else shutil.which("kv-parity")
@@ -437,7 +425,7 @@ class SlurmCampaign:
                          spec.profile, spec.mode, self.plan_dir)
         _write_json(self.plan_dir / PLAN_NAME, plan.model_dump_json(indent=2))
         for arm in ("baseline", "candidate"):
-            clone_for_arm(spec.repo, self.work / f"repo-{arm}")
+            shared_clone(spec.repo, self.work / f"repo-{arm}")
         run = SlurmRun(campaign_id=spec.campaign_id, submitted_unix=round(time.time(), 3), out_dir=str(out_dir),
                        trace=str(spec.trace.resolve()) if spec.trace is not None else None, jobs=[])
         self._save(run)

@@ -124,29 +124,44 @@ def test_credential_provider_exfiltration_runs_nothing_and_reaches_no_host_liste
 
 
 def test_fetch_network_reaches_neither_host_loopback_nor_its_addresses_nor_private_ranges(tmp_path: Path) -> None:
+    """Connects only to this machine's own addresses (a real listener on all of them); for the private, link-local
+    and metadata ranges it asks the namespace's routing table (`ip route get`), so no packet is ever aimed off the
+    machine even if the fence were broken."""
+    def pastas() -> set[str]:
+        return set(subprocess.run(["pgrep", "-f", "kvp-netns-"], capture_output=True, text=True).stdout.split())
+
+    already = pastas()  # another session's fetch may be running on this machine
     wide = Listener("0.0.0.0")
     try:
         addresses = json.loads(subprocess.run(["ip", "-4", "-j", "addr", "show"], capture_output=True, text=True,
                                               check=True).stdout)
-        hosts = sorted({info["local"] for link in addresses for info in link.get("addr_info", [])} |
-                       {"127.0.0.1", "169.254.169.254", "10.0.0.1", "172.16.0.1", "192.168.0.1"})
-        probe = ("import socket, sys\n"
-                 "for host in sys.argv[2:]:\n"
+        own = sorted({info["local"] for link in addresses for info in link.get("addr_info", [])} | {"127.0.0.1"})
+        ranges = ["169.254.169.254", "10.0.0.1", "172.16.0.1", "192.168.0.1", "100.64.0.1"]
+        probe = ("import socket, subprocess, sys\n"
+                 "port, own, ranges = int(sys.argv[1]), sys.argv[2].split(','), sys.argv[3].split(',')\n"
+                 "for host in own:\n"
                  "    s = socket.socket(); s.settimeout(3)\n"
                  "    try:\n"
-                 "        s.connect((host, int(sys.argv[1]))); print(host, 'REACHED')\n"
+                 "        s.connect((host, port)); print(host, 'REACHED')\n"
                  "    except OSError as error:\n"
-                 "        print(host, error.errno)\n")
-        completed = Sandbox().run(Run(argv=["python3", "-c", probe, str(wide.port), *hosts], network=True,
-                                      proc=True), timeout=120)
+                 "        print(host, error.errno)\n"
+                 "for host in ranges:\n"
+                 "    route = subprocess.run(['ip', 'route', 'get', host], capture_output=True, text=True)\n"
+                 "    said = route.stderr.lower()\n"
+                 "    blocked = route.returncode != 0 and ('no route to host' in said or 'unreachable' in said)\n"
+                 "    print(host, 'unreachable' if blocked\n"
+                 "          else 'ROUTED ' + route.stdout.strip().replace(' ', '_'))\n")
+        completed = Sandbox().run(Run(argv=["python3", "-c", probe, str(wide.port), ",".join(own), ",".join(ranges)],
+                                      network=True, proc=True), timeout=120)
     finally:
         wide.close()
     assert completed.returncode == 0, completed.stderr
     outcomes = dict(line.split(" ", 1) for line in completed.stdout.splitlines())
-    assert sorted(outcomes) == hosts
+    assert sorted(outcomes) == sorted(own + ranges), completed.stdout
     assert "REACHED" not in outcomes.values(), outcomes
+    assert all(outcomes[host] == "unreachable" for host in ranges), outcomes
     assert wide.received == []
-    assert subprocess.run(["pgrep", "-f", "kvp-netns-"], capture_output=True).returncode == 1, "pasta is gone"
+    assert pastas() <= already, "this start's pasta is gone"
 
 
 def test_source_replacement_in_the_pr_config_is_not_read_by_the_fetch(repo: Path, tmp_path: Path) -> None:

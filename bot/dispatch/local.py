@@ -43,6 +43,7 @@ from bot.settings import SettingsError
 from bot.store import CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
+from runners.revisions import GIT, RevisionError, shared_clone
 from runners.sandbox import SandboxKind, SandboxUnavailable, check
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,6 @@ TAIL_BYTES = 2000
 HANDLE_FILE = "handle.json"
 CLONE_DIR = "repo"
 """The campaign's own clone, beside its config, progress file and report."""
-NO_HOOKS = "core.hooksPath=/dev/null"
 CAMPAIGN_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "RUSTUP_HOME", "CARGO_HOME", "PYTHONPATH")
 """The only variables a campaign process inherits: what finds the toolchain, the locale and the runner's own
 code. The service's secrets live in KV_PARITY_* variables and files it alone reads."""
@@ -191,7 +191,7 @@ class LocalBackend:
 
     def _git(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["git", "-c", NO_HOOKS, "-C", str(self.repo), *args],
+            [*GIT, "-C", str(self.repo), *args],
             capture_output=True,
             text=True,
             check=False,
@@ -212,18 +212,14 @@ class LocalBackend:
             )
 
     def _fresh_clone(self, dest: Path) -> None:
-        """The campaign's own clone: objects read through alternates from the service's clone (which the
-        campaign never writes), its own `.git` without template hooks and with hooks pointing nowhere."""
-        if dest.exists():
-            shutil.rmtree(dest)  # a restarted attempt starts from a clean clone too
-        argv = ["git", "-c", NO_HOOKS, "clone", "--quiet", "--shared", "--no-checkout", "--template=",
-                "--config", NO_HOOKS, str(self.repo), str(dest)]
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
-        if done.returncode != 0:
-            raise StartError(f"cannot clone {self.repo} into {dest}: {done.stderr.strip()[-500:]}")
+        """The campaign's own clone, read through alternates from the service's clone (which it never writes)."""
+        try:
+            shared_clone(self.repo, dest)
+        except RevisionError as exc:
+            raise StartError(str(exc)) from exc
 
-    def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
-        """Write the config, spawn the runner in its own session, and leave a handle file for `adopt`."""
+    def _pinned(self, campaign: CampaignView) -> Path:
+        """The campaign's artifact directory, once every SHA it names is a full SHA present in the clone."""
         if campaign.artifact_dir is None:
             raise StartError(f"campaign {campaign.id} has no artifact directory")
         shas = [campaign.base_sha, campaign.head_sha, *([campaign.config_sha] if campaign.config_sha else [])]
@@ -231,7 +227,11 @@ class LocalBackend:
             if not SHA.match(sha):
                 raise StartError(f"{sha!r} is not a full commit SHA")
         self._ensure_commits(shas)
-        out_dir = campaign.artifact_dir
+        return campaign.artifact_dir
+
+    def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
+        """Write the config, spawn the runner in its own session, and leave a handle file for `adopt`."""
+        out_dir = self._pinned(campaign)
         work = out_dir.parent
         work.mkdir(parents=True, exist_ok=True)
         config_file, progress, log_path = (

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from bot.dispatch.base import PollResult, RunHandle, StartError
-from bot.dispatch.local import SHA, LocalBackend
+from bot.dispatch.local import LocalBackend
 from bot.store import CampaignView
 from runners.config import ConfigError
 from runners.progress import ProgressEvent
@@ -55,18 +55,12 @@ class SlurmBackend(LocalBackend):
 
     def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
         """Plan at the base branch's tip (as the Actions plan job does) and submit the whole pipeline."""
-        if campaign.artifact_dir is None:
-            raise StartError(f"campaign {campaign.id} has no artifact directory")
-        shas = [campaign.base_sha, campaign.head_sha, *([campaign.config_sha] if campaign.config_sha else [])]
-        for sha in shas:
-            if not SHA.match(sha):
-                raise StartError(f"{sha!r} is not a full commit SHA")
-        self._ensure_commits(shas)
+        artifact_dir = self._pinned(campaign)
         spec = CampaignSpec(campaign_id=campaign.id, repo=self.repo.resolve(), base_sha=campaign.base_sha,
                             head_sha=campaign.head_sha, config_ref=campaign.config_sha or campaign.base_sha,
                             rows=campaign.rows, mode=campaign.mode)
         try:
-            run = self._campaign(campaign.artifact_dir.parent).submit(spec, campaign.artifact_dir)
+            run = self._campaign(artifact_dir.parent).submit(spec, artifact_dir)
         except (SlurmError, ConfigError, RevisionError) as exc:
             raise StartError(f"cannot submit campaign {campaign.id} to Slurm: {exc}") from exc
         return self._handle(campaign, run)
