@@ -476,6 +476,9 @@ def _pasta_network(child: int, holder: Path, privileged: bool) -> Iterator[None]
         enter = ["nsenter", f"--user={proc_ns / 'user'}", f"--net={netns}", "--preserve-credentials", "--"]
         namespaces = [(str(proc_ns / "user"), _CLONE_NEWUSER), (str(netns), _CLONE_NEWNET)]
     pid_file = holder / "pasta.pid"
+    watchdog = subprocess.Popen([sys.executable, "-I", "-S", "-c", PASTA_WATCHDOG, str(holder),
+                                 "1" if privileged else "0"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         _checked(["pasta", *PASTA_ARGS, *pasta_user, "--pid", str(pid_file), "--netns", str(netns)],
                  "pasta (the fetch's network)")
@@ -488,6 +491,30 @@ def _pasta_network(child: int, holder: Path, privileged: bool) -> Iterator[None]
         if privileged:
             # Lazy: pasta may still hold the file open for an instant after SIGTERM.
             subprocess.run(["umount", "--lazy", str(netns)], capture_output=True, check=False)
+        watchdog.communicate()  # closes its pipe: it finds pasta gone and the holder unmounted
+
+
+PASTA_WATCHDOG = """
+import os, shutil, signal, subprocess, sys
+holder, privileged = sys.argv[1], sys.argv[2] == "1"
+sys.stdin.buffer.read()
+try:
+    with open(os.path.join(holder, "pasta.pid"), encoding="ascii") as pid_file:
+        pid = int(pid_file.read().strip())
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        if holder.encode() in cmdline.read():
+            os.kill(pid, signal.SIGTERM)
+except (OSError, ValueError):
+    pass
+if privileged:
+    subprocess.run(["umount", "--lazy", os.path.join(holder, "net")], capture_output=True)
+shutil.rmtree(holder, ignore_errors=True)
+"""
+"""Ends a fetch's pasta when the bot's side of its pipe closes: normally after the fetch, or when the bot is
+killed (SIGKILL, scancel, a cancelled runner's process group), which would otherwise leave pasta (a daemon in its
+own session) and the namespace's bind mount behind for good. It runs in a session of its own so a group kill
+does not take it first, and kills only the pasta whose command line names this holder. It starts before pasta,
+so no moment exists where pasta runs unwatched."""
 
 
 NETLINK_FENCE = """

@@ -12,7 +12,9 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -353,3 +355,40 @@ def test_a_sampled_start_gets_the_same_limits_and_no_user_namespaces() -> None:
         code, printed = spawn_like_the_sampler(Run(argv=["python3", "-c", probe], proc=True, as_pid_1=True))
         assert code == 0
         assert printed.split() == [str(Limits().processes), str(Limits().memory_bytes), "1"]
+
+
+def test_a_fetch_whose_bot_is_killed_leaves_no_pasta_behind(tmp_path: Path) -> None:
+    """SIGKILL of the process running a networked start (scancel, a cancelled runner) must not leave the fetch's
+    pasta daemon or its namespace's bind mount behind: the watchdog ends both when the bot's pipe closes."""
+    def pastas() -> set[str]:
+        return set(subprocess.run(["pgrep", "-f", "^pasta .*kvp-netns-"], capture_output=True,
+                                  text=True).stdout.split())
+
+    already = pastas()
+    fetcher = subprocess.Popen([sys.executable, "-c", (
+        "from runners.sandbox import Run, Sandbox\n"
+        "Sandbox().run(Run(argv=['python3', '-c', 'import time; time.sleep(120)'], network=True, proc=True))\n")])
+    try:
+        deadline = time.monotonic() + 60
+        while not (started := pastas() - already):
+            assert fetcher.poll() is None, "the networked start ended before its pasta was seen"
+            assert time.monotonic() < deadline, "no pasta started for the networked run"
+            os.sched_yield()
+        holders = {Path(word).parent for pid in started
+                   for word in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+                   if word.endswith("/pasta.pid")}
+        assert holders, "the pasta of this start names its holder directory"
+        fetcher.kill()
+        fetcher.wait()
+        deadline = time.monotonic() + 30
+        while started & pastas():
+            assert time.monotonic() < deadline, f"pasta {started & pastas()} outlived the killed bot"
+            os.sched_yield()
+        deadline = time.monotonic() + 30
+        while any(holder.exists() for holder in holders):
+            assert time.monotonic() < deadline, f"{holders} outlived the killed bot"
+            os.sched_yield()
+    finally:
+        if fetcher.poll() is None:
+            fetcher.kill()
+            fetcher.wait()
