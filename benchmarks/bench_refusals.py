@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from bot.server import create_app, default_publisher  # noqa: E402
 from bot.settings import Settings  # noqa: E402
-from bot.store import Store  # noqa: E402
+from bot.store.campaigns import Store  # noqa: E402
 from tests.fakes.github_api import FakeGitHub  # noqa: E402
 from tests.webhooks import REPO, SECRET, comment_event, post, register_test_app, serve_app, wait_until  # noqa: E402
 

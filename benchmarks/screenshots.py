@@ -1,7 +1,7 @@
 """Screenshots of report.html for the README, and what the page costs next to report.md.
 
 Renders two factory outcomes (a clean PASS, and a performance FAIL whose row carries regression attribution)
-through `bot.html_report.report_html`, loads each in headless Chromium (tests/browser.py) at a desktop
+through `bot.publish.html_report.report_html`, loads each in headless Chromium (tests/browser.py) at a desktop
 width and writes `benchmarks/screenshots/pass.png` and `fail.png` (the top of the page: the verdicts, the row
 table and the first row's charts; in fail.png the passing row's section is folded away so the failing row's
 charts and attribution show; --full for the whole page). It also prints the
@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bot.html_report import report_html  # noqa: E402
-from bot.render import Links, report_markdown  # noqa: E402
+from bot.publish.html_report import report_html  # noqa: E402
+from bot.publish.render import Links, report_markdown  # noqa: E402
 from tests.browser import Browser  # noqa: E402
 from tests.report_factory import OUTCOMES, make_report  # noqa: E402
 

@@ -56,7 +56,7 @@ def _add_verbosity(parser: argparse.ArgumentParser) -> None:
 
 
 def _finish(report: CampaignReport, out: Path) -> int:
-    from bot.publish import write_artifact
+    from bot.publish.publisher import write_artifact
 
     written = write_artifact(report, out)
     try:
@@ -142,7 +142,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
-    from bot.artifact import write_report_pages
+    from bot.publish.artifact import write_report_pages
 
     path = Path(args.report)
     try:
@@ -282,11 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return doctor_main(argv[1:])
     if argv[:1] == ["history"]:
-        from bot.history import history_main
+        from bot.store.history import history_main
 
         return history_main(argv[1:])
     if argv[:1] == ["publish"]:
-        from bot.publish import publish_main
+        from bot.publish.publisher import publish_main
 
         return publish_main(argv[1:])
     if argv[:1] == ["event"]:

@@ -1,7 +1,7 @@
 """`kv-parity event`: Actions-only mode, nothing to host. One GitHub event, read from the workflow's event
-file, is decided by the service's own trigger and authorisation code (`bot.triggers.decide`, `bot.authz`,
-`bot.resolve`) and acted on with the workflow's token: dispatch the campaign workflow, cancel its runs, or
-answer through `bot.publish.Publisher`.
+file, is decided by the service's own trigger and authorisation code (`bot.core.triggers.decide`, `bot.core.authz`,
+`bot.core.resolve`) and acted on with the workflow's token: dispatch the campaign workflow, cancel its runs, or
+answer through `bot.publish.publisher.Publisher`.
 
 There is no database between events, so everything that must last lives in GitHub itself:
 - Fork approval is the authorised label or command itself and approves the head SHA of that moment: the
@@ -25,16 +25,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, Protocol
 
-from bot.authz import cached_lookup
-from bot.commands import FULL_SHA, approval_command
-from bot.dispatch.actions import LIVE_STATUSES, RunTitle, dispatch_inputs, parse_run_title
-from bot.events import PayloadError, WebhookEvent, parse_event
-from bot.github import ACTIONS_BOT, BotIdentity, GitHubError, WorkflowRunInfo
-from bot.lifecycle import Publisher, RepoApi
-from bot.resolve import resolve
-from bot.settings import Settings, SettingsError, load_settings
-from bot.store import CampaignState, CampaignView
-from bot.triggers import (
+from bot.core.authz import cached_lookup
+from bot.core.commands import FULL_SHA, approval_command
+from bot.core.events import PayloadError, WebhookEvent, parse_event
+from bot.core.resolve import resolve
+from bot.core.triggers import (
     Cancel,
     Help,
     Ignore,
@@ -47,6 +42,11 @@ from bot.triggers import (
     TriggerContext,
     decide,
 )
+from bot.dispatch.actions import LIVE_STATUSES, RunTitle, dispatch_inputs, parse_run_title
+from bot.github.gateway import ACTIONS_BOT, BotIdentity, GitHubError, WorkflowRunInfo
+from bot.lifecycle import Publisher, RepoApi
+from bot.settings import Settings, SettingsError, load_settings
+from bot.store.campaigns import CampaignState, CampaignView
 from runners.config import ConfigError
 
 ACTIONS_BOT_LOGIN = ACTIONS_BOT.login
@@ -59,7 +59,7 @@ EXIT_OK, EXIT_GITHUB, EXIT_USAGE = 0, 1, 2
 
 
 class EventApi(RepoApi, Protocol):
-    """The reads of the service plus the Actions calls this mode makes (`bot.github.GitHubGateway`)."""
+    """The reads of the service plus the Actions calls this mode makes (`bot.github.gateway.GitHubGateway`)."""
 
     def dispatch_workflow(self, workflow_file: str, ref: str, inputs: Mapping[str, str]) -> None: ...
 
@@ -370,8 +370,8 @@ def event_main(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     if settings.repo and repo.lower() != settings.repo.lower():
         print(f"ignored: repository {repo} is not served (settings.repo = {settings.repo})")
         return EXIT_OK
-    from bot.publish import Publisher as GitHubPublisher
-    from bot.server import make_gateway
+    from bot.github.connect import make_gateway
+    from bot.publish.publisher import Publisher as GitHubPublisher
 
     gateway = make_gateway(settings, repo)
     try:

@@ -1,6 +1,6 @@
 """Deliveries -> campaigns: who asked for what, and whether they may.
 
-One stored delivery is parsed, decided (`bot.triggers.decide`) and acted on: a campaign requested, replaced
+One stored delivery is parsed, decided (`bot.core.triggers.decide`) and acted on: a campaign requested, replaced
 or cancelled, or a reply. The rules that make requests honest live here:
 
 - Rerun means rerun: `/parity rerun`, the check run's Rerun button and GitHub's "Re-run" start a new campaign
@@ -23,14 +23,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
-from bot.authz import cached_lookup
-from bot.commands import FULL_SHA, approval_command
-from bot.events import CheckRunEvent, IssueCommentEvent, PayloadError, PullRequestEvent, WebhookEvent, parse_event
-from bot.github import PullInfo
-from bot.resolve import resolve
-from bot.settings import Settings
-from bot.store import CampaignState, CampaignView, Delivery, DuplicateCampaign, NewCampaign, Store
-from bot.triggers import (
+from bot.core.authz import cached_lookup
+from bot.core.commands import FULL_SHA, approval_command
+from bot.core.events import CheckRunEvent, IssueCommentEvent, PayloadError, PullRequestEvent, WebhookEvent, parse_event
+from bot.core.resolve import resolve
+from bot.core.triggers import (
     Cancel,
     Help,
     Ignore,
@@ -43,6 +40,9 @@ from bot.triggers import (
     TriggerContext,
     decide,
 )
+from bot.github.gateway import PullInfo
+from bot.settings import Settings
+from bot.store.campaigns import CampaignState, CampaignView, Delivery, DuplicateCampaign, NewCampaign, Store
 from runners.config import ConfigError
 
 if TYPE_CHECKING:

@@ -20,15 +20,15 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
-from bot.attempts import PriorAttempt
+from bot.core.resolve import RevisionSource
 from bot.dispatch.base import Backend, RunHandle, StartError
-from bot.github import BotIdentity, GitHubRetryLaterError, Interrupted, PullInfo
+from bot.github.gateway import BotIdentity, GitHubRetryLaterError, Interrupted, PullInfo
 from bot.intake import Intake
-from bot.pages import Pages
-from bot.resolve import RevisionSource
+from bot.publish.pages import Pages
 from bot.settings import Settings
-from bot.store import ACTIVE_STATES, LIVE_STATES, CampaignState, CampaignView, Delivery, Store
-from bot.store_publications import Publication
+from bot.store.attempts import PriorAttempt
+from bot.store.campaigns import ACTIVE_STATES, LIVE_STATES, CampaignState, CampaignView, Delivery, Store
+from bot.store.publications import Publication
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 
@@ -40,7 +40,7 @@ __all__ = ["Lifecycle", "Publisher", "RepoApi", "RepoServices"]
 
 
 class Publisher(Protocol):
-    """What the lifecycle needs from `bot.publish.Publisher(gateway, settings)`."""
+    """What the lifecycle needs from `bot.publish.publisher.Publisher(gateway, settings)`."""
 
     def open_check_run(self, campaign: CampaignView) -> int:
         """Create the campaign's check run (external_id = campaign.id) and return its id."""
@@ -86,7 +86,7 @@ class RunPages(Protocol):
 
 
 class RepoApi(RevisionSource, Protocol):
-    """The reads the lifecycle makes through `bot.github.GitHubGateway`."""
+    """The reads the lifecycle makes through `bot.github.gateway.GitHubGateway`."""
 
     def pull(self, number: int) -> PullInfo: ...
 

@@ -34,14 +34,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from bot.core.events import HANDLED_EVENTS, PayloadError, parse_event
 from bot.dispatch.base import Backend
 from bot.dispatch.local import LocalBackend
-from bot.events import HANDLED_EVENTS, PayloadError, parse_event
-from bot.github import AppAuth, GitHubGateway, GitHubRetryLaterError, Interrupted, TokenAuth
+from bot.github.connect import make_gateway
+from bot.github.gateway import GitHubGateway, GitHubRetryLaterError, Interrupted
 from bot.lifecycle import Lifecycle, Publisher, RepoServices
-from bot.pages import page_routes, repository_seen
+from bot.publish.pages import page_routes, repository_seen
 from bot.settings import Settings, SettingsError, load_settings
-from bot.store import Delivery, Store
+from bot.store.campaigns import Delivery, Store
 
 log = logging.getLogger(__name__)
 
@@ -110,41 +111,8 @@ def database_writable(path: Path, timeout: float) -> bool:
         db.close()
 
 
-def make_gateway(settings: Settings, repo: str, stop: threading.Event | None = None) -> GitHubGateway:
-    """The gateway for one repository, authenticated the way the settings choose.
-
-    With `stop`, a retry wait ends as soon as it is set (raising Interrupted), so a shutdown never waits
-    out a backoff.
-    """
-    auth: TokenAuth | AppAuth
-    if settings.token is not None:
-        auth = TokenAuth(token=settings.token)
-    else:
-        assert settings.app_id is not None and settings.private_key_path is not None
-        auth = AppAuth(
-            app_id=settings.app_id,
-            private_key=settings.private_key_path.read_text(encoding="utf-8"),
-            installation_id=settings.installation_id,
-        )
-    return GitHubGateway(
-        repo,
-        auth,
-        settings.api_base_url,
-        bot_login=settings.bot_login,
-        max_wait=settings.api_max_retry_wait_seconds,
-        sleep=time.sleep if stop is None else functools.partial(_interruptible_sleep, stop),
-        seconds_between_requests=settings.api_seconds_between_requests,
-        seconds_between_writes=settings.api_seconds_between_writes,
-    )
-
-
-def _interruptible_sleep(stop: threading.Event, seconds: float) -> None:
-    if stop.wait(seconds):
-        raise Interrupted(f"a {seconds:g} s retry wait was cut short: the service is stopping")
-
-
 def default_publisher(gateway: GitHubGateway, settings: Settings) -> Publisher:
-    from bot.publish import Publisher as GitHubPublisher
+    from bot.publish.publisher import Publisher as GitHubPublisher
 
     return GitHubPublisher(gateway, settings)
 
@@ -413,7 +381,7 @@ def create_app(
     backend: Backend | None = None,
 ) -> Starlette:
     """The webhook app; its lifespan opens the store and runs the worker (app.state.store/.worker). With
-    `settings.public_url` it also serves the details pages (`bot.pages`); without, no page route exists.
+    `settings.public_url` it also serves the details pages (`bot.publish.pages`); without, no page route exists.
 
     Raises DatabaseError (naming the path) when the database cannot be opened.
     """
@@ -458,7 +426,7 @@ def create_app(
         if event == "ping":
             return JSONResponse({"ok": "pong"})
         # Every signed delivery (a `repository` privatized event too) says whether its repository is private
-        # now; pages follow it at once (`bot.pages`). Written only when it changed.
+        # now; pages follow it at once (`bot.publish.pages`). Written only when it changed.
         seen = None if json_too_deep(body) else repository_seen(body)
         if seen is not None:
             try:

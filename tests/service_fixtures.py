@@ -15,7 +15,7 @@ import pytest
 
 from bot.server import create_app
 from bot.settings import Settings
-from bot.store import CampaignState, CampaignView, Store
+from bot.store.campaigns import CampaignState, CampaignView, Store
 from tests.fakes.github_api import FakeGitHub
 from tests.webhooks import (
     CONFIG_TOML,

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from bot import render
 from bot.dispatch.actions import (
     REPORT_ARTIFACT,
     ActionsBackend,
@@ -30,10 +29,11 @@ from bot.dispatch.actions import (
     lost_runner,
     read_report,
 )
-from bot.github import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInfo
+from bot.github.gateway import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInfo
+from bot.publish import render
 from bot.server import create_app
 from bot.settings import Settings
-from bot.store import CampaignState, CampaignView, Store
+from bot.store.campaigns import CampaignState, CampaignView, Store
 from runners.distributed import FIXTURES_ROW
 from runners.report import CampaignReport, CheckConclusion, Revision, StopRecord, campaign_verdicts
 from tests.fakes.github_api import FakeGitHub

@@ -14,7 +14,7 @@ import pytest
 from bot.cli import main as cli_main
 from bot.server import create_app, default_publisher
 from bot.settings import Settings
-from bot.store import CampaignState, Store
+from bot.store.campaigns import CampaignState, Store
 from runners.config import DEFAULT_CONFIG_PATH, PROFILES_DIR
 from runners.demo import commit_change, init_fixture_repo
 from runners.report import CampaignReport

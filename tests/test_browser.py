@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bot.html_report import report_html
+from bot.publish.html_report import report_html
 from tests.browser import Browser, BrowserError, PageResult
 from tests.report_factory import OUTCOMES
 from tests.test_html_report import HOSTILE_LINKS, pwned_report

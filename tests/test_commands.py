@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.commands import COMMANDS, ParsedCommand, UnknownCommand, approval_command, parse_commands
+from bot.core.commands import COMMANDS, ParsedCommand, UnknownCommand, approval_command, parse_commands
 
 RERUN = ParsedCommand(name="rerun", line="/parity rerun")
 

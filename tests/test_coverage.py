@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from bot import render
-from bot.render import Links
+from bot.publish import render
+from bot.publish.render import Links
 from runners.canonical import canonicalize
 from runners.config import PROTOCOL_EXCLUSIONS, ExpectedEvidence, PoolPlacements, load_profile
 from runners.coverage import CoverageError, check_evidence, count_evidence

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from bot import render
-from bot.render import Links
+from bot.publish import render
+from bot.publish.render import Links
 from runners.canonical import CanonicalError, canonicalize, resolve
 from runners.config import PROTOCOL_EXCLUSIONS, CampaignConfig
 from runners.demo import commit_change

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from bot import render
 from bot.cli import main
-from bot.html_report import report_html
-from bot.render import Links, md, prose
+from bot.publish import render
+from bot.publish.html_report import report_html
+from bot.publish.render import Links, md, prose
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig
 from runners.demo import commit_change, init_fixture_repo

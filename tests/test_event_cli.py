@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from bot import render
 from bot.dispatch.actions import RUN_NAME, parse_run_title
 from bot.event_cli import event_main
+from bot.publish import render
 from tests.fakes.github_api import FakeGitHub
 from tests.webhooks import CONFIG_TOML, REPO, comment_event, commit, git, pull_request_event
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from bot.github import (
+from bot.github.gateway import (
     AppAuth,
     ArtifactTooLargeError,
     CheckAction,

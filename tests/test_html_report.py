@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from bot import svg
-from bot.artifact import write_artifact
 from bot.cli import main
-from bot.html_report import artifact_href, inline, page, report_html, row_charts, safe_url
-from bot.redact import Redactor
-from bot.render import Links, code, md
+from bot.github.redact import Redactor
+from bot.publish import svg
+from bot.publish.artifact import write_artifact
+from bot.publish.html_report import artifact_href, inline, page, report_html, row_charts, safe_url
+from bot.publish.render import Links, code, md
 from runners.report import CampaignReport, StopRecord
 from tests.report_factory import OUTCOMES, make_report
 from tests.test_render_golden import LINKS, PRIOR_ATTEMPTS, check_golden

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from bot.github import ACTIONS_BOT, AppAuth, BotIdentity, GitHubGateway, TokenAuth
+from bot.github.gateway import ACTIONS_BOT, AppAuth, BotIdentity, GitHubGateway, TokenAuth
 from tests.fakes.github_api import FakeGitHub, user_id
 from tests.webhooks import REPO, rsa_key_pair
 

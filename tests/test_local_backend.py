@@ -21,7 +21,7 @@ import pytest
 
 from bot.dispatch.base import PollResult
 from bot.dispatch.local import CAMPAIGN_ENV, CLONE_DIR, UNSANDBOXED, LocalBackend, SandboxRequired
-from bot.store import CampaignState, CampaignView
+from bot.store.campaigns import CampaignState, CampaignView
 from tests.webhooks import commit, free_port, git, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]

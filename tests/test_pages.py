@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from bot.history import history_main
-from bot.pages import SECURITY_HEADERS, Pages
+from bot.publish.pages import SECURITY_HEADERS, Pages
 from bot.server import create_app, default_publisher
-from bot.store import CampaignState, CampaignView, Store
-from bot.store_pages import NOT_COMPARABLE
+from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.history import history_main
+from bot.store.pages import NOT_COMPARABLE
 from runners.report import CampaignReport
 from tests.browser import Browser
 from tests.service_fixtures import Env, standin_env, widgets_history

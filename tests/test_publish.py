@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from bot import render
-from bot.github import (
+from bot.github.gateway import (
     BotIdentity,
     CheckAction,
     CheckConclusion,
@@ -27,7 +26,8 @@ from bot.github import (
     GitHubGateway,
     TokenAuth,
 )
-from bot.publish import (
+from bot.publish import render
+from bot.publish.publisher import (
     PROGRESS_INTERVAL_SECONDS,
     CliSettings,
     Publisher,
@@ -35,7 +35,7 @@ from bot.publish import (
     web_url,
     write_artifact,
 )
-from bot.store import CampaignState, CampaignView
+from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 from tests.fakes.github_api import FakeGitHub

@@ -19,13 +19,13 @@ import pytest
 from markupsafe import escape
 from pydantic import SecretStr
 
-from bot import render
-from bot.attempts import PriorAttempt
-from bot.github import GitHubGateway, TokenAuth
-from bot.publish import EXIT_REFUSED, CliSettings, Publisher, publish_main
-from bot.redact import REDACTED, Redactor, secret_values
+from bot.github.gateway import GitHubGateway, TokenAuth
+from bot.github.redact import REDACTED, Redactor, secret_values
+from bot.publish import render
+from bot.publish.publisher import EXIT_REFUSED, CliSettings, Publisher, publish_main
 from bot.settings import Settings
-from bot.store import CampaignState, CampaignView
+from bot.store.attempts import PriorAttempt
+from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport, Revision, StopRecord
 from tests.fakes.github_api import FakeGitHub

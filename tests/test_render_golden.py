@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from bot import render
-from bot.attempts import PriorAttempt
-from bot.commands import COMMANDS
-from bot.render import Links, ProgressView
-from bot.store import CampaignState, CampaignView
+from bot.core.commands import COMMANDS
+from bot.publish import render
+from bot.publish.render import Links, ProgressView
+from bot.store.attempts import PriorAttempt
+from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, OUTCOMES, make_report, make_wide_report
 

@@ -21,11 +21,11 @@ from typing import Any, TypeVar
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from bot import render
-from bot.attempts import PriorAttempt
-from bot.commands import COMMANDS
-from bot.render import Links, ProgressView
-from bot.store import CampaignState, CampaignView
+from bot.core.commands import COMMANDS
+from bot.publish import render
+from bot.publish.render import Links, ProgressView
+from bot.store.attempts import PriorAttempt
+from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, OUTCOMES, make_report

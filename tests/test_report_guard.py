@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
+from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from runners.report import Revision, StopRecord
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, make_report
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bot.dispatch.local import process_alive
-from bot.store import CampaignState
+from bot.store.campaigns import CampaignState
 from runners.report import CampaignReport
 from tests.service_fixtures import Env, service, standin_env
 from tests.webhooks import (

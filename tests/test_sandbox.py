@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main as cli_main
-from bot.publish import write_artifact
+from bot.publish.publisher import write_artifact
 from runners import distributed
 from runners.campaign import CampaignRequest, CampaignStop, new_report, prepare, run_campaign, run_row
 from runners.config import CampaignConfig

@@ -27,7 +27,7 @@ import uvicorn
 
 from bot.server import MAX_BODY_BYTES, MAX_JSON_DEPTH, create_app, json_too_deep, uvicorn_config
 from bot.settings import Settings
-from bot.store import Store
+from bot.store.campaigns import Store
 from tests.webhooks import SECRET, RecordingPublisher, comment_event, post, sign, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]

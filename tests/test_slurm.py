@@ -23,10 +23,10 @@ import pytest
 from bot.cli import main as cli_main
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.slurm import SlurmBackend
-from bot.render import is_status_comment
+from bot.publish.render import is_status_comment
 from bot.server import create_app, default_publisher
 from bot.settings import Settings
-from bot.store import CampaignState, CampaignView, Store
+from bot.store.campaigns import CampaignState, CampaignView, Store
 from runners.config import DEFAULT_CONFIG_PATH, SlurmRowConfig
 from runners.demo import commit_change, demo_config, init_fixture_repo
 from runners.report import CampaignReport

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bot.cli import main as cli_main
-from bot.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
+from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from runners.config import DEFAULT_CONFIG_PATH, FixtureTraceSpec
 from runners.demo import Knob, commit_change, demo_config, init_fixture_repo, set_knobs
 from runners.distributed import (

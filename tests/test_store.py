@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.attempts import PriorAttempt
-from bot.pages import repository_seen
-from bot.store import (
+from bot.publish.pages import repository_seen
+from bot.store.attempts import PriorAttempt
+from bot.store.campaigns import (
     ALLOWED,
     CampaignState,
     DuplicateCampaign,
@@ -18,7 +18,7 @@ from bot.store import (
     NewCampaign,
     Store,
 )
-from bot.store_pages import RepositorySeen
+from bot.store.pages import RepositorySeen
 
 S = CampaignState
 HEAD = "a" * 40

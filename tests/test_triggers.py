@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from bot.events import PayloadError, parse_event
-from bot.triggers import (
+from bot.core.events import PayloadError, parse_event
+from bot.core.triggers import (
     Cancel,
     Help,
     Ignore,

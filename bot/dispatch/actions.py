@@ -46,8 +46,8 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ValidationError
 
 from bot.dispatch.base import PollResult, RunHandle, StartError
-from bot.github import ArtifactTooLargeError, GitHubError, WorkflowJobInfo, WorkflowRunInfo
-from bot.store import CampaignView
+from bot.github.gateway import ArtifactTooLargeError, GitHubError, WorkflowJobInfo, WorkflowRunInfo
+from bot.store.campaigns import CampaignView
 from runners.config import ConfigError
 from runners.distributed import FIXTURES_ROW
 from runners.progress import ProgressEvent
@@ -91,7 +91,7 @@ class ArtifactError(RuntimeError):
 
 
 class ActionsApi(Protocol):
-    """The slice of `bot.github.GitHubGateway` this backend uses."""
+    """The slice of `bot.github.gateway.GitHubGateway` this backend uses."""
 
     def dispatch_workflow(self, workflow_file: str, ref: str, inputs: Mapping[str, str]) -> None: ...
 

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from bot.store import CampaignView
+from bot.store.campaigns import CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 

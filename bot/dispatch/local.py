@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.settings import SettingsError
-from bot.store import CampaignView
+from bot.store.campaigns import CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 from runners.revisions import GIT, RevisionError, shared_clone

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.local import LocalBackend
-from bot.store import CampaignView
+from bot.store.campaigns import CampaignView
 from runners.config import ConfigError
 from runners.progress import ProgressEvent
 from runners.revisions import RevisionError

@@ -2,7 +2,7 @@
 
 Every string a human reads on GitHub comes from `templates/*.md.j2` through this module, so golden files pin
 exactly what is posted. Nothing here performs I/O beyond reading templates; the effects live in
-`bot.publish`. Numbers are formatted here, layout lives in the templates.
+`bot.publish.publisher`. Numbers are formatted here, layout lives in the templates.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel
 
-from bot.attempts import PriorAttempt
-from bot.commands import CommandSpec
-from bot.store import CampaignView
+from bot.core.commands import CommandSpec
+from bot.store.attempts import PriorAttempt
+from bot.store.campaigns import CampaignView
 from runners.progress import ProgressEvent
 from runners.report import (
     KERNEL_CLOCK_LABELS,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot import render
-from bot.github import CommentInfo, GitHubNotFoundError
-from bot.redact import RedactingGateway
-from bot.store import CampaignView
+from bot.github.gateway import CommentInfo, GitHubNotFoundError
+from bot.github.redact import RedactingGateway
+from bot.publish import render
+from bot.store.campaigns import CampaignView
 
 OWNER_PREFIX = "<!-- kv-parity:campaign "
 

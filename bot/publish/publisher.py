@@ -1,11 +1,11 @@
 """Effects of reporting: the check run, the sticky status comment, the result comment and the artifact.
 
 `Publisher` is what the lifecycle engine calls at each step of a campaign; it composes the check-run
-writer (`bot.check_runs`), the comment writer (`bot.comments`) and the artifact writer (`bot.artifact`),
-all behind one `RedactingGateway`, so every string that leaves for GitHub passes the redactor. `publish_main`
-is the `kv-parity publish` command that (re)posts a finished report.json through the same
+writer (`bot.publish.check_runs`), the comment writer (`bot.publish.comments`) and the artifact writer
+(`bot.publish.artifact`), all behind one `RedactingGateway`, so every string that leaves for GitHub passes the
+redactor. `publish_main` is the `kv-parity publish` command that (re)posts a finished report.json through the same
 `Publisher.finished`, after checking that the report belongs to the campaign that was dispatched. All text
-comes from `bot.render`.
+comes from `bot.publish.render`.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
 
-from bot import render
-from bot.artifact import write_artifact as write_artifact
-from bot.attempts import PriorAttempt
-from bot.check_runs import CheckRunWriter
-from bot.commands import COMMANDS
-from bot.comments import CommentWriter
-from bot.github import CheckConclusion, GitHubError, GitHubGateway, PullInfo, TokenAuth
-from bot.redact import Gateway, RedactingGateway, Redactor, secret_values
-from bot.render import Links, ProgressView
-from bot.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
-from bot.store import CampaignState, CampaignView
+from bot.core.commands import COMMANDS
+from bot.github.gateway import CheckConclusion, GitHubError, GitHubGateway, PullInfo, TokenAuth
+from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
+from bot.publish import render
+from bot.publish.artifact import write_artifact as write_artifact
+from bot.publish.check_runs import CheckRunWriter
+from bot.publish.comments import CommentWriter
+from bot.publish.render import Links, ProgressView
+from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
+from bot.store.attempts import PriorAttempt
+from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport, campaign_verdicts
 

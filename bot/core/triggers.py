@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from bot.authz import is_sufficient
-from bot.commands import ParsedCommand, UnknownCommand, approval_command, parse_commands
-from bot.events import CheckRunEvent, IssueCommentEvent, PullRequestEvent, User, WebhookEvent
+from bot.core.authz import is_sufficient
+from bot.core.commands import ParsedCommand, UnknownCommand, approval_command, parse_commands
+from bot.core.events import CheckRunEvent, IssueCommentEvent, PullRequestEvent, User, WebhookEvent
 
 CHECK_ACTIONS = ("rerun", "cancel")
 """Identifiers of the check run's requested actions (the buttons the publisher offers)."""

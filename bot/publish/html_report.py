@@ -1,8 +1,8 @@
 """report.html: the campaign report as a page people look at (verdicts, tables, inline SVG charts).
 
-A separate Jinja2 environment from bot/render.py's Markdown one, with autoescape on: every string of a report
+A separate Jinja2 environment from bot/publish/render.py's Markdown one, with autoescape on: every string of a report
 came back from jobs that ran pull-request code, so nothing reaches the page unescaped. The page is
-self-contained (no script, no fetch, CSS inline, charts as inline SVG from bot/svg.py) and readable on a
+self-contained (no script, no fetch, CSS inline, charts as inline SVG from bot/publish/svg.py) and readable on a
 phone; the service's pages extend the same base (`templates/_page.html.j2`) through `page`.
 """
 
@@ -16,9 +16,8 @@ from urllib.parse import quote, urlsplit
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
-from bot import svg
-from bot.attempts import PriorAttempt
-from bot.render import (
+from bot.publish import svg
+from bot.publish.render import (
     TEMPLATES_DIR,
     Links,
     PublicReport,
@@ -38,6 +37,7 @@ from bot.render import (
     verdict_line,
     when,
 )
+from bot.store.attempts import PriorAttempt
 from runners.report import (
     KERNEL_CLOCK_LABELS,
     CampaignReport,
@@ -56,7 +56,7 @@ _INLINE = re.compile(rf"\\([{_PUNCTUATION}])|(`+)")
 
 
 def inline(markdown: str) -> Markup:
-    """HTML for one line of bot/render.py's cell Markdown (backslash escapes and `code spans` only).
+    """HTML for one line of bot/publish/render.py's cell Markdown (backslash escapes and `code spans` only).
 
     The Markdown cells (`row_views`, `gate_lines`, `prose`) are reused so the page says exactly what the
     check run says; their text is escaped for HTML after the Markdown escapes are undone, so no input can

@@ -2,7 +2,7 @@
 
 A page is found only by its token (`secrets.token_urlsafe(32)`, never derived from an id) through an indexed
 equality lookup; nothing here lists tokens. A campaign's page row also records whether its repository was
-private when the campaign was requested, which decides whether it may have a page at all (`bot.pages`), and
+private when the campaign was requested, which decides whether it may have a page at all (`bot.publish.pages`), and
 every delivery records its repository's visibility now, which decides whether any page of it is served.
 """
 
@@ -12,7 +12,7 @@ import secrets
 
 from pydantic import BaseModel, ConfigDict
 
-from bot.store_base import StorePart
+from bot.store.base import StorePart
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS campaign_pages (
@@ -69,7 +69,7 @@ class CampaignPage(BaseModel):
     private: bool
     token: str | None
     report_json: str | None
-    """The public, redacted report (`bot.pages.page_report`) once the campaign finished with one."""
+    """The public, redacted report (`bot.publish.pages.page_report`) once the campaign finished with one."""
 
 
 class RepositorySeen(BaseModel):

@@ -1,6 +1,6 @@
 """SQLite (WAL) state of the bot: campaigns and their transitions here; deliveries (dedupe + work queue) in
-`bot.store_deliveries`; fork approvals, seen heads and refusals in `bot.store_people`; pending publications in
-`bot.store_publications`; details-page tokens and merge-base history in `bot.store_pages`. `Store` composes them
+`bot.store.deliveries`; fork approvals, seen heads and refusals in `bot.store.people`; pending publications in
+`bot.store.publications`; details-page tokens and merge-base history in `bot.store.pages`. `Store` composes them
 over one connection.
 
 Every campaign transition is written, with its reason and time, before the side effect it stands for
@@ -24,15 +24,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from bot.attempts import PriorAttempt
-from bot.store_deliveries import SCHEMA as DELIVERIES_SCHEMA
-from bot.store_deliveries import Delivery, DeliveryQueue
-from bot.store_pages import SCHEMA as PAGES_SCHEMA
-from bot.store_pages import PageRecords
-from bot.store_people import SCHEMA as PEOPLE_SCHEMA
-from bot.store_people import PeopleRecords
-from bot.store_publications import SCHEMA as PUBLICATIONS_SCHEMA
-from bot.store_publications import PublicationQueue
+from bot.store.attempts import PriorAttempt
+from bot.store.deliveries import SCHEMA as DELIVERIES_SCHEMA
+from bot.store.deliveries import Delivery, DeliveryQueue
+from bot.store.pages import SCHEMA as PAGES_SCHEMA
+from bot.store.pages import PageRecords
+from bot.store.people import SCHEMA as PEOPLE_SCHEMA
+from bot.store.people import PeopleRecords
+from bot.store.publications import SCHEMA as PUBLICATIONS_SCHEMA
+from bot.store.publications import PublicationQueue
 
 
 class CampaignState(StrEnum):

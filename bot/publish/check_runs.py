@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bot.github import CheckAction, CheckConclusion, CheckOutput
-from bot.redact import RedactingGateway
-from bot.render import CheckRunContent, ProgressView
-from bot.store import CampaignView
+from bot.github.gateway import CheckAction, CheckConclusion, CheckOutput
+from bot.github.redact import RedactingGateway
+from bot.publish.render import CheckRunContent, ProgressView
+from bot.store.campaigns import CampaignView
 from runners.progress import ProgressEvent
 
 RERUN = CheckAction(label="Rerun", description="Run the parity campaign again", identifier="rerun")

@@ -1,4 +1,5 @@
-"""What the store's parts share: one SQLite connection, its lock and write transactions (see `bot.store.Store`).
+"""What the store's parts share: one SQLite connection, its lock and write transactions
+(see `bot.store.campaigns.Store`).
 
 Each part of the store (campaigns and deliveries, who asked and what was seen, publications) is a class over
 this base, so a responsibility lives in its own module and `Store` composes them over one connection.
@@ -25,7 +26,7 @@ def _write_lock(path: Path) -> threading.Lock:
 
 
 class StorePart:
-    """The connection a store part works through and its write transactions; `bot.store.Store` opens it."""
+    """The connection a store part works through and its write transactions; `bot.store.campaigns.Store` opens it."""
 
     path: Path
     _lock: threading.RLock

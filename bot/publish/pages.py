@@ -28,15 +28,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from bot.events import PayloadError, parse_event
-from bot.html_report import page, report_html
-from bot.publish import web_url
-from bot.redact import Redactor, secret_values
-from bot.render import ENDED_STATES, Links, PublicReport, one_line
+from bot.core.events import PayloadError, parse_event
+from bot.github.redact import Redactor, secret_values
+from bot.publish.html_report import page, report_html
+from bot.publish.publisher import web_url
+from bot.publish.render import ENDED_STATES, Links, PublicReport, one_line
+from bot.publish.svg import line_chart
 from bot.settings import Settings
-from bot.store import CampaignState, CampaignView, Store
-from bot.store_pages import NOT_COMPARABLE, BaselinePoint, CampaignPage, RepositorySeen
-from bot.svg import line_chart
+from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.pages import NOT_COMPARABLE, BaselinePoint, CampaignPage, RepositorySeen
 from runners.report import CampaignReport, RowReport, campaign_verdicts
 
 SECURITY_HEADERS = {

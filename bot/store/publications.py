@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.store_base import StorePart
+from bot.store.base import StorePart
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS publications (

@@ -13,11 +13,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from bot import render
-from bot.attempts import PriorAttempt
-from bot.html_report import report_html
-from bot.redact import Redactor, secret_values
-from bot.render import Links
+from bot.github.redact import Redactor, secret_values
+from bot.publish import render
+from bot.publish.html_report import report_html
+from bot.publish.render import Links
+from bot.store.attempts import PriorAttempt
 from runners.report import CampaignReport
 
 SAMPLE_COLUMNS = (

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.store import CampaignView, Store
-from bot.store_pages import NOT_COMPARABLE, BaselinePoint
+from bot.store.campaigns import CampaignView, Store
+from bot.store.pages import NOT_COMPARABLE, BaselinePoint
 
 
 def _campaign_lines(store: Store, campaign: CampaignView) -> list[str]:

@@ -1,0 +1,1 @@
+"""What the bot shows: check runs, comments, report.md/report.html, charts, pages, the report artifact."""
