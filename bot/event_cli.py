@@ -256,7 +256,7 @@ class RunTitleLedger:
         """Nothing to record: every refusal is answered."""
 
 
-def bot_id(api: EventApi, settings: Settings) -> int:
+def actions_bot_id(api: EventApi, settings: Settings) -> int:
     """github-actions[bot] acts with GITHUB_TOKEN (no lookup); another configured login is looked up."""
     if (settings.bot_login or ACTIONS_BOT.login) == ACTIONS_BOT.login:
         return ACTIONS_BOT.id
@@ -275,7 +275,7 @@ def handle_event(
     repo = event.repository.full_name
     ledger = RunTitleLedger(api, publisher, settings, repo, clock=clock)
     decisions = Decisions(ledger, api, publisher, settings, clock=clock)
-    return decisions.handle(event, bot_id=bot_id(api, settings), received_at=clock())
+    return decisions.handle(event, bot_id=actions_bot_id(api, settings), received_at=clock())
 
 
 def _parser() -> argparse.ArgumentParser:

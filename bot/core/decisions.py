@@ -4,7 +4,8 @@
 thing the two modes differ in (`bot.intake.StoreLedger` for the service, `bot.event_cli.RunTitleLedger` for
 Actions-only mode). The rules that make requests honest live here, once:
 
-- A new head supersedes every live campaign of an older one, before anything else is checked.
+- A request for a head (a label, a push, an accepted rerun, a head awaiting approval) supersedes every live
+  campaign of an older head before the config is read, so a config error or a duplicate still ends them.
 - Rerun means rerun: `/parity rerun`, the check run's Rerun button and GitHub's "Re-run" start a new campaign
   for the current head; which live campaign it replaces, and which existing one answers a request instead
   (a label added again, a second identical request), is the ledger's `replaced` / `covering`.
