@@ -1,15 +1,15 @@
 """`kv-parity event`: Actions-only mode, nothing to host. One GitHub event, read from the workflow's event
-file, is decided by the service's own trigger and authorisation code (`bot.core.triggers.decide`, `bot.core.authz`,
-`bot.core.resolve`) and acted on with the workflow's token: dispatch the campaign workflow, cancel its runs, or
-answer through `bot.publish.publisher.Publisher`.
+file, is decided and acted on by the service's own decision core (`bot.core.decisions`) with the workflow's
+token: dispatch the campaign workflow, cancel its runs, or answer through `bot.publish.publisher.Publisher`.
 
-There is no database between events, so everything that must last lives in GitHub itself:
-- Fork approval is the authorised label or command itself and approves the head SHA of that moment: the
-  campaign is dispatched with exactly that SHA, and a push to a fork pull request never dispatches.
+There is no database between events, so the ledger (`RunTitleLedger`) is what lasts in GitHub itself:
 - A pull request's campaigns are its live campaign workflow runs, recognised by their display title (the
   campaign workflow's `run-name`, `bot.dispatch.actions.RUN_NAME`). They answer `status`, are cancelled by
-  `cancel`, the label's removal or closing, are superseded by a newer campaign, and make a second request
-  for the same head and rows a duplicate.
+  `cancel`, the label's removal or closing, are superseded by a newer head, and make a second request for the
+  same head, rows and mode a duplicate; a new request of the same head and mode with other rows replaces the
+  live one (a campaign and a profile of the same head run side by side: their own checks and concurrency groups).
+- Fork approval is the authorised label or command itself and approves the head SHA of that moment: the
+  campaign is dispatched with exactly that SHA, and a push to a fork pull request never dispatches.
 - Refusals are answered every time (there is no record of having answered before).
 """
 
@@ -23,31 +23,16 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
-from bot.core.authz import cached_lookup
-from bot.core.commands import FULL_SHA, approval_command
+from bot.core.decisions import Decisions
 from bot.core.events import PayloadError, WebhookEvent, parse_event
-from bot.core.resolve import resolve
-from bot.core.triggers import (
-    Cancel,
-    Help,
-    Ignore,
-    Intent,
-    NeedsApproval,
-    Refuse,
-    Rerun,
-    Start,
-    Status,
-    TriggerContext,
-    decide,
-)
+from bot.core.ledger import CampaignRequest
+from bot.core.ports import Publisher, RepoApi
 from bot.dispatch.actions import LIVE_STATUSES, RunTitle, dispatch_inputs, parse_run_title
 from bot.github.gateway import ACTIONS_BOT, BotIdentity, GitHubError, WorkflowRunInfo
-from bot.lifecycle import Publisher, RepoApi
 from bot.settings import Settings, SettingsError, load_settings
-from bot.store.campaigns import CampaignState, CampaignView
-from runners.config import ConfigError
+from bot.store.campaigns import CampaignMode, CampaignState, CampaignView
 
 ACTIONS_BOT_LOGIN = ACTIONS_BOT.login
 """Who comments with the workflow's GITHUB_TOKEN: its own comments must be ignored."""
@@ -91,19 +76,20 @@ def actions_settings(path: Path | None, environ: Mapping[str, str]) -> Settings:
 def _view(
     campaign_id: str,
     repo: str,
+    state: CampaignState,
+    *,
     pr: int,
     head_sha: str,
     rows: list[str] | None,
-    state: CampaignState,
-    *,
-    base_sha: str = "",
-    relationship: str = "unknown",
     requested_by: str,
     trigger: str,
     created_at: datetime,
+    base_sha: str = "",
+    relationship: str = "unknown",
     config_source: str = "",
+    config_sha: str | None = None,
     reason: str = "",
-    mode: Literal["campaign", "profile"] = "campaign",
+    mode: CampaignMode = "campaign",
 ) -> CampaignView:
     """A campaign as the publisher sees it; a run's title does not carry the base, which no reply shows."""
     return CampaignView(
@@ -127,213 +113,169 @@ def _view(
         reason=reason,
         conclusion=None,
         config_source=config_source,
+        config_sha=config_sha,
         mode=mode,
     )
 
 
-class ActionsOnly:
-    """Acts on one decided event through the API; every effect is a GitHub call."""
+class RunTitleLedger:
+    """Actions-only mode's ledger: the live campaign workflow runs, read from their titles once per event.
+
+    It keeps no approvals, heads or refusals (the methods that would record them record nothing), and only
+    live runs exist for it: a completed campaign answers nothing, so asking again runs again.
+    """
+
+    records_heads = False
 
     def __init__(
-        self,
-        api: EventApi,
-        publisher: Publisher,
-        settings: Settings,
-        repo: str,
-        *,
-        clock: Callable[[], float] = time.time,
+        self, api: EventApi, publisher: Publisher, settings: Settings, repo: str, *, clock: Callable[[], float]
     ) -> None:
-        self.api = api
-        self.publisher = publisher
-        self.settings = settings
-        self.repo = repo
-        self.clock = clock
+        self.api, self.publisher, self.settings, self.repo, self.clock = api, publisher, settings, repo, clock
+        self._live: dict[str, tuple[WorkflowRunInfo, RunTitle]] | None = None
 
-    def _bot_id(self) -> int:
-        """github-actions[bot] acts with GITHUB_TOKEN (no lookup); another configured login is looked up."""
-        if (self.settings.bot_login or ACTIONS_BOT.login) == ACTIONS_BOT.login:
-            return ACTIONS_BOT.id
-        return self.api.identity().id
-
-    def handle(self, event: WebhookEvent) -> str:
-        context = TriggerContext(
-            label=self.settings.label,
-            command_word=self.settings.command_word,
-            bot_id=self._bot_id(),
-            min_permission=self.settings.min_permission,
-            permission_of=cached_lookup(self.api),
-            is_approved=lambda pr, sha: False,
-        )
-        return self._act(decide(event, context))
-
-    # ------------------------------------------------------------------ runs as campaigns
-
-    def _runs(self, pr: int | None, campaign_id: str | None = None) -> list[tuple[WorkflowRunInfo, RunTitle]]:
-        """Live campaign runs of a pull request (or of one campaign), oldest first."""
-        found: dict[int, tuple[WorkflowRunInfo, RunTitle]] = {}
-        for status in LIVE_STATUSES:
-            for run in self.api.workflow_runs(self.settings.actions_workflow, status):
-                title = parse_run_title(run.display_title)
-                if title is None or (pr is not None and title.pr_number != pr):
-                    continue
-                if campaign_id is None or title.campaign_id == campaign_id:
-                    found[run.id] = (run, title)
-        return sorted(found.values(), key=lambda item: (item[0].created_at, item[0].id))
+    def _runs(self) -> dict[str, tuple[WorkflowRunInfo, RunTitle]]:
+        """Campaign id -> its live run, oldest first; read once per event, then kept as this event changes it."""
+        if self._live is None:
+            found: dict[int, tuple[WorkflowRunInfo, RunTitle]] = {}
+            for status in LIVE_STATUSES:
+                for run in self.api.workflow_runs(self.settings.actions_workflow, status):
+                    title = parse_run_title(run.display_title)
+                    if title is not None:
+                        found[run.id] = (run, title)
+            ordered = sorted(found.values(), key=lambda item: (item[0].created_at, item[0].id))
+            self._live = {title.campaign_id: (run, title) for run, title in ordered}
+        return self._live
 
     def _run_view(self, run: WorkflowRunInfo, title: RunTitle) -> CampaignView:
-        state = CampaignState.RUNNING if run.status == "in_progress" else CampaignState.REQUESTED
         return _view(
             title.campaign_id,
             self.repo,
-            title.pr_number,
-            title.head_sha,
-            title.rows,
-            state,
+            CampaignState.RUNNING if run.status == "in_progress" else CampaignState.REQUESTED,
+            pr=title.pr_number,
+            head_sha=title.head_sha,
+            rows=title.rows,
             requested_by=f"run {run.id}",
             trigger="workflow_dispatch",
             created_at=run.created_at,
             mode=title.mode,
         )
 
-    def _end_runs(self, runs: list[tuple[WorkflowRunInfo, RunTitle]], state: str, reason: str) -> list[str]:
-        """Cancel the runs, then say so in the status comment (and the check run, if one was opened)."""
-        for run, title in runs:
-            self.api.cancel_workflow_run(run.id)
-            self.publisher.ended(self._run_view(run, title), state, reason)
-        return [title.campaign_id for _, title in runs]
+    def campaign(self, campaign_id: str) -> CampaignView | None:
+        found = self._runs().get(campaign_id)
+        return self._run_view(*found) if found else None
 
-    # ------------------------------------------------------------------ intents
+    def campaigns(self, pr: int) -> list[CampaignView]:
+        return self.live(pr)
 
-    def _act(self, intent: Intent) -> str:
-        reply = self.publisher.reply
-        word, minimum = self.settings.command_word, self.settings.min_permission
-        if isinstance(intent, Ignore):
-            return f"ignored: {intent.reason}"
-        if isinstance(intent, Refuse):
-            if intent.pr is None:
-                return f"refused, nowhere to answer: {intent.reason}"
-            fix = (
-                f"ask a collaborator with at least {minimum!r} permission to add the "
-                f"{self.settings.label!r} label or comment `{word} rerun`"
-            )
-            reply(intent.pr, "refused", reason=intent.reason, fix=fix, login=intent.requested_by)
-            return f"refused: {intent.reason}"
-        if isinstance(intent, Help):
-            if intent.line is None:
-                reply(intent.pr, "help")
-                return "help"
-            reply(intent.pr, "unknown_command", line=intent.line, reason=intent.reason)
-            return f"unknown command: {intent.reason}"
-        if isinstance(intent, Status):
-            reply(intent.pr, "status", campaigns=[self._run_view(*item) for item in self._runs(intent.pr)])
-            return "status"
-        if isinstance(intent, NeedsApproval):
-            stale = [(run, title) for run, title in self._runs(intent.pr) if title.head_sha != intent.head_sha]
-            self._end_runs(stale, "superseded", f"new head {intent.head_sha[:12]} awaits approval")
-            fix = (
-                f"a collaborator with at least {minimum!r} permission reviews this head and comments "
-                f"`{approval_command(word, intent.head_sha)}`"
-            )
-            reply(intent.pr, "refused", reason=intent.reason, fix=fix)
-            return f"needs approval: {intent.head_sha}"
-        if isinstance(intent, Cancel):
-            return self._cancel(intent)
-        if isinstance(intent, Start):
-            return self._launch(intent.pr, intent.head_sha, intent.base_ref, None, intent.trigger, intent.requested_by)
-        return self._rerun(intent)
+    def live(self, pr: int) -> list[CampaignView]:
+        return [self._run_view(run, title) for run, title in self._runs().values() if title.pr_number == pr]
 
-    def _cancel(self, intent: Cancel) -> str:
-        runs = self._runs(intent.pr, intent.campaign_id)
-        cancelled = self._end_runs(runs, "cancelled", intent.reason)
-        if not runs and intent.pr is not None and intent.trigger in ("comment", "check_run"):
-            self.publisher.reply(
-                intent.pr,
-                "refused",
-                reason="there is no queued or running campaign to cancel",
-                fix=f"`{self.settings.command_word} status` lists this pull request's campaigns",
-            )
-        return f"cancelled {cancelled}: {intent.reason}"
+    def end(
+        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
+    ) -> None:
+        """Cancel its run (a campaign ended before dispatch has none), then say so in the status comment and
+        the check run."""
+        found = self._runs().pop(campaign.id, None)
+        if found is not None:
+            self.api.cancel_workflow_run(found[0].id)
+        self.publisher.ended(campaign, published_state or state, reason)
 
-    def _rerun(self, intent: Rerun) -> str:
-        if intent.pr is None:
-            return f"ignored: check run of campaign {intent.campaign_id} on a pull request it cannot name"
-        pull = self.api.pull(intent.pr)
-        reply = self.publisher.reply
-        if pull.state != "open":
-            reply(intent.pr, "refused", reason=f"pull request #{intent.pr} is {pull.state}", fix="reopen it first")
-            return f"invalid: pull request is {pull.state}"
-        if intent.sha and intent.sha != pull.head_sha:
-            if FULL_SHA.match(intent.sha):
-                reason = f"the head moved from {intent.sha[:12]} to {pull.head_sha[:12]} since it was requested"
-            else:
-                reason = f"`sha={intent.sha}` is not a full commit SHA (a head is named by all 40 hex digits)"
-            rerun = approval_command(self.settings.command_word, pull.head_sha)
-            reply(intent.pr, "refused", reason=reason, fix=f"review the head, then comment `{rerun}`")
-            return f"invalid: {reason}"
-        return self._launch(
-            intent.pr, pull.head_sha, pull.base_ref, intent.rows, intent.trigger, intent.requested_by,
-            mode="profile" if intent.profile else "campaign",
-        )
+    def _same_head_and_mode(self, request: CampaignRequest) -> list[tuple[CampaignView, RunTitle]]:
+        return [
+            (self._run_view(run, title), title)
+            for run, title in self._runs().values()
+            if (title.pr_number, title.head_sha, title.mode) == (request.pr, request.head_sha, request.mode)
+        ]
 
-    def _launch(
-        self,
-        pr: int,
-        head_sha: str,
-        base_ref: str,
-        rows: tuple[str, ...] | None,
-        trigger: str,
-        requested_by: str,
-        mode: Literal["campaign", "profile"] = "campaign",
-    ) -> str:
-        """Pin base = merge base, check the config at the base branch's tip, then dispatch exactly this head
-        with `config_ref` = that tip (the workflow's plan job reads the config there, never at the head).
-        `mode=profile` (`/parity profile`) checks correctness and attributes instead of gating performance."""
-        resolution = resolve(self.api, head_sha, base_ref, self.settings.config_path)
-        wanted = list(rows) if rows else None
-        campaign = _view(
+    def covering(self, request: CampaignRequest) -> CampaignView | None:
+        """A live run of the same head, rows and mode, whichever way it was asked for."""
+        wanted = sorted(request.rows or [])
+        for view, title in self._same_head_and_mode(request):
+            if sorted(title.rows or []) == wanted:
+                return view
+        return None
+
+    def replaced(self, request: CampaignRequest) -> list[CampaignView]:
+        """A live run of the same head and mode with other rows: one run per mode shows on the pull request."""
+        return [view for view, _ in self._same_head_and_mode(request)]
+
+    def create(self, request: CampaignRequest) -> CampaignView:
+        return _view(
             f"kvp-{uuid.uuid4().hex[:12]}",
             self.repo,
-            pr,
-            head_sha,
-            wanted,
             CampaignState.RUNNING,
-            base_sha=resolution.base_sha,
-            relationship=resolution.relationship,
-            requested_by=requested_by,
-            trigger=trigger,
+            pr=request.pr,
+            head_sha=request.head_sha,
+            rows=list(request.rows) if request.rows else None,
+            requested_by=request.requested_by,
+            trigger=request.trigger,
             created_at=datetime.fromtimestamp(self.clock(), UTC),
-            config_source=resolution.config_source,
-            reason=f"requested by @{requested_by} ({trigger})",
-            mode=mode,
+            base_sha=request.base_sha,
+            relationship=request.relationship,
+            config_source=request.config_source,
+            config_sha=request.config_sha,
+            reason=f"requested by @{request.requested_by} ({request.trigger})",
+            mode=request.mode,
         )
-        if resolution.config is None:
-            self.publisher.ended(campaign, "config_error", resolution.error or "no usable campaign config")
-            return f"config error: {resolution.error}"
-        try:
-            resolution.config.select_rows(wanted)
-        except ConfigError as exc:
-            fix = f"name rows defined in {resolution.config_source}, or omit `rows=` to run every row"
-            self.publisher.reply(pr, "refused", reason=str(exc), fix=fix)
-            return f"invalid: {exc}"
-        live = self._runs(pr)
-        for run, title in live:
-            same_rows = sorted(title.rows or []) == sorted(wanted or [])
-            if title.head_sha == head_sha and same_rows and title.mode == mode:
-                self.publisher.reply(pr, "duplicate", campaign=self._run_view(run, title))
-                return f"duplicate of {title.campaign_id}"
-        # A campaign and a profile of the same head run side by side (their own check names and concurrency
-        # groups); anything of an older head, or of the same mode, is replaced.
-        replaced = [(run, title) for run, title in live if title.head_sha != head_sha or title.mode == mode]
-        self._end_runs(replaced, "superseded", f"superseded by campaign {campaign.id} for head {head_sha[:12]}")
+
+    def launch(self, campaign: CampaignView) -> str:
+        """Dispatch exactly this head with `config_ref` = the base branch's tip (the workflow's plan job reads
+        the config there, never at the head); `mode=profile` attributes instead of gating performance."""
         inputs = dispatch_inputs(
-            campaign.id, resolution.base_sha, head_sha, wanted, pr, config_ref=resolution.config_sha, mode=mode
+            campaign.id,
+            campaign.base_sha,
+            campaign.head_sha,
+            campaign.rows,
+            campaign.pr_number,
+            config_ref=campaign.config_sha,
+            mode=campaign.mode,
         )
         self.api.dispatch_workflow(self.settings.actions_workflow, self.settings.actions_ref, inputs)
         self.publisher.queued(campaign, 0)
         return (
-            f"dispatched campaign {campaign.id}: head {head_sha} against merge base {resolution.base_sha}, "
-            f"config at {resolution.config_sha}"
+            f"dispatched campaign {campaign.id}: head {campaign.head_sha} against merge base {campaign.base_sha}, "
+            f"config at {campaign.config_sha}"
         )
+
+    def approve(self, pr: int, head_sha: str, login: str) -> None:
+        """Nothing to record: the authorised request that approves a head also dispatches it."""
+
+    def is_approved(self, pr: int, head_sha: str) -> bool:
+        return False
+
+    def see_head(self, pr: int, head_sha: str, at: float, source: str) -> None:
+        """Nothing to record (`records_heads` is False)."""
+
+    def head_first_seen(self, pr: int, head_sha: str) -> float | None:
+        return None
+
+    def answered_refusal(self, pr: int, login: str, since: float) -> str | None:
+        return None
+
+    def record_refusal(self, pr: int, login: str, permission: str, reason: str, *, answered: bool) -> None:
+        """Nothing to record: every refusal is answered."""
+
+
+def actions_bot_id(api: EventApi, settings: Settings) -> int:
+    """github-actions[bot] acts with GITHUB_TOKEN (no lookup); another configured login is looked up."""
+    if (settings.bot_login or ACTIONS_BOT.login) == ACTIONS_BOT.login:
+        return ACTIONS_BOT.id
+    return api.identity().id
+
+
+def handle_event(
+    event: WebhookEvent,
+    api: EventApi,
+    publisher: Publisher,
+    settings: Settings,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> str:
+    """Decide and act on one event with the run titles as the ledger; returns the outcome."""
+    repo = event.repository.full_name
+    ledger = RunTitleLedger(api, publisher, settings, repo, clock=clock)
+    decisions = Decisions(ledger, api, publisher, settings, clock=clock)
+    return decisions.handle(event, bot_id=actions_bot_id(api, settings), received_at=clock())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -375,7 +317,7 @@ def event_main(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
 
     gateway = make_gateway(settings, repo)
     try:
-        outcome = ActionsOnly(gateway, GitHubPublisher(gateway, settings), settings, repo).handle(event)
+        outcome = handle_event(event, gateway, GitHubPublisher(gateway, settings), settings)
     except GitHubError as exc:
         print(f"kv-parity event: GitHub refused: {exc}", file=sys.stderr)
         return EXIT_GITHUB

@@ -1,4 +1,5 @@
-"""Campaign lifecycle: drive each campaign `bot.intake` recorded to exactly one ending.
+"""Campaign lifecycle: drive each campaign `bot.intake` recorded to exactly one ending (it is the service's
+`bot.core.ports.CampaignDriver`; the server hands it to the intake).
 
 requested -> dispatched -> running -> completed | cancelled | superseded | timed_out | errored. The store
 refuses illegal transitions; this module decides which one to make and always persists it before the side
@@ -14,68 +15,23 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
-from bot.core.resolve import RevisionSource
+from bot.core.ports import Publisher, RepoServices
 from bot.dispatch.base import Backend, RunHandle, StartError
-from bot.github.gateway import BotIdentity, GitHubRetryLaterError, Interrupted, PullInfo
-from bot.intake import Intake
+from bot.github.gateway import GitHubRetryLaterError, Interrupted
 from bot.publish.pages import Pages
 from bot.settings import Settings
-from bot.store.attempts import PriorAttempt
-from bot.store.campaigns import ACTIVE_STATES, LIVE_STATES, CampaignState, CampaignView, Delivery, Store
+from bot.store.campaigns import ACTIVE_STATES, LIVE_STATES, CampaignState, CampaignView, Store
 from bot.store.publications import Publication
-from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 
 log = logging.getLogger(__name__)
 
 S = CampaignState
 PUBLICATION_MAX_ATTEMPTS = 10
-__all__ = ["Lifecycle", "Publisher", "RepoApi", "RepoServices"]
-
-
-class Publisher(Protocol):
-    """What the lifecycle needs from `bot.publish.publisher.Publisher(gateway, settings)`."""
-
-    def open_check_run(self, campaign: CampaignView) -> int:
-        """Create the campaign's check run (external_id = campaign.id) and return its id."""
-        ...
-
-    def queued(self, campaign: CampaignView, position: int) -> int | None:
-        """Show the queue position (0 = started); may return the sticky status comment id to persist."""
-        ...
-
-    def progress(self, campaign: CampaignView, event: ProgressEvent) -> None: ...
-
-    def waiting(self, campaign: CampaignView) -> None:
-        """Show where the running campaign waits in its scheduler's queue (`campaign.scheduler_wait`)."""
-        ...
-
-    def finished(
-        self,
-        campaign: CampaignView,
-        report: CampaignReport,
-        artifact_dir: Path,
-        *,
-        prior_attempts: list[PriorAttempt],
-    ) -> None:
-        """Complete the check run and post the result; `prior_attempts` are the earlier campaigns of the same
-        head (oldest first), listed so repeated attempts are visible."""
-        ...
-
-    def ended(self, campaign: CampaignView, state: str, reason: str) -> None:
-        """cancelled | superseded | timed_out | errored | config_error, with the recorded reason."""
-        ...
-
-    def reply(self, number: int, kind: str, **context: object) -> None:
-        """Kinds and their context: refused(reason, fix), help(), status(campaigns), duplicate(campaign),
-        unknown_command(line, reason)."""
-        ...
 
 
 @runtime_checkable
@@ -85,29 +41,13 @@ class RunPages(Protocol):
     def run_url(self, campaign: CampaignView) -> str | None: ...
 
 
-class RepoApi(RevisionSource, Protocol):
-    """The reads the lifecycle makes through `bot.github.gateway.GitHubGateway`."""
-
-    def pull(self, number: int) -> PullInfo: ...
-
-    def permission(self, login: str) -> str: ...
-
-
-@dataclass(frozen=True)
-class RepoServices:
-    """Everything bound to one repository: its gateway, its publisher and who the bot is there."""
-
-    api: RepoApi
-    publisher: Publisher
-    bot: BotIdentity
-
-
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
 
 
 class Lifecycle:
-    """All campaign decisions and effects; driven by one worker thread (never concurrently)."""
+    """A recorded campaign's decisions and effects until its ending; driven by one worker thread (never
+    concurrently)."""
 
     def __init__(
         self,
@@ -124,13 +64,6 @@ class Lifecycle:
         self.services = services
         self.clock = clock
         self.pages = Pages(store, settings)
-        self.intake = Intake(store, settings, backend.name, services, self, clock=clock)
-
-    # ------------------------------------------------------------------ deliveries
-
-    def handle(self, delivery: Delivery) -> str:
-        """Act on one stored delivery (see `bot.intake`); returns the outcome recorded with it."""
-        return self.intake.handle(delivery)
 
     def linked(self, campaign: CampaignView) -> CampaignView:
         """The campaign with its details_url for the publisher: its details page when pages are served (and

@@ -35,11 +35,13 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from bot.core.events import HANDLED_EVENTS, PayloadError, parse_event
+from bot.core.ports import Publisher, RepoServices
 from bot.dispatch.base import Backend
 from bot.dispatch.local import LocalBackend
 from bot.github.connect import make_gateway
 from bot.github.gateway import GitHubGateway, GitHubRetryLaterError, Interrupted
-from bot.lifecycle import Lifecycle, Publisher, RepoServices
+from bot.intake import Intake
+from bot.lifecycle import Lifecycle
 from bot.publish.pages import page_routes, repository_seen
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import Delivery, Store
@@ -223,8 +225,11 @@ class Worker:
     at most one in-flight HTTP request, never a backoff.
     """
 
-    def __init__(self, store: Store, lifecycle: Lifecycle, settings: Settings, stop: threading.Event) -> None:
+    def __init__(
+        self, store: Store, intake: Intake, lifecycle: Lifecycle, settings: Settings, stop: threading.Event
+    ) -> None:
         self.store = store
+        self.intake = intake
         self.lifecycle = lifecycle
         self.settings = settings
         self._wake = threading.Event()
@@ -283,7 +288,7 @@ class Worker:
         hold off for longer than the gateway waits is re-queued for then, without counting as a failure.
         """
         try:
-            outcome = self.lifecycle.handle(delivery)
+            outcome = self.intake.handle(delivery)
         except Interrupted:
             log.info("delivery %s (%s) interrupted by shutdown; redone after restart", delivery.id, delivery.event)
             return
@@ -389,13 +394,12 @@ def create_app(
     store = open_store(settings, power_safe=False)
     ingest = Ingest(open_store(settings, power_safe=True))
     stop = threading.Event()
-    lifecycle = Lifecycle(
-        store,
-        settings,
-        backend or make_backend(settings, stop),
-        _services_factory(settings, publisher_factory, stop),
-    )
-    worker = Worker(store, lifecycle, settings, stop)
+    services = _services_factory(settings, publisher_factory, stop)
+    runs_on = backend or make_backend(settings, stop)
+    lifecycle = Lifecycle(store, settings, runs_on, services)
+    # The intake records campaigns and the lifecycle runs them; wired here so neither builds the other.
+    intake = Intake(store, settings, runs_on.name, services, lifecycle)
+    worker = Worker(store, intake, lifecycle, settings, stop)
     unverified = 0
     locked = (
         f"database {settings.db_path} is locked by another process or not writable; "

@@ -46,6 +46,8 @@ class CampaignState(StrEnum):
     ERRORED = "errored"
 
 
+CampaignMode = Literal["campaign", "profile"]
+"""`campaign` gates performance; `profile` (`/parity profile`) checks correctness, then attributes its time."""
 S = CampaignState
 __all__ = [
     "ACTIVE_STATES",
@@ -53,6 +55,7 @@ __all__ = [
     "COVERING_STATES",
     "FINAL_STATES",
     "LIVE_STATES",
+    "CampaignMode",
     "CampaignState",
     "CampaignView",
     "Delivery",
@@ -124,9 +127,9 @@ class CampaignView(BaseModel):
     config_source: str
     """Where the campaign config was read, e.g. `.github/kv-parity.toml @ <sha> (base branch tip)`."""
     config_sha: str | None = None
-    mode: Literal["campaign", "profile"] = "campaign"
-    """`profile`: requested with `/parity profile` (correctness, then attribution; no performance gate)."""
     """The base branch's tip the config and determinism patch were read at (None: recorded before it was kept)."""
+    mode: CampaignMode = "campaign"
+    """`profile`: requested with `/parity profile` (correctness, then attribution; no performance gate)."""
     scheduler_wait: str | None = None
     """Where its jobs wait in the backend's scheduler queue (Slurm's reason and place), as the backend last
     said; None when nothing waits or the backend has no queue of its own. Cleared by every transition."""
@@ -161,7 +164,7 @@ class NewCampaign:
     config_text: str
     config_source: str
     config_sha: str | None
-    mode: Literal["campaign", "profile"] = "campaign"
+    mode: CampaignMode = "campaign"
 
 
 class DuplicateCampaign(Exception):

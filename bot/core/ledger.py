@@ -1,0 +1,97 @@
+"""What `bot.core.decisions` reads and writes: a pull request's campaigns, wherever they are kept.
+
+Two implementations: `bot.intake.StoreLedger` (the service's SQLite store, driven by `bot.lifecycle`) and
+`bot.event_cli.RunTitleLedger` (Actions-only mode, where a campaign is a live workflow run named by its title).
+What one mode can remember and the other cannot is a property of its ledger, never a branch in the decisions:
+a ledger without an approvals record approves nothing by itself (the authorised command is the approval), one
+without a record of heads says `records_heads = False`, one without refusal memory answers every refusal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from bot.store.campaigns import CampaignMode, CampaignState, CampaignView
+
+
+@dataclass(frozen=True)
+class CampaignRequest:
+    """A campaign the decisions want, pinned: head and merge base, the config at the base branch's tip."""
+
+    pr: int
+    head_sha: str
+    base_sha: str
+    relationship: str
+    rows: tuple[str, ...] | None
+    """Rows the requester named; None = every row of the config."""
+    rows_key: str
+    """Canonical selected-row ids (sorted, comma-joined; `profile:` in front for a profile): the duplicate key."""
+    requested_by: str
+    trigger: str
+    config_text: str
+    config_source: str
+    config_sha: str
+    mode: CampaignMode
+    rerun: bool
+    """Asked to run again (`rerun`, `profile`, a Rerun button), not a label or a push."""
+
+
+class Ledger(Protocol):
+    """One repository's campaigns as one event sees them."""
+
+    @property
+    def records_heads(self) -> bool:
+        """Whether `head_first_seen` is a record: without one, a fork's plain rerun approves the head of that
+        moment (the command is the approval), as a label does."""
+        ...
+
+    def campaign(self, campaign_id: str) -> CampaignView | None:
+        """The campaign a check run names (its external_id), if this ledger knows it."""
+        ...
+
+    def campaigns(self, pr: int) -> list[CampaignView]:
+        """What `status` lists for a pull request."""
+        ...
+
+    def live(self, pr: int) -> list[CampaignView]:
+        """The pull request's queued and running campaigns, oldest first."""
+        ...
+
+    def end(
+        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
+    ) -> None:
+        """Stop a live campaign and say so where it is shown (`published_state` overrides the shown state)."""
+        ...
+
+    def covering(self, request: CampaignRequest) -> CampaignView | None:
+        """The campaign that already answers this request, which is then not started."""
+        ...
+
+    def replaced(self, request: CampaignRequest) -> list[CampaignView]:
+        """Live campaigns of the request's head it takes the place of (other heads are superseded anyway)."""
+        ...
+
+    def create(self, request: CampaignRequest) -> CampaignView:
+        """Record the campaign; raises `bot.store.campaigns.DuplicateCampaign` when its key is taken."""
+        ...
+
+    def launch(self, campaign: CampaignView) -> str:
+        """Queue or dispatch a created campaign; returns the outcome that says what was done."""
+        ...
+
+    def approve(self, pr: int, head_sha: str, login: str) -> None:
+        """Remember that `login` approved exactly this head of a fork (a ledger without the record drops it)."""
+        ...
+
+    def is_approved(self, pr: int, head_sha: str) -> bool: ...
+
+    def see_head(self, pr: int, head_sha: str, at: float, source: str) -> None: ...
+
+    def head_first_seen(self, pr: int, head_sha: str) -> float | None: ...
+
+    def answered_refusal(self, pr: int, login: str, since: float) -> str | None:
+        """The permission recorded with a refusal answered since `since`, or None (answer this one)."""
+        ...
+
+    def record_refusal(self, pr: int, login: str, permission: str, reason: str, *, answered: bool) -> None: ...

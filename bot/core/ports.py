@@ -1,0 +1,87 @@
+"""The interfaces the layers share, in one small module so no layer imports another sideways to name them.
+
+`bot.publish.publisher.Publisher` and `bot.github.gateway.GitHubGateway` implement them; `bot.lifecycle`,
+`bot.intake`, `bot.event_cli` and `bot.core.decisions` only speak through them. The server wires the concrete
+parts together (`bot.server.create_app`), so no module here needs to know who builds whom.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from bot.core.resolve import RevisionSource
+from bot.github.gateway import BotIdentity, PullInfo
+from bot.store.attempts import PriorAttempt
+from bot.store.campaigns import CampaignState, CampaignView
+from runners.progress import ProgressEvent
+from runners.report import CampaignReport
+
+
+class Publisher(Protocol):
+    """What the bot tells GitHub (`bot.publish.publisher.Publisher(gateway, settings)`)."""
+
+    def open_check_run(self, campaign: CampaignView) -> int:
+        """Create the campaign's check run (external_id = campaign.id) and return its id."""
+        ...
+
+    def queued(self, campaign: CampaignView, position: int) -> int | None:
+        """Show the queue position (0 = started); may return the sticky status comment id to persist."""
+        ...
+
+    def progress(self, campaign: CampaignView, event: ProgressEvent) -> None: ...
+
+    def waiting(self, campaign: CampaignView) -> None:
+        """Show where the running campaign waits in its scheduler's queue (`campaign.scheduler_wait`)."""
+        ...
+
+    def finished(
+        self,
+        campaign: CampaignView,
+        report: CampaignReport,
+        artifact_dir: Path,
+        *,
+        prior_attempts: list[PriorAttempt],
+    ) -> None:
+        """Complete the check run and post the result; `prior_attempts` are the earlier campaigns of the same
+        head (oldest first), listed so repeated attempts are visible."""
+        ...
+
+    def ended(self, campaign: CampaignView, state: str, reason: str) -> None:
+        """cancelled | superseded | timed_out | errored | config_error, with the recorded reason."""
+        ...
+
+    def reply(self, number: int, kind: str, **context: object) -> None:
+        """Kinds and their context: refused(reason, fix), help(), status(campaigns), duplicate(campaign),
+        unknown_command(line, reason)."""
+        ...
+
+
+class RepoApi(RevisionSource, Protocol):
+    """The reads the bot makes through `bot.github.gateway.GitHubGateway`."""
+
+    def pull(self, number: int) -> PullInfo: ...
+
+    def permission(self, login: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class RepoServices:
+    """Everything bound to one repository: its gateway, its publisher and who the bot is there."""
+
+    api: RepoApi
+    publisher: Publisher
+    bot: BotIdentity
+
+
+class CampaignDriver(Protocol):
+    """What the service's ledger needs from `bot.lifecycle.Lifecycle`, which runs the campaigns it records."""
+
+    def end(
+        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
+    ) -> CampaignView: ...
+
+    def ensure_check_run(self, campaign: CampaignView, publisher: Publisher) -> CampaignView: ...
+
+    def announce(self, campaign: CampaignView) -> None: ...
