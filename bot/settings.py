@@ -114,7 +114,7 @@ class Settings(BaseModel):
     installation's rate limit)."""
     slurm: SlurmOptions | None = None
     """The `slurm` backend's `[slurm]` table: partition, account, qos, constraint, time limits, node-local
-    scratch, SLURM_CONF (README: "Running campaigns on Slurm"); None: every default. Both arms are cloned
+    scratch, SLURM_CONF (docs/operations.md, "Running campaigns on Slurm"); None: every default. Both arms are cloned
     from `local_repo_path`, which, like `work_dir`, must be the same path on every node."""
 
     public_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
