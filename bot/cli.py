@@ -20,6 +20,7 @@ from runners.sandbox import check as sandbox_check
 from runners.slurm import SlurmError, add_slurm_arguments
 from runners.terminal import Verbosity, terminal_progress
 from runners.untrusted import UntrustedFileError, refuse_symlinks
+from runners.verdicts import with_verdicts
 
 EXIT_FOR_CONCLUSION = {
     CheckConclusion.SUCCESS: 0,
@@ -157,7 +158,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"kv-parity report: {path} is not valid JSON: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        report = CampaignReport.model_validate(data)
+        report = with_verdicts(CampaignReport.model_validate(data))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = "/".join(str(part) for part in first["loc"]) or "(top level)"

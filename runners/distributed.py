@@ -57,8 +57,6 @@ from runners.report import (
     HostFacts,
     RowReport,
     StopRecord,
-    campaign_verdicts,
-    gated_build_differences,
 )
 from runners.revisions import RevisionError
 from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument
@@ -66,6 +64,7 @@ from runners.sandbox import check as check_sandbox
 from runners.terminal import PlainProgress
 from runners.trace import TraceError, prepare_trace, sha256_file
 from runners.untrusted import UntrustedFileError, refuse_symlinks
+from runners.verdicts import campaign_verdicts, gated_build_differences
 
 SCHEMA_VERSION = "kv-parity.distributed.v1"
 MANIFEST_NAME = "manifest.json"

@@ -44,11 +44,12 @@ from runners.distributed import (
     load_manifest,
 )
 from runners.progress import ProgressEvent, ProgressSink
-from runners.report import CampaignReport, ScheduledOn, campaign_verdicts
+from runners.report import CampaignReport, ScheduledOn
 from runners.revisions import shared_clone
 from runners.sandbox import SandboxKind
 from runners.split_build import PLAN_NAME, Mode, make_plan
 from runners.untrusted import UntrustedFileError, read_text
+from runners.verdicts import campaign_verdicts
 from runners.verify import verify_report
 
 STATE_FILE = "slurm.json"

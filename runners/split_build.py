@@ -60,7 +60,6 @@ from runners.report import (
     SandboxRecord,
     StopRecord,
     Toolchain,
-    gated_build_differences,
 )
 from runners.revisions import RevisionError, apply_patch, relationship, resolve_sha, show_file, worktree, worktree_head
 from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument, sha256_of
@@ -68,6 +67,7 @@ from runners.sandbox import check as check_sandbox
 from runners.sizes import ElfError, size_gate
 from runners.symbols import attribute_sizes
 from runners.trace import TraceError, prepare_trace
+from runners.verdicts import gated_build_differences
 
 PLAN_SCHEMA = "kv-parity.plan.v1"
 ARM_BUILD_SCHEMA = "kv-parity.arm-build.v1"

@@ -34,8 +34,9 @@ from runners.distributed import (
     merge_results,
     row_main,
 )
-from runners.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict, campaign_verdicts
+from runners.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict
 from runners.trace import sha256_file
+from runners.verdicts import campaign_verdicts
 
 ROWS = ["vllm-agg", "sglang-agg"]
 CAMPAIGN_ID = "c-distributed-test"

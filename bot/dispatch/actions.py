@@ -51,7 +51,8 @@ from bot.store.campaigns import CampaignView
 from runners.config import ConfigError
 from runners.distributed import FIXTURES_ROW
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport, campaign_verdicts
+from runners.report import CampaignReport
+from runners.verdicts import campaign_verdicts
 from runners.verify import verify_report
 
 log = logging.getLogger(__name__)
