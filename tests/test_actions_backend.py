@@ -34,7 +34,7 @@ from bot.publish import render
 from bot.server import create_app
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
-from runners.distributed import FIXTURES_ROW
+from runners.distributed.common import FIXTURES_ROW
 from runners.report import CampaignReport, CheckConclusion, Revision, StopRecord
 from runners.verdicts import campaign_verdicts
 from tests.fakes.github_api import FakeGitHub

@@ -35,6 +35,7 @@ from bot.publish.render import Links, ProgressView
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
+from runners.config import parse_rows
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 from runners.verdicts import with_verdicts
@@ -223,8 +224,9 @@ class Publisher:
             links = self._links(campaign, artifact_url, check_run_id=run_id)
             command_word = self.settings.command_word
             content = render.check_run_content(report, links, command_word, prior_attempts)
-            conclusion = report.concluded.conclusion.value
-            self.check_runs.complete(campaign, run_id, conclusion, content, _details_url(links))
+            self.check_runs.complete(
+                campaign, run_id, report.concluded.conclusion.value, content, _details_url(links)
+            )
             result = self.comments.post_result(
                 campaign, render.result_comment(report, links, command_word, prior_attempts)
             )
@@ -387,12 +389,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _expected(args: argparse.Namespace) -> DispatchedCampaign:
-    rows = [row.strip() for row in args.expect_rows.split(",") if row.strip()]
     return DispatchedCampaign(
         campaign_id=args.expect_campaign_id,
         head_sha=args.expect_head,
         base_sha=args.expect_base,
-        rows=rows or None,
+        rows=parse_rows(args.expect_rows),
         pr_number=args.pr,
         mode=args.expect_mode,
     )
