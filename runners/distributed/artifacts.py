@@ -224,10 +224,10 @@ def load_manifest(path: Path) -> BuildManifest:
         raise DistributedError(f"{path}: invalid build manifest: {exc}") from exc
 
 
-Result = TypeVar("Result", RowResult, FixturesResult)
+NodeResultT = TypeVar("NodeResultT", RowResult, FixturesResult)
 
 
-def load_result(path: Path, manifest: BuildManifest, kind: type[Result]) -> Result:
+def load_result(path: Path, manifest: BuildManifest, kind: type[NodeResultT]) -> NodeResultT:
     """A row or fixtures result; schema versions are compared before validation, so a mixed version is named,
     not a parse error."""
     raw = read_json(path)
