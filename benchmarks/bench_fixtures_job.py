@@ -21,7 +21,9 @@ from pathlib import Path
 
 from runners.config import PROFILES_DIR
 from runners.demo import prepare_demo
-from runners.distributed import FIXTURES_ROW, MANIFEST_NAME, build_main, row_main
+from runners.distributed.build import build_main
+from runners.distributed.common import FIXTURES_ROW, MANIFEST_NAME
+from runners.distributed.row import row_main
 
 ROW = "vllm-agg"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from runners import build_info
 from runners.campaign import CampaignRequest, run_campaign
-from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, resolve_config
+from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, parse_rows, resolve_config
 from runners.demo import SCENARIOS, demo_config, prepare_demo
 from runners.progress import JsonlProgress, ProgressSink
 from runners.report import CampaignReport, CheckConclusion
@@ -20,6 +20,7 @@ from runners.sandbox import check as sandbox_check
 from runners.slurm import SlurmError, add_slurm_arguments
 from runners.terminal import Verbosity, terminal_progress
 from runners.untrusted import UntrustedFileError, refuse_symlinks
+from runners.verdicts import with_verdicts
 
 EXIT_FOR_CONCLUSION = {
     CheckConclusion.SUCCESS: 0,
@@ -32,10 +33,6 @@ EXIT_REFUSED = 1
 """The artifact directory holds a symbolic link: it must not be uploaded or published."""
 EXIT_UNDECIDED = {"blocked": 3, "inconclusive": 4}
 """No decision: the exit code says why, whatever check conclusion the repository chose for it."""
-
-
-def _rows(value: str | None) -> list[str] | None:
-    return [name.strip() for name in value.split(",") if name.strip()] if value else None
 
 
 def _config_for(args: argparse.Namespace) -> tuple[CampaignConfig, str]:
@@ -93,7 +90,7 @@ def cmd_campaign(args: argparse.Namespace, *, profile_only: bool = False) -> int
                               "(default --base) or a shipped --profile; --config FILE is not supported")
         return _slurm_campaign(args, {
             "repo": Path(args.repo).resolve(), "base_sha": args.base, "head_sha": args.head,
-            "config_ref": args.config_ref or args.base, "profile": args.profile, "rows": _rows(args.rows),
+            "config_ref": args.config_ref or args.base, "profile": args.profile, "rows": parse_rows(args.rows),
             "mode": "profile" if profile_only else "campaign", "trace": args.trace,
             **({"campaign_id": args.campaign_id} if args.campaign_id else {})}, Path(args.out))
     config, source = _config_for(args)
@@ -103,7 +100,7 @@ def cmd_campaign(args: argparse.Namespace, *, profile_only: bool = False) -> int
         progress = JsonlProgress(Path(args.progress_jsonl), echo=progress)
     request = CampaignRequest(
         repo=Path(args.repo), base=args.base, head=args.head, config=config, config_source=source, out_dir=out,
-        rows=_rows(args.rows), trace_path=Path(args.trace) if args.trace else None, keep_work=args.keep_work,
+        rows=parse_rows(args.rows), trace_path=Path(args.trace) if args.trace else None, keep_work=args.keep_work,
         sandbox=sandbox_check(args.sandbox),
         config_ref=args.config_ref, profile_only=profile_only,
         **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
@@ -121,10 +118,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     repo, base, head, trace = prepare_demo(out, args.scenario)
     if args.backend == "slurm":
         return _slurm_campaign(args, {"repo": repo, "base_sha": base, "head_sha": head, "config_ref": base,
-                                      "profile": "demo", "rows": _rows(args.rows), "trace": trace},
+                                      "profile": "demo", "rows": parse_rows(args.rows), "trace": trace},
                                out / "campaign")
     request = CampaignRequest(repo=repo, base=base, head=head, config=demo_config(), config_source="profile:demo",
-                              out_dir=out / "campaign", trace_path=trace, rows=_rows(args.rows),
+                              out_dir=out / "campaign", trace_path=trace, rows=parse_rows(args.rows),
                               sandbox=sandbox_check(args.sandbox))
     return _finish(run_campaign(request, terminal_progress(_verbosity(args))), out / "campaign")
 
@@ -157,7 +154,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"kv-parity report: {path} is not valid JSON: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        report = CampaignReport.model_validate(data)
+        report = with_verdicts(CampaignReport.model_validate(data))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = "/".join(str(part) for part in first["loc"]) or "(top level)"
@@ -267,16 +264,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bot.server import serve_main
 
         return serve_main(argv[1:])
-    if argv[:1] in (["build"], ["row"], ["merge"]):
-        from runners import distributed
+    if argv[:1] in (["plan"], ["build"], ["manifest"], ["row"], ["merge"]):
+        from runners.distributed import build, manifest, merge, plan, row
 
-        entry = {"build": distributed.build_main, "row": distributed.row_main, "merge": distributed.merge_main}
+        entry = {"plan": plan.plan_main, "build": build.build_main, "manifest": manifest.manifest_main,
+                 "row": row.row_main, "merge": merge.merge_main}
         return entry[argv[0]](argv[1:])
-    if argv[:1] in (["plan"], ["manifest"]):
-        from runners import split_build
-
-        split = {"plan": split_build.plan_main, "manifest": split_build.manifest_main}
-        return split[argv[0]](argv[1:])
     if argv[:1] == ["doctor"]:
         from runners.doctor import doctor_main
 

@@ -43,10 +43,6 @@ from runners.report import (
     SemanticVerdict,
     StopRecord,
     build_difference_reason,
-    campaign_verdicts,
-    declared_exclusion_verdict,
-    gated_build_differences,
-    row_semantic_verdict,
 )
 from runners.revisions import (
     RevisionError,
@@ -61,6 +57,12 @@ from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable
 from runners.sizes import ElfError, size_gate
 from runners.symbols import attribute_sizes
 from runners.trace import TraceError, prepare_trace
+from runners.verdicts import (
+    campaign_verdicts,
+    declared_exclusion_verdict,
+    gated_build_differences,
+    row_semantic_verdict,
+)
 
 STANDING_SKIPS = (
     "round-robin routing: excluded from this campaign by the protocol",

@@ -7,8 +7,9 @@ verbatim in the report so a verdict can be recomputed from the report alone.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -26,6 +27,22 @@ DEFAULT_CONFIG_PATH = ".github/kv-parity.toml"
 PROFILES_DIR = package_dir("runners", "profiles")
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+CampaignMode = Literal["campaign", "profile"]
+"""`profile` (`/parity profile`): rows check correctness and are profiled; no performance gate, no fixtures."""
+CAMPAIGN_MODES: tuple[CampaignMode, ...] = get_args(CampaignMode)
+
+
+def parse_rows(text: str | None) -> list[str] | None:
+    """Row ids from their one text form (`--rows`, the workflow's `rows` input, a run title's `rows=`);
+    None, meaning every row, for an empty or missing value."""
+    names = [name.strip() for name in (text or "").split(",") if name.strip()]
+    return names or None
+
+
+def format_rows(rows: Collection[str] | None) -> str:
+    """The text form `parse_rows` reads back: comma-separated ids, empty for every row."""
+    return ",".join(rows) if rows else ""
 
 
 class ConfigError(ValueError):

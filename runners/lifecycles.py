@@ -21,19 +21,11 @@ from runners.demo_trace import generate_demo_trace
 from runners.determinism import run_determinism
 from runners.harness import missing_flags
 from runners.parity import compare
-from runners.report import (
-    ARMS,
-    Arm,
-    ExceptionOutcome,
-    FixtureAssertion,
-    FixtureReport,
-    FixtureStatus,
-    fixture_status,
-    uncovered_pointers,
-)
+from runners.report import ARMS, Arm, ExceptionOutcome, FixtureAssertion, FixtureReport, FixtureStatus
 from runners.revisions import show_file
 from runners.sandbox import Sandbox
 from runners.trace import sha256_file
+from runners.verdicts import fixture_status, uncovered_pointers
 
 EPSILON_MS = 1e-6
 ROUNDING_MS = 0.0015

@@ -34,21 +34,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runners.config import SlurmRowConfig
-from runners.distributed import (
-    FIXTURES_ROW,
-    MANIFEST_NAME,
-    REPORT_NAME,
-    DistributedError,
-    _write_json,
-    load_manifest,
-)
+from runners.config import CampaignMode, SlurmRowConfig
+from runners.distributed.artifacts import load_manifest
+from runners.distributed.common import FIXTURES_ROW, MANIFEST_NAME, REPORT_NAME, DistributedError, write_json
+from runners.distributed.plan import PLAN_NAME, make_plan
 from runners.progress import ProgressEvent, ProgressSink
-from runners.report import CampaignReport, ScheduledOn, campaign_verdicts
+from runners.report import CampaignReport, ScheduledOn
 from runners.revisions import shared_clone
 from runners.sandbox import SandboxKind
-from runners.split_build import PLAN_NAME, Mode, make_plan
 from runners.untrusted import UntrustedFileError, read_text
+from runners.verdicts import campaign_verdicts
 from runners.verify import verify_report
 
 STATE_FILE = "slurm.json"
@@ -111,7 +106,7 @@ class CampaignSpec(BaseModel):
     profile: str | None = None
     """A shipped profile instead of the committed config (the demo)."""
     rows: list[str] | None = None
-    mode: Mode = "campaign"
+    mode: CampaignMode = "campaign"
     trace: Path | None = None
     """A trace overriding the config's path (its checksum is still verified by the manifest and every row)."""
 
@@ -346,7 +341,7 @@ class SlurmCampaign:
         return self.work / "rows" / row / f"a{attempt}"
 
     def _save(self, run: SlurmRun) -> None:
-        _write_json(self.work / STATE_FILE, run.model_dump_json(indent=1))
+        write_json(self.work / STATE_FILE, run.model_dump_json(indent=1))
 
     def load(self) -> SlurmRun:
         run = load_run(self.work)
@@ -423,7 +418,7 @@ class SlurmCampaign:
         self.work.mkdir(parents=True, exist_ok=True)
         plan = make_plan(spec.repo, spec.config_ref, spec.base_sha, spec.head_sha, spec.rows, spec.campaign_id,
                          spec.profile, spec.mode, self.plan_dir)
-        _write_json(self.plan_dir / PLAN_NAME, plan.model_dump_json(indent=2))
+        write_json(self.plan_dir / PLAN_NAME, plan.model_dump_json(indent=2))
         for arm in ("baseline", "candidate"):
             shared_clone(spec.repo, self.work / f"repo-{arm}")
         run = SlurmRun(campaign_id=spec.campaign_id, submitted_unix=round(time.time(), 3), out_dir=str(out_dir),
@@ -608,7 +603,7 @@ class SlurmCampaign:
         problems = verify_report(report)
         if problems:
             return SlurmOutcome(False, error=f"the merged report does not verify: {'; '.join(problems[:5])}")
-        _write_json(out / REPORT_NAME, report.model_dump_json(indent=2))
+        write_json(out / REPORT_NAME, report.model_dump_json(indent=2))
         notes = [*run.notes, *failed]
         return SlurmOutcome(False, report=report, note="; ".join(notes) or None)
 

@@ -16,20 +16,15 @@ from pydantic import BaseModel, ValidationError
 
 from runners.config import PerfConfig
 from runners.perf import breaches, classify, evaluate, make_schedule, process_wall_ms, schedule_seed
-from runners.report import (
-    CampaignReport,
-    PerfResult,
-    PerfVerdict,
-    RowReport,
-    Sample,
-    SemanticVerdict,
+from runners.report import CampaignReport, PerfResult, PerfVerdict, RowReport, Sample, SemanticVerdict
+from runners.sizes import size_gate
+from runners.verdicts import (
     campaign_verdicts,
     declared_exclusion_verdict,
     fixture_status,
     gated_build_differences,
     row_semantic_verdict,
 )
-from runners.sizes import size_gate
 
 
 def _same(left: object, right: object) -> bool:

@@ -58,12 +58,10 @@ from runners.report import (
     SymbolGroup,
     Toolchain,
     TraceEvidence,
-    campaign_verdicts,
-    fixture_status,
-    row_semantic_verdict,
 )
 from runners.sizes import size_gate
 from runners.stats import SAMPLING_ASSUMPTION
+from runners.verdicts import campaign_verdicts, fixture_status, row_semantic_verdict
 
 CAMPAIGN_ID = "c-20251129-0001"
 BASE_SHA = "e8828036e3d32d8361e2abb819e0ee60e569f518"

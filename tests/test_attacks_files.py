@@ -28,7 +28,7 @@ from runners.campaign import CampaignRequest, run_campaign
 from runners.config import CampaignConfig
 from runners.demo import FIXTURE_DIR, commit_change, init_fixture_repo
 from runners.determinism import _read_canonical
-from runners.distributed import merge_main
+from runners.distributed.merge import merge_main
 from runners.report import CampaignReport, PerfVerdict, ProcessRecord
 from runners.sizes import ELF_MAX_BYTES, ElfError, text_size
 from runners.symbols import attribute_sizes, demangle

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runners.config import PROTOCOL_EXCLUSIONS, ConfigError, load_profile, parse_config
+from runners.config import PROTOCOL_EXCLUSIONS, ConfigError, format_rows, load_profile, parse_config, parse_rows
 
 MINIMAL = """
 [build]
@@ -95,3 +95,16 @@ def test_unknown_rows_are_named() -> None:
 def test_unknown_profile_lists_shipped_ones() -> None:
     with pytest.raises(ConfigError, match="dynamo"):
         load_profile("nope")
+
+
+@pytest.mark.parametrize("text", [None, "", ",", " , "])
+def test_no_rows_named_means_every_row(text: str | None) -> None:
+    assert parse_rows(text) is None
+    assert format_rows(parse_rows(text)) == ""
+
+
+def test_rows_text_reads_back_in_order_without_blanks() -> None:
+    rows = parse_rows(" vllm-agg,,sglang-agg ")
+    assert rows == ["vllm-agg", "sglang-agg"]
+    assert parse_rows(format_rows(rows)) == rows
+    assert format_rows(("a", "b")) == "a,b"

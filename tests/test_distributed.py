@@ -18,7 +18,9 @@ import pytest
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig
 from runners.demo import commit_change, init_fixture_repo
-from runners.distributed import (
+from runners.distributed.artifacts import BuildManifest, RowResult, load_manifest
+from runners.distributed.build import build_main
+from runners.distributed.common import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
@@ -26,16 +28,12 @@ from runners.distributed import (
     MATRIX_NAME,
     REPORT_NAME,
     ROW_SUFFIX,
-    BuildManifest,
-    RowResult,
-    build_main,
-    load_manifest,
-    merge_main,
-    merge_results,
-    row_main,
 )
-from runners.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict, campaign_verdicts
+from runners.distributed.merge import merge_main, merge_results
+from runners.distributed.row import row_main
+from runners.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict
 from runners.trace import sha256_file
+from runners.verdicts import campaign_verdicts
 
 ROWS = ["vllm-agg", "sglang-agg"]
 CAMPAIGN_ID = "c-distributed-test"

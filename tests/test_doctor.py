@@ -24,7 +24,11 @@ from bot.publish.render import Links, md, prose
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig
 from runners.demo import commit_change, init_fixture_repo
-from runners.distributed import EXIT_OK, MANIFEST_NAME, ROW_SUFFIX, RowResult, build_main, merge_main, row_main
+from runners.distributed.artifacts import RowResult
+from runners.distributed.build import build_main
+from runners.distributed.common import EXIT_OK, MANIFEST_NAME, ROW_SUFFIX
+from runners.distributed.merge import merge_main
+from runners.distributed.row import row_main
 from runners.doctor import (
     EXIT_FOR_STATUS,
     PROFILERS,

@@ -12,8 +12,9 @@ from runners.config import CampaignConfig, LifecycleFixture
 from runners.demo import REAL_HARNESS_SHAPES, Knob, demo_config
 from runners.harness import help_text
 from runners.lifecycles import fixture_trace, run_fixture
-from runners.report import FixtureStatus, fixture_status
+from runners.report import FixtureStatus
 from runners.sandbox import Sandbox
+from runners.verdicts import fixture_status
 from tests.conftest import HarnessBuilder
 
 

@@ -17,10 +17,12 @@ import pytest
 
 from bot.cli import main as cli_main
 from bot.publish.publisher import write_artifact
-from runners import distributed
 from runners.campaign import CampaignRequest, CampaignStop, new_report, prepare, run_campaign, run_row
 from runners.config import CampaignConfig
 from runners.demo import commit_change
+from runners.distributed.build import build_main
+from runners.distributed.common import EXIT_REFUSED
+from runners.distributed.row import row_main
 from runners.harness import run_pinned
 from runners.report import GateVerdict, PerfVerdict, SemanticVerdict
 from runners.sandbox import SANDBOX_UID, BinaryMismatch, Run, Sandbox, SandboxUnavailable, check, sha256_of
@@ -268,7 +270,7 @@ def test_distributed_build_leaves_no_process_behind_and_row_refuses_a_tampered_m
         BUILD_RS: mischief_build_rs(tmp_path / "nowhere", tmp_path / "nohooks" / "x", dist / "manifest.json",
                                     marker)})
     subprocess.run(["git", "-C", str(fixture_repo), "checkout", "-q", "main"], check=True)
-    code = distributed.build_main(["--repo", str(fixture_repo), "--base", "main", "--head", head, "--profile",
+    code = build_main(["--repo", str(fixture_repo), "--base", "main", "--head", head, "--profile",
                                    "demo", "--rows", AGG_ROW, "--trace", str(demo_trace), "--out", str(dist),
                                    "--work", str(tmp_path / "work")])
     assert code == 0
@@ -280,9 +282,9 @@ def test_distributed_build_leaves_no_process_behind_and_row_refuses_a_tampered_m
     candidate["binary_sha256"] = baseline["binary_sha256"]
     (dist / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     capsys.readouterr()
-    code = distributed.row_main(["--manifest", str(dist / "manifest.json"), "--row", AGG_ROW, "--out",
+    code = row_main(["--manifest", str(dist / "manifest.json"), "--row", AGG_ROW, "--out",
                                  str(tmp_path / "row"), "--trace", str(demo_trace), "--work", str(tmp_path / "rw")])
-    assert code == distributed.EXIT_REFUSED
+    assert code == EXIT_REFUSED
     assert "candidate binary SHA-256 mismatch" in capsys.readouterr().err
 
 

@@ -15,8 +15,8 @@ from runners.report import (
     PerfVerdict,
     RowReport,
     SemanticVerdict,
-    campaign_verdicts,
 )
+from runners.verdicts import campaign_verdicts
 from runners.verify import main_verify, verify_report
 from tests.report_factory import OUTCOMES, PERF, make_report, make_wide_report, synthetic_perf
 

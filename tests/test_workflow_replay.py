@@ -20,7 +20,7 @@ from pathlib import Path
 
 from runners.config import DEFAULT_CONFIG_PATH
 from runners.demo import commit_change, init_fixture_repo
-from runners.distributed import FIXTURES_ROW
+from runners.distributed.common import FIXTURES_ROW
 from runners.report import CampaignReport, CheckConclusion, FixtureStatus
 from tests.actions_local import LocalRun
 from tests.fakes.github_api import FakeGitHub

@@ -41,17 +41,18 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Literal, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.github.gateway import ArtifactTooLargeError, GitHubError, WorkflowJobInfo, WorkflowRunInfo
 from bot.store.campaigns import CampaignView
-from runners.config import ConfigError
-from runners.distributed import FIXTURES_ROW
+from runners.config import CampaignMode, ConfigError, format_rows, parse_rows
+from runners.distributed.common import FIXTURES_ROW
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport, campaign_verdicts
+from runners.report import CampaignReport
+from runners.verdicts import campaign_verdicts
 from runners.verify import verify_report
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ def dispatch_inputs(
     pr_number: int,
     *,
     config_ref: str | None = None,
-    mode: Literal["campaign", "profile"] = "campaign",
+    mode: CampaignMode = "campaign",
 ) -> dict[str, str]:
     """The campaign workflow's inputs: all strings (the API refuses anything else), at most seven of GitHub's 25.
     `config_ref` is the trusted commit the plan job reads the config at (the base branch's tip; default the
@@ -130,7 +131,7 @@ def dispatch_inputs(
         "campaign_id": campaign_id,
         "base_sha": base_sha,
         "head_sha": head_sha,
-        "rows": ",".join(rows) if rows else "",
+        "rows": format_rows(rows),
         "config_ref": config_ref or base_sha,
         "pr_number": str(pr_number),
     }
@@ -145,7 +146,7 @@ class RunTitle:
     pr_number: int
     head_sha: str
     rows: list[str] | None
-    mode: Literal["campaign", "profile"] = "campaign"
+    mode: CampaignMode = "campaign"
     """A title without `mode=` (a workflow copy from before the input) or with it empty is a campaign."""
 
 
@@ -154,9 +155,8 @@ def parse_run_title(title: str) -> RunTitle | None:
     match = RUN_TITLE.match(title)
     if match is None:
         return None
-    rows = [row for row in match["rows"].split(",") if row]
-    mode: Literal["campaign", "profile"] = "profile" if match["mode"] == "profile" else "campaign"
-    return RunTitle(match["campaign"], int(match["pr"]), match["head"], rows or None, mode)
+    mode: CampaignMode = "profile" if match["mode"] == "profile" else "campaign"
+    return RunTitle(match["campaign"], int(match["pr"]), match["head"], parse_rows(match["rows"]), mode)
 
 
 def lost_runner(job: WorkflowJobInfo) -> str | None:

@@ -48,7 +48,6 @@ from runners.report import (
     RowReport,
     Sample,
     build_setting_differences,
-    campaign_verdicts,
 )
 
 _PUNCTUATION = re.escape("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
@@ -313,7 +312,7 @@ def row_pages(report: CampaignReport) -> list[RowPage]:
 
 def _gates(report: CampaignReport) -> list[tuple[str, str, str, Markup]]:
     """(gate, verdict word, verdict cell, why) for the banner: render.py's three gates and the conclusion."""
-    verdicts = report.verdicts or campaign_verdicts(report)
+    verdicts = report.concluded
     words = (verdicts.semantic.value, verdicts.performance.value, verdicts.sizes.value)
     gates = [
         (gate, word, cell, inline(prose(why)))
@@ -341,7 +340,7 @@ def report_html(
     if public:
         report = PublicReport.of(report).report
     links = links or Links()
-    verdicts = report.verdicts or campaign_verdicts(report)
+    verdicts = report.concluded
     revisions = {r.arm: r for r in report.revisions}
     settings = {a.arm: a.settings for a in report.artifacts if a.settings is not None}
     return ENV.get_template("report.html.j2").render(

@@ -37,7 +37,8 @@ from bot.publish.svg import line_chart
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from bot.store.pages import NOT_COMPARABLE, BaselinePoint, CampaignPage, RepositorySeen
-from runners.report import CampaignReport, RowReport, campaign_verdicts
+from runners.report import CampaignReport, RowReport
+from runners.verdicts import with_verdicts
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data: 'self'; "
@@ -92,9 +93,7 @@ def _redacted(value: Any, redactor: Redactor) -> Any:
 
 def page_report(report: CampaignReport, redactor: Redactor) -> CampaignReport:
     """What a page may show: the public report (raw output emptied, reasons on one line), every string redacted."""
-    if report.verdicts is None:
-        report = report.model_copy(update={"verdicts": campaign_verdicts(report)})
-    public = PublicReport.of(report).report
+    public = PublicReport.of(with_verdicts(report)).report
     return CampaignReport.model_validate(_redacted(public.model_dump(mode="json"), redactor))
 
 
@@ -229,7 +228,7 @@ class PageViews:
         check_run = f"{self.pages.web}/{campaign.repo}/runs/{campaign.check_run_id}" if campaign.check_run_id else None
         if found is not None and found.report_json is not None:
             try:
-                report = CampaignReport.model_validate_json(found.report_json)
+                report = with_verdicts(CampaignReport.model_validate_json(found.report_json))
             except ValidationError as exc:
                 raise RuntimeError(f"kept report of campaign {campaign_id} unreadable: {exc}") from exc
             document = report_html(

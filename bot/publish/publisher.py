@@ -35,8 +35,10 @@ from bot.publish.render import Links, ProgressView
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
+from runners.config import parse_rows
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport, campaign_verdicts
+from runners.report import CampaignReport
+from runners.verdicts import with_verdicts
 
 PROGRESS_INTERVAL_SECONDS = 10.0
 """At most one progress update per campaign in this window, except when the stage or row changes."""
@@ -216,15 +218,15 @@ class Publisher:
         (both idempotent) but posts nothing new: the result comment is recognised by its marker.
         """
         with self._lock:
-            if report.verdicts is None:
-                report = report.model_copy(update={"verdicts": campaign_verdicts(report)})
-            assert report.verdicts is not None
+            report = with_verdicts(report)
             write_artifact(report, artifact_dir, prior_attempts, self.redactor)
             run_id = self._ensure_check_run(campaign)
             links = self._links(campaign, artifact_url, check_run_id=run_id)
             command_word = self.settings.command_word
             content = render.check_run_content(report, links, command_word, prior_attempts)
-            self.check_runs.complete(campaign, run_id, report.verdicts.conclusion.value, content, _details_url(links))
+            self.check_runs.complete(
+                campaign, run_id, report.concluded.conclusion.value, content, _details_url(links)
+            )
             result = self.comments.post_result(
                 campaign, render.result_comment(report, links, command_word, prior_attempts)
             )
@@ -301,7 +303,7 @@ def campaign_from_report(
 ) -> CampaignView:
     """The campaign a stand-alone report stands for, so publishing shares `Publisher.finished`."""
     revisions = {r.arm: r.sha for r in report.revisions}
-    verdicts = report.verdicts or campaign_verdicts(report)
+    verdicts = report.concluded
     return CampaignView(
         id=report.campaign_id,
         repo=repo,
@@ -387,12 +389,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _expected(args: argparse.Namespace) -> DispatchedCampaign:
-    rows = [row.strip() for row in args.expect_rows.split(",") if row.strip()]
     return DispatchedCampaign(
         campaign_id=args.expect_campaign_id,
         head_sha=args.expect_head,
         base_sha=args.expect_base,
-        rows=rows or None,
+        rows=parse_rows(args.expect_rows),
         pr_number=args.pr,
         mode=args.expect_mode,
     )
@@ -402,7 +403,7 @@ def publish_main(argv: Sequence[str], gateway: PublishGateway | None = None) -> 
     """`kv-parity publish`: token from $KV_PARITY_TOKEN or $GITHUB_TOKEN (an App or Actions token)."""
     args = _parser().parse_args(list(argv))
     try:
-        report = CampaignReport.model_validate_json(args.report.read_text(encoding="utf-8"))
+        report = with_verdicts(CampaignReport.model_validate_json(args.report.read_text(encoding="utf-8")))
         expected = _expected(args)
     except (OSError, ValidationError) as exc:
         print(f"kv-parity publish: cannot read report {args.report}: {exc}", file=sys.stderr)
@@ -447,6 +448,6 @@ def publish_main(argv: Sequence[str], gateway: PublishGateway | None = None) -> 
     except GitHubError as exc:
         print(f"kv-parity publish: GitHub refused: {exc}", file=sys.stderr)
         return EXIT_GITHUB
-    verdicts = report.verdicts or campaign_verdicts(report)
+    verdicts = report.concluded
     print(f"published {report.campaign_id} to {args.repo}#{args.pr}: {verdicts.summary}")
     return EXIT_OK

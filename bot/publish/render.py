@@ -32,7 +32,6 @@ from runners.report import (
     Revision,
     RowReport,
     SemanticVerdict,
-    campaign_verdicts,
 )
 from runners.resources import package_dir
 
@@ -578,7 +577,7 @@ def row_views(report: CampaignReport) -> list[RowView]:
 
 def gate_lines(report: CampaignReport) -> list[tuple[str, str, str]]:
     """(gate, verdict cell, why) for the three independent gates."""
-    verdicts = report.verdicts or campaign_verdicts(report)
+    verdicts = report.concluded
     threshold = report.config.perf.threshold
     rows = report.rows
     fixtures_held = [f.id for f in report.fixtures
@@ -633,7 +632,7 @@ def relationship(report: CampaignReport) -> str:
 
 def headline(report: CampaignReport) -> str:
     """The verdict in words; a pass with exceptions never reads as plain byte parity."""
-    verdicts = report.verdicts or campaign_verdicts(report)
+    verdicts = report.concluded
     if (
         verdicts.conclusion == CheckConclusion.SUCCESS
         and verdicts.semantic == SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS
@@ -658,7 +657,7 @@ UNDECIDED_EFFECTS: dict[str, str] = {
 
 def undecided_note(report: CampaignReport, command_word: str) -> str | None:
     """One line on a check run that reached no decision: what its conclusion means and how to get a decision."""
-    verdicts = report.verdicts or campaign_verdicts(report)
+    verdicts = report.concluded
     if verdicts.undecided is None:
         return None
     rerun = code(f"{command_word} rerun")
@@ -682,7 +681,7 @@ def undecided_note(report: CampaignReport, command_word: str) -> str | None:
 
 def verdict_line(report: CampaignReport, markdown: bool = True) -> str:
     """One line for the sticky status comment (Markdown) and the check-run title (plain text)."""
-    verdicts = report.verdicts or campaign_verdicts(report)
+    verdicts = report.concluded
     line = (
         f"semantic {verdicts.semantic.value} · performance {verdicts.performance.value}"
         f" · sizes {verdicts.sizes.value}"
@@ -700,7 +699,7 @@ def _context(
     prior_attempts: Sequence[PriorAttempt],
     **extra: Any,
 ) -> dict[str, Any]:
-    verdicts = report.verdicts or campaign_verdicts(report)
+    verdicts = report.concluded
     revisions = {r.arm: r for r in report.revisions}
     unpinned = {arm: Revision(arm=arm, sha=UNPINNED, requested=UNPINNED) for arm in ("baseline", "candidate")}
     return {
