@@ -32,7 +32,8 @@ from bot.core.ports import Publisher, RepoApi
 from bot.dispatch.actions import LIVE_STATUSES, RunTitle, dispatch_inputs, parse_run_title
 from bot.github.gateway import ACTIONS_BOT, BotIdentity, GitHubError, WorkflowRunInfo
 from bot.settings import Settings, SettingsError, load_settings
-from bot.store.campaigns import CampaignMode, CampaignState, CampaignView
+from bot.store.campaigns import CampaignState, CampaignView
+from runners.config import CampaignMode
 
 ACTIONS_BOT_LOGIN = ACTIONS_BOT.login
 """Who comments with the workflow's GITHUB_TOKEN: its own comments must be ignored."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from runners.config import parse_rows
+
 ROW_ID = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 """Same shape as `runners.config.RowConfig.id`; whether the row exists is checked against the base config."""
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,40}$")
@@ -195,7 +197,7 @@ def _parse_line(words: list[str], line: str) -> ParsedCommand | UnknownCommand:
     for arg in args:
         key, sep, value = arg.partition("=")
         if key == "rows" and sep and rows is None:
-            names = tuple(part for part in value.split(",") if part)
+            names = tuple(parse_rows(value) or ())
             bad = [part for part in names if not ROW_ID.match(part)]
             if not names or bad:
                 return UnknownCommand(line, f"`rows=` needs comma-separated row ids, got {value!r}")

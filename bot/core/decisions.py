@@ -46,8 +46,8 @@ from bot.core.triggers import (
 )
 from bot.github.gateway import PullInfo
 from bot.settings import Settings
-from bot.store.campaigns import LIVE_STATES, CampaignMode, CampaignState, CampaignView, DuplicateCampaign
-from runners.config import ConfigError
+from bot.store.campaigns import LIVE_STATES, CampaignState, CampaignView, DuplicateCampaign
+from runners.config import CampaignMode, ConfigError, format_rows
 
 S = CampaignState
 CONFIG_ERROR = "config_error"
@@ -279,7 +279,7 @@ class Decisions:
                 fix = f"name rows defined in {resolution.config_source}, or omit `rows=` to run every row"
                 self.publisher.reply(pr, "refused", reason=str(exc), fix=fix)
                 return f"invalid: {exc}"
-            rows_key = ",".join(sorted(row.id for row in selected))
+            rows_key = format_rows(sorted(row.id for row in selected))
             if mode == "profile":
                 rows_key = f"profile:{rows_key}"  # a profile never replaces nor answers for a campaign
         request = CampaignRequest(

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.store.campaigns import CampaignMode, CampaignState, CampaignView
+from bot.store.campaigns import CampaignState, CampaignView
+from runners.config import CampaignMode
 
 
 @dataclass(frozen=True)

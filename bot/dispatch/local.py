@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.settings import SettingsError
 from bot.store.campaigns import CampaignView
+from runners.config import format_rows
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 from runners.revisions import GIT, RevisionError, shared_clone
@@ -122,7 +123,7 @@ def campaign_argv(
         argv += ["--config-ref", campaign.config_sha]
     argv += ["--config-source", campaign.config_source]
     if campaign.rows:
-        argv += ["--rows", ",".join(campaign.rows)]
+        argv += ["--rows", format_rows(campaign.rows)]
     if campaign.mode == "profile":
         argv.append("--profile-only")
     return argv + ["--out", str(out_dir), "--campaign-id", campaign.id, "--progress-jsonl", str(progress)]

@@ -9,10 +9,9 @@ compared with what the bot itself dispatched; the first difference is refused, n
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
+from runners.config import CampaignMode
 from runners.report import CampaignReport
 
 
@@ -28,7 +27,7 @@ class DispatchedCampaign(BaseModel):
     rows: list[str] | None = None
     """The rows asked for; None (or empty) means every row of the config."""
     pr_number: int = Field(ge=1)
-    mode: Literal["campaign", "profile"] = "campaign"
+    mode: CampaignMode = "campaign"
     """`profile` for `/parity profile`: correctness and attribution, no performance gate."""
 
 

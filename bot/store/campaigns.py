@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,6 +32,7 @@ from bot.store.people import SCHEMA as PEOPLE_SCHEMA
 from bot.store.people import PeopleRecords
 from bot.store.publications import SCHEMA as PUBLICATIONS_SCHEMA
 from bot.store.publications import PublicationQueue
+from runners.config import CampaignMode
 
 
 class CampaignState(StrEnum):
@@ -46,8 +46,6 @@ class CampaignState(StrEnum):
     ERRORED = "errored"
 
 
-CampaignMode = Literal["campaign", "profile"]
-"""`campaign` gates performance; `profile` (`/parity profile`) checks correctness, then attributes its time."""
 S = CampaignState
 __all__ = [
     "ACTIVE_STATES",
@@ -55,7 +53,6 @@ __all__ = [
     "COVERING_STATES",
     "FINAL_STATES",
     "LIVE_STATES",
-    "CampaignMode",
     "CampaignState",
     "CampaignView",
     "Delivery",
