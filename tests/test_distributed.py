@@ -43,12 +43,13 @@ def quick(config: CampaignConfig) -> CampaignConfig:
     """A short performance gate whose verdict is decided by the plumbing, not by this machine's noise.
 
     Ten pairs make the dependence diagnostics and a 1.05 threshold a coin toss between two runs, and this test
-    compares two runs; loosening both (and an interference rule above /proc/stat's tick resolution) keeps every
-    verdict kind deterministic for identical revisions.
+    compares two runs; loosening both keeps every verdict kind deterministic for identical revisions. The suite's
+    own workers load this 2-core machine, so competing load is not on trial here either (tests/test_perf.py
+    tries that rule on its own).
     """
     diagnostics = config.perf.diagnostics.model_copy(update={
         "max_abs_autocorr": 1.0, "min_trend_p": 1e-9, "min_order_effect_p": 1e-9, "min_telemetry_p": 1e-9})
-    invalidation = config.perf.invalidation.model_copy(update={"max_interference_ms": 100.0})
+    invalidation = config.perf.invalidation.model_copy(update={"max_interference_ms": 1e6})
     perf = config.perf.model_copy(update={"pairs": 10, "warmups_per_arm": 1, "threshold": 2.0,
                                           "diagnostics": diagnostics, "invalidation": invalidation})
     return config.model_copy(update={"perf": perf})
