@@ -411,8 +411,8 @@ def test_records_parsed_one_at_a_time_give_the_bytes_of_the_whole_parse(requests
     for report in (_report(requests), _reverse_keys(_shuffled(_report(requests)))):
         streamed, whole = _both_ways(_line(report))
         _same(streamed, whole)
-        assert streamed.record_spans is not None and len(streamed.record_spans) == requests
-        assert whole.record_spans is None
+        assert streamed.record_runs is not None and sum(count for *_, count in streamed.record_runs) == requests
+        assert whole.record_runs is None
         records = streamed.streamed()["per_request"]
         assert [records[i]["uuid"] for i in range(len(records))] == sorted(r["uuid"] for r in report["per_request"])
 
@@ -455,7 +455,7 @@ def test_a_duplicated_records_key_is_parsed_whole_so_the_last_one_counts_as_ever
     streamed, whole = _both_ways(line)
 
     _same(streamed, whole)
-    assert streamed.record_spans is None and len(streamed.data["per_request"]) == 3
+    assert streamed.record_runs is None and len(streamed.data["per_request"]) == 3
 
 
 def test_malformed_records_get_the_whole_parse_s_error() -> None:
