@@ -436,10 +436,11 @@ def _split_records(line: bytes) -> tuple[dict[str, Any], str, list[tuple[int, in
             found = line.find(separator, begin + _RUN_BYTES, last)
         runs.append((begin, closing))
     stand_in = secrets.token_hex(16)
-    if stand_in.encode() in line:
+    rest_text = b"".join([line[:opening], b'"', stand_in.encode(), b'"', line[closing + 1 :]])
+    if rest_text.count(stand_in.encode()) != 1:  # only where it was put (the array's text is never searched)
         return None
     try:
-        rest = orjson.loads(b"".join([line[:opening], b'"', stand_in.encode(), b'"', line[closing + 1 :]]))
+        rest = orjson.loads(rest_text)
     except orjson.JSONDecodeError:
         return None
     if not isinstance(rest, dict) or rest.get("per_request") != stand_in:
