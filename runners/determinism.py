@@ -100,7 +100,7 @@ def run_determinism(
 
 
 def _read_canonical(
-    record: ProcessRecord, out: Path, exclusions: list[str], keep: Path | bool
+    record: ProcessRecord, out: Path, exclusions: list[str], keep: Path | bool = True
 ) -> tuple[Canonical | None, str | None, bool]:
     """Never trust exit 0: the output file must exist and hold exactly one valid canonical line. It lies in the
     process's own sandbox-writable directory, so it is read through `runners.untrusted` (a link, FIFO or
