@@ -18,6 +18,9 @@ its own ru_maxrss after imports and reading the line, so "work" is the memory th
 
 `--line` measures a canonical line a harness wrote instead of the generated one (its first line), e.g. the
 fixture's 5,000-request line kept by benchmarks/bench_real_size.py under its work directory.
+
+Each pass is timed by the wall clock and by the process's CPU time: on a node shared with other work the wall
+clock measures the share of a core the pass got, the CPU time (median, "per CPU second") the work itself.
 """
 
 from __future__ import annotations
@@ -248,14 +251,15 @@ def _worker(variant: str, path: Path, repeat: int) -> None:
         import runners.canonical  # noqa: F401
     line = path.read_bytes()
     floor_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    seconds, digest = [], ""
+    seconds, cpu_seconds, digest = [], [], ""
     scratch = path.with_name("kept.canonical.json")
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         digest = _run_variant(variant, line, scratch)
         seconds.append(time.perf_counter() - started)
+        cpu_seconds.append(time.process_time() - cpu_started)
         scratch.unlink(missing_ok=True)
-    print(json.dumps({"seconds": seconds, "digest": digest, "floor_kib": floor_kib}))
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds, "digest": digest, "floor_kib": floor_kib}))
 
 
 def _child(mode: str, variant: str, path: Path, repeat: int) -> dict[str, Any]:
@@ -302,10 +306,11 @@ def main() -> None:
             median = statistics.median(result["seconds"])
             digests[variant] = result["digest"]
             best = min(result["seconds"])
+            cpu = statistics.median(result["cpu_seconds"])
             peak, floor = result["peak_kib"] / 1024, result["floor_kib"] / 1024
             print(
                 f"{variant:>20}: median {median * 1000:7.1f} ms  {size_mb / median:6.1f} MB/s  "
-                f"(best {size_mb / best:6.1f})  peak RSS {peak:6.1f} MiB  "
+                f"(best {size_mb / best:6.1f}; per CPU second {size_mb / cpu:6.1f})  peak RSS {peak:6.1f} MiB  "
                 f"(after imports+read {floor:5.1f}, work {peak - floor:5.1f})"
             )
     same = "identical" if digests["stdlib"] == digests["orjson"] else "DIFFERENT"
