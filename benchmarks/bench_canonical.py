@@ -5,7 +5,9 @@ choice in runners/canonical.py is decided by measurement. Variants, each in a fr
 
 - stdlib:       json.loads + json.dumps(sort_keys=True, separators=(",", ":")) + hashlib.sha256
 - orjson:       orjson.loads + orjson.dumps(OPT_SORT_KEYS) + hashlib.sha256 (the encoder alone)
-- canonicalize: runners.canonical.canonicalize (orjson, uuid sort, exclusions, section digests)
+- canonicalize: runners.canonical.canonicalize (orjson, uuid sort, exclusions, section digests), bytes in memory
+- canonicalize-file: the same, the bytes kept in a new file (determinism's first repetition of each arm)
+- canonicalize-digests: the same, digests only (every later determinism repetition)
 
 Peak RSS: the parent starts one *measurer* process per variant; the measurer runs the worker as its only
 child and reads resource.getrusage(RUSAGE_CHILDREN).ru_maxrss, which is then exactly that worker's peak
@@ -16,6 +18,9 @@ its own ru_maxrss after imports and reading the line, so "work" is the memory th
 
 `--line` measures a canonical line a harness wrote instead of the generated one (its first line), e.g. the
 fixture's 5,000-request line kept by benchmarks/bench_real_size.py under its work directory.
+
+Each pass is timed by the wall clock and by the process's CPU time: on a node shared with other work the wall
+clock measures the share of a core the pass got, the CPU time (median, "per CPU second") the work itself.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("stdlib", "orjson", "canonicalize")
+VARIANTS = ("stdlib", "orjson", "canonicalize", "canonicalize-file", "canonicalize-digests")
 WORKERS = 4
 POOLS = ("prefill", "decode")
 
@@ -221,8 +226,9 @@ def generate_line(requests: int, seed: int = 20261129) -> bytes:
     return json.dumps(report, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _run_variant(variant: str, line: bytes) -> str:
-    """One canonicalize-and-digest pass; imports happen before the clock starts."""
+def _run_variant(variant: str, line: bytes, scratch: Path) -> str:
+    """One canonicalize-and-digest pass; imports happen before the clock starts. `scratch` is a path that does
+    not exist yet (the file variant's output)."""
     if variant == "stdlib":
         document = json.loads(line)
         encoded = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
@@ -234,22 +240,26 @@ def _run_variant(variant: str, line: bytes) -> str:
     from runners.canonical import canonicalize
     from runners.config import PROTOCOL_EXCLUSIONS
 
-    return canonicalize(line, PROTOCOL_EXCLUSIONS).digest
+    keep = {"canonicalize": True, "canonicalize-file": scratch, "canonicalize-digests": False}[variant]
+    return canonicalize(line, PROTOCOL_EXCLUSIONS, keep=keep).digest
 
 
 def _worker(variant: str, path: Path, repeat: int) -> None:
     if variant != "stdlib":
         import orjson  # noqa: F401  (imports are not part of the measured pass)
-    if variant == "canonicalize":
+    if variant.startswith("canonicalize"):
         import runners.canonical  # noqa: F401
     line = path.read_bytes()
     floor_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    seconds, digest = [], ""
+    seconds, cpu_seconds, digest = [], [], ""
+    scratch = path.with_name("kept.canonical.json")
     for _ in range(repeat):
-        started = time.perf_counter()
-        digest = _run_variant(variant, line)
+        started, cpu_started = time.perf_counter(), time.process_time()
+        digest = _run_variant(variant, line, scratch)
         seconds.append(time.perf_counter() - started)
-    print(json.dumps({"seconds": seconds, "digest": digest, "floor_kib": floor_kib}))
+        cpu_seconds.append(time.process_time() - cpu_started)
+        scratch.unlink(missing_ok=True)
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds, "digest": digest, "floor_kib": floor_kib}))
 
 
 def _child(mode: str, variant: str, path: Path, repeat: int) -> dict[str, Any]:
@@ -296,14 +306,18 @@ def main() -> None:
             median = statistics.median(result["seconds"])
             digests[variant] = result["digest"]
             best = min(result["seconds"])
+            cpu = statistics.median(result["cpu_seconds"])
             peak, floor = result["peak_kib"] / 1024, result["floor_kib"] / 1024
             print(
-                f"{variant:>12}: median {median * 1000:7.1f} ms  {size_mb / median:6.1f} MB/s  "
-                f"(best {size_mb / best:6.1f})  peak RSS {peak:6.1f} MiB  "
+                f"{variant:>20}: median {median * 1000:7.1f} ms  {size_mb / median:6.1f} MB/s  "
+                f"(best {size_mb / best:6.1f}; per CPU second {size_mb / cpu:6.1f})  peak RSS {peak:6.1f} MiB  "
                 f"(after imports+read {floor:5.1f}, work {peak - floor:5.1f})"
             )
     same = "identical" if digests["stdlib"] == digests["orjson"] else "DIFFERENT"
     print(f"stdlib vs orjson digest of this line: {same} (never mix them: one encoder only)")
+    kept = {digests[variant] for variant in VARIANTS if variant.startswith("canonicalize")}
+    if len(kept) != 1:
+        raise SystemExit(f"the canonicalize variants gave different digests: {sorted(kept)}")
 
 
 if __name__ == "__main__":

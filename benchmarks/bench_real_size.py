@@ -8,7 +8,8 @@ What it prints, each against its named alternative:
 - report.json's size against the canonical lines it stands for (matching rows keep digests, never full reports;
   the script checks that no per-request record and no kept report reached the output);
 - the campaign's wall time against its floor: both release builds plus every harness process's own wall time
-  (determinism waves count their slowest process, as in bench_campaign_floor.py).
+  (determinism waves count their slowest process, as in bench_campaign_floor.py), and the wall time by stage
+  (from each progress event to the next), to set against the floor's parts.
 
     .venv/bin/python benchmarks/bench_real_size.py [--rows vllm-disagg] [--pairs 10] [--sandbox bwrap|none]
 """
@@ -20,6 +21,7 @@ import resource
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import load_profile
@@ -60,14 +62,17 @@ def main() -> None:
     before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     growth: dict[str, int] = {}
     """How much the high-water RSS rose between a stage's first progress event and the next stage's."""
-    last = {"stage": "prepare", "kib": before_kib}
+    spent: dict[str, float] = {}
+    """Wall time from each progress event to the next, by the earlier event's stage."""
+    started = time.monotonic()
+    last: dict[str, Any] = {"stage": "pin", "kib": before_kib, "at": started}
 
     def track(event: ProgressEvent) -> None:
-        now = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        growth[last["stage"]] = growth.get(str(last["stage"]), 0) + now - int(last["kib"])
-        last.update(stage=event.stage, kib=now)
+        now, at = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic()
+        growth[last["stage"]] = growth.get(last["stage"], 0) + now - last["kib"]
+        spent[last["stage"]] = spent.get(last["stage"], 0.0) + at - last["at"]
+        last.update(stage=event.stage, kib=now, at=at)
 
-    started = time.monotonic()
     report = run_campaign(CampaignRequest(repo=repo, base=base, head=head, config=config, config_source="bench",
                                           out_dir=out / "campaign", rows=args.rows.split(","), trace_path=trace,
                                           sandbox=check(args.sandbox), keep_work=True), track)
@@ -105,6 +110,8 @@ def main() -> None:
     print(f"| performance samples (process wall time) | {samples:.2f} s |")
     print(f"| floor | {floor:.2f} s |")
     print(f"| campaign wall | {wall:.2f} s ({wall / floor:.3f}x the floor) |")
+    stages = ", ".join(f"{stage} {seconds:.2f}" for stage, seconds in spent.items())
+    print(f"| wall by stage, from each progress event to the next (s) | {stages} |")
 
 
 if __name__ == "__main__":

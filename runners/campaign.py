@@ -378,7 +378,10 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         exclusions=config.harness.exclusions, cpu_set=cpu_sets[0], workdir=work / f"declared-{row.id}",
         progress=progress, sandbox=request.sandbox)
     try:
-        counts = {arm: count_evidence(outcome.canonical[arm].streamed()) for arm in ARMS}
+        # Counted once per distinct canonical encoding: equal SHA-256 digests (both the bot's) are equal bytes.
+        by_digest = {canonical.digest: canonical for canonical in outcome.canonical.values()}
+        counted = {digest: count_evidence(canonical.streamed()) for digest, canonical in by_digest.items()}
+        counts = {arm: counted[outcome.canonical[arm].digest].model_copy() for arm in ARMS}
         disaggregated = baseline.section("metadata")["execution"].get("topology") == "disaggregated"
         report.coverage = CoverageResult(counts=counts, checks=check_evidence(counts, row.expect, disaggregated))
     except CoverageError as exc:

@@ -6,8 +6,10 @@ and non-ASCII text differently (`1e-07` vs `1e-7`, `\\u00e9` vs UTF-8), so its d
 with these. orjson was chosen by benchmarks/bench_canonical.py on a 17 MB, 5,000-request line: the whole
 canonicalize() runs at ~100-130 MB/s against ~30-40 MB/s for stdlib loads+dumps(sort_keys)+sha256, for
 ~25 MiB more working memory (orjson parses into an intermediate document before building Python objects).
-Since issue 20 the per-request records are parsed and encoded one at a time where the line allows it, which
-cut that working memory to ~1.7x the line and is faster than one whole parse (benchmarks/README.md).
+Since issue 20 the per-request records are parsed and encoded a run of about 64 KiB at a time where the line
+allows it, and the digests are fed as the bytes are written, so the bytes can go to memory, to a file of the
+bot's own or nowhere: canonicalising adds about 1 MiB to a 7.7 MB line's own size in the digest-only and file
+ways, and runs faster than orjson's own whole-line loads+dumps (benchmarks/README.md).
 
 Numbers: floats are re-emitted by orjson's shortest round-trip formatter, the same path for both arms.
 NaN, Infinity and literals that overflow a double are not JSON and raise CanonicalError. orjson would
@@ -17,12 +19,16 @@ instead of letting two different integers compare equal.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
+import os
 import re
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -36,7 +42,12 @@ _ENCODE = orjson.OPT_SORT_KEYS
 _BAD_ESCAPE = re.compile(r"~(?![01])")
 _NON_BLANK = re.compile(rb"[^ \t\r\n]")
 _RECORDS_KEY = b'"per_request":['
-"""Where the per-request records start in a compact line; found once, else the line is parsed whole."""
+"""Where the per-request records start in a compact line (its first occurrence: the stand-in proof rejects any
+other, a second top-level key or a key that only ends in these characters)."""
+_RUN_BYTES = 64 << 10
+"""Records are parsed and encoded in runs of about this size: 5,000 orjson calls each way (one per record) cost
+nearly twice one call per 64 KiB run, and a run's parsed objects stay well under a megabyte
+(benchmarks/README.md, bench_canonical.py)."""
 _ABSENT = object()
 _VALUE_CHARS = 200
 
@@ -49,17 +60,21 @@ class ReplayBenchNotActive(CanonicalError):
     """The report does not declare `metadata.replay_bench: true`, so seeded routing was not in force."""
 
 
+Kept = bytes | bytearray | Path | None
+"""Where a canonical encoding is kept: in memory, in a file of the bot's own, or nowhere (digests only)."""
+RecordRuns = list[tuple[int, int, int]]
+"""Runs of whole per-request records in an encoding: (start, end, how many records)."""
+
+
 @dataclass(frozen=True)
 class Canonical:
-    """One report line after the closed exclusions, with its canonical bytes and digests.
+    """One report line after the closed exclusions, with its digests and, where kept, its canonical bytes.
 
-    Only the bytes are held: a parsed 5,000-request report is about five times the size of its line, and a row
-    holds one report per arm from its determinism runs to its coverage checks. `data` parses the bytes again
-    each time it is read (once per consumer: coverage, Stage 6 assertions, a mismatch's diff).
+    A parsed 5,000-request report is about five times the size of its line, so only bytes are ever held, and
+    determinism keeps them in a file for the one repetition per arm that parity and coverage read: the bot's
+    memory then holds one harness line at a time. `data` parses the bytes again each time it is read.
     """
 
-    encoded: bytes | bytearray
-    """The canonical encoding (a bytearray when it was written record by record: never copied once more)."""
     digest: str
     section_digests: dict[str, str]
     """SHA-256 of each top-level section's canonical encoding, so a mismatch names its sections."""
@@ -70,8 +85,30 @@ class Canonical:
     replay_bench: bool
     resolutions: dict[str, Resolution]
     """What each declared and each campaign-excluded pointer resolved to in the line as the harness wrote it."""
-    record_spans: list[tuple[int, int]] | None = None
-    """Where each per-request record lies in `encoded`, when the line was canonicalised record by record."""
+    kept: Kept = None
+    """The canonical encoding (bytes in memory, or the bot's file holding exactly them), or None: digests only."""
+    record_runs: RecordRuns | None = None
+    """Runs of whole per-request records in `encoded` (start, end, count), when the line was canonicalised a
+    run at a time: each run's bytes are its records' encodings joined by commas."""
+
+    @property
+    def encoded(self) -> bytes | bytearray:
+        """The canonical encoding (read from its file when it was kept in one)."""
+        kept = self._kept()
+        return kept.read_bytes() if isinstance(kept, Path) else kept
+
+    def _kept(self) -> bytes | bytearray | Path:
+        if self.kept is None:
+            raise RuntimeError("only the digests of this canonical report were kept, not its bytes")
+        return self.kept
+
+    def _read(self, start: int, end: int) -> bytes | memoryview:
+        kept = self._kept()
+        if isinstance(kept, Path):
+            with kept.open("rb") as handle:
+                handle.seek(start)
+                return handle.read(end - start)
+        return memoryview(kept)[start:end]
 
     @property
     def data(self) -> dict[str, Any]:
@@ -80,35 +117,47 @@ class Canonical:
         return document
 
     def streamed(self) -> dict[str, Any]:
-        """The report with its per-request records parsed one at a time as they are read, never all at once
-        (coverage counts walk 5,000 records once); the whole `data` when no record spans are known."""
-        if self.record_spans is None:
+        """The report with its per-request records parsed a run at a time as they are read, never all at once
+        (coverage counts walk 5,000 records once); the whole `data` when no record runs are known."""
+        if self.record_runs is None:
             return self.data
         streamed = {name: self.section(name) for name in self.section_spans if name != "per_request"}
-        streamed["per_request"] = Records(self.encoded, self.record_spans)
+        streamed["per_request"] = Records(self._read, self.record_runs)
         return streamed
 
     def section(self, name: str) -> Any:
         """One top-level section parsed on its own (e.g. `metadata`, without the per-request records)."""
         start, end = self.section_spans[name]
-        return orjson.loads(memoryview(self.encoded)[start:end])
+        return orjson.loads(self._read(start, end))
 
 
 class Records(Sequence[Any]):
-    """Per-request records inside a canonical encoding, each parsed when it is read."""
+    """Per-request records inside a canonical encoding, parsed one run of records at a time as they are read."""
 
-    def __init__(self, encoded: bytes | bytearray, spans: list[tuple[int, int]]) -> None:
-        self._view = memoryview(encoded)
-        self._spans = spans
+    def __init__(self, read: Callable[[int, int], bytes | memoryview],
+                 runs: RecordRuns) -> None:
+        self._read = read
+        self._runs = runs
+        self._firsts = list(itertools.accumulate((count for _, _, count in runs), initial=0))
+
+    def _run(self, index: int) -> list[Any]:
+        start, end, _ = self._runs[index]
+        records: list[Any] = orjson.loads(b"".join((b"[", self._read(start, end), b"]")))
+        return records
 
     def __len__(self) -> int:
-        return len(self._spans)
+        return self._firsts[-1]
+
+    def __iter__(self) -> Iterator[Any]:
+        for index in range(len(self._runs)):
+            yield from self._run(index)
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        start, end = self._spans[index]
-        return orjson.loads(self._view[start:end])
+        position = range(len(self))[index]  # an IndexError outside, as for a list
+        run = bisect.bisect_right(self._firsts, position) - 1
+        return self._run(run)[position - self._firsts[run]]
 
 
 @dataclass(frozen=True)
@@ -258,8 +307,9 @@ def _harness_exclusions(metadata: dict[str, Any]) -> list[str]:
     return list(declared)
 
 
-def _section_spans(document: dict[str, Any], encoded: bytes | bytearray) -> dict[str, tuple[int, int]]:
-    """Where each top-level section lies inside the one encoding, so it is digested without a copy.
+def _sections(document: dict[str, Any], length: int) -> tuple[dict[str, tuple[int, int]], dict[str, bytes]]:
+    """Where each top-level section lies inside the one encoding of `length` bytes, and every section's
+    encoding but per_request's, so each is digested without reading the encoding again.
 
     The encoding is `{"key":body,...}` in sorted key order. Every section but per_request is small and
     encoded again to learn its length; per_request's length is what remains.
@@ -268,15 +318,58 @@ def _section_spans(document: dict[str, Any], encoded: bytes | bytearray) -> dict
     small = {key: orjson.dumps(document[key], option=_ENCODE) for key in keys if key != "per_request"}
     names = {key: orjson.dumps(key) for key in keys}
     framing = 2 + len(keys) - 1 + sum(len(name) + 1 for name in names.values())
-    remaining = len(encoded) - framing - sum(len(body) for body in small.values())
+    remaining = length - framing - sum(len(body) for body in small.values())
     spans: dict[str, tuple[int, int]] = {}
     offset = 1
     for key in keys:
         offset += len(names[key]) + 1
-        length = len(small[key]) if key in small else remaining
-        spans[key] = (offset, offset + length)
-        offset += length + 1
-    return spans
+        size = len(small[key]) if key in small else remaining
+        spans[key] = (offset, offset + size)
+        offset += size + 1
+    return spans, small
+
+
+class _Output:
+    """Where a canonical encoding goes as it is written: running SHA-256s of the whole and of its per-request
+    section, and the bytes themselves where they are kept (a buffer, or a new file of the bot's own)."""
+
+    def __init__(self, keep: bool | Path) -> None:
+        self.path = keep if isinstance(keep, Path) else None
+        self.buffer = bytearray() if keep is True else None
+        self._file = None
+        if self.path is not None:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            self._file = os.fdopen(os.open(self.path, flags, 0o600), "wb")
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget everything written (records out of uuid order are written again, in order)."""
+        self.whole, self.records, self.length = hashlib.sha256(), hashlib.sha256(), 0
+        if self.buffer is not None:
+            del self.buffer[:]
+        if self._file is not None:
+            self._file.seek(0)
+            self._file.truncate()
+
+    def write(self, chunk: bytes | memoryview, *, records: bool = False) -> None:
+        self.whole.update(chunk)
+        if records:
+            self.records.update(chunk)
+        self.length += len(chunk)
+        if self.buffer is not None:
+            self.buffer += chunk
+        elif self._file is not None:
+            self._file.write(chunk)
+
+    def close(self) -> Kept:
+        if self._file is not None:
+            self._file.close()
+        return self.path or self.buffer
+
+    def discard(self) -> None:
+        self.close()
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
 
 
 def single_line(data: bytes) -> tuple[bytes | None, int]:
@@ -299,23 +392,24 @@ def _touches_records(pointer: str) -> bool:
 
 
 def _split_records(line: bytes) -> tuple[dict[str, Any], str, list[tuple[int, int]]] | None:
-    """The rest of the line (its per-request array stood in for by a random string), that string, and each
-    record's span in the line; None when the split cannot be proven, and the line is then parsed whole (which
-    also gives every malformed line its one error message).
+    """The rest of the line (its per-request array stood in for by a random string), that string, and runs of
+    the array's records (spans of the line of about `_RUN_BYTES` each, cut between two records); None when the
+    split cannot be proven, and the line is then parsed whole (which also gives every malformed line its one
+    error message).
 
-    Proof (completed by `_join_records`, which parses every piece): every piece between the separators parses
-    on its own as an object, so the array text is exactly
-    those objects; and the rest of the line, with a random string (drawn after the line was read) in the
-    array's place, parses with that string as its top-level `per_request`, so the array was the value the
-    whole line's parse gives that key. Records are found by the separator `},{"<first key>":`; a line where
-    that also occurs inside a record fails the proof and is parsed whole.
+    Proof (completed by `_write_records`, which parses every run): each run, in brackets, parses as an array of
+    objects, which it can only do when both its cuts lie between two top-level elements (a cut inside a string
+    or a nested value leaves a bracket or a quote open), so the array text is exactly those runs' elements;
+    and the rest of the line, with a random string (drawn after the line was read) in the array's place, parses
+    with that string as its top-level `per_request`, so the array was the value the whole line's parse gives
+    that key. Runs are cut at the separator `},{"<first key>":`; the array's end is found after the last one.
     """
     at = line.find(_RECORDS_KEY)
-    if at == -1 or line.find(_RECORDS_KEY, at + 1) != -1:
+    if at == -1:
         return None
     opening = at + len(_RECORDS_KEY) - 1
     begin = opening + 1
-    pieces: list[tuple[int, int]] = []
+    runs: list[tuple[int, int]] = []
     if line[begin : begin + 1] == b"]":
         closing = begin
     else:
@@ -323,94 +417,151 @@ def _split_records(line: bytes) -> tuple[dict[str, Any], str, list[tuple[int, in
         if line[begin : begin + 2] != b'{"' or key_end == -1 or b"\\" in line[begin + 2 : key_end]:
             return None
         separator = b'},{"' + line[begin + 2 : key_end] + b'":'
-        found = line.find(separator, begin)
-        while found != -1:
-            pieces.append((begin, found + 1))
-            begin = found + 2
-            found = line.find(separator, begin)
-        closing = line.find(b"}]", begin)
+        found = line.rfind(separator, begin)
+        last = begin if found == -1 else found + 2
+        closing = line.find(b"}]", last)
         view = memoryview(line)
         while closing != -1:
             try:
-                if isinstance(orjson.loads(view[begin : closing + 1]), dict):
+                if isinstance(orjson.loads(view[last : closing + 1]), dict):
                     break
             except orjson.JSONDecodeError:
                 pass
             closing = line.find(b"}]", closing + 1)
         if closing == -1:
             return None
-        pieces.append((begin, closing + 1))
         closing += 1
+        found = line.find(separator, begin + _RUN_BYTES, last)
+        while found != -1:
+            runs.append((begin, found + 1))
+            begin = found + 2
+            found = line.find(separator, begin + _RUN_BYTES, last)
+        runs.append((begin, closing))
     stand_in = secrets.token_hex(16)
-    if stand_in.encode() in line:
+    rest_text = b"".join([line[:opening], b'"', stand_in.encode(), b'"', line[closing + 1 :]])
+    if rest_text.count(stand_in.encode()) != 1:  # only where it was put (the array's text is never searched)
         return None
     try:
-        rest = orjson.loads(b"".join([line[:opening], b'"', stand_in.encode(), b'"', line[closing + 1 :]]))
+        rest = orjson.loads(rest_text)
     except orjson.JSONDecodeError:
         return None
     if not isinstance(rest, dict) or rest.get("per_request") != stand_in:
         return None
-    return rest, stand_in, pieces
+    return rest, stand_in, runs
 
 
-def _join_records(
-    line: bytes, pieces: list[tuple[int, int]], rest: dict[str, Any], stand_in: str
-) -> tuple[bytes | bytearray, list[tuple[int, int]]] | None:
-    """The canonical encoding: `rest` with the records, each parsed and encoded on its own, in uuid order in
-    place of the stand-in, and each record's span; None when a piece is not JSON after all.
+class _Unordered(Exception):
+    """The records are not in uuid order: they are written again, each from its own encoding."""
 
-    The records are written straight into the one output buffer (a harness writes them in uuid order); orjson
-    gives each small output an 8 KiB block, so none is kept. Out of order, they are reordered by span.
-    """
-    encoded_rest = orjson.dumps(rest, option=_ENCODE)
-    token = b'"per_request":"' + stand_in.encode() + b'"'
-    cut = encoded_rest.find(token)
-    buffer = bytearray(encoded_rest[:cut])
-    buffer += b'"per_request":['
-    records: list[tuple[str, int, int]] = []
+
+def _parsed_runs(line: bytes, runs: list[tuple[int, int]], *, in_order: bool) -> Iterator[list[Any]]:
+    """Each run's records, parsed by one orjson call (JSONDecodeError when a run is not JSON after all), each
+    checked to be an object with a string uuid; with `in_order`, _Unordered at the first record whose uuid does
+    not follow the one before."""
     view = memoryview(line)
-    for position, (start, end) in enumerate(pieces):
-        try:
-            record = orjson.loads(view[start:end])
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(record, dict) or not isinstance(record.get("uuid"), str):
-            raise CanonicalError(f"per_request[{position}] has no string uuid; records cannot be ordered")
-        if position:
-            buffer += b","
-        offset = len(buffer)
-        buffer += orjson.dumps(record, option=_ENCODE)
-        records.append((record["uuid"], offset, len(buffer)))
-    ordered = sorted(records, key=lambda record: record[0])
-    for (before, _, _), (after, _, _) in zip(ordered, ordered[1:], strict=False):
+    position, previous = 0, None
+    for start, end in runs:
+        records = orjson.loads(b"".join((b"[", view[start:end], b"]")))
+        for record in records:
+            uuid = record.get("uuid") if isinstance(record, dict) else None
+            if not isinstance(uuid, str):
+                raise CanonicalError(f"per_request[{position}] has no string uuid; records cannot be ordered")
+            if in_order and previous is not None and not previous < uuid:
+                raise _Unordered
+            position, previous = position + 1, uuid
+        yield records
+
+
+def _write_records(line: bytes, runs: list[tuple[int, int]], output: _Output) -> tuple[RecordRuns, bool]:
+    """The per-request array written run by run, each run encoded by one orjson call (one call per record
+    costs more than the encoding itself); the runs written, and whether a rounded integer may hide in them.
+    _Unordered at the first record out of uuid order (a harness writes them in order)."""
+    written: RecordRuns = []
+    suspicious = False
+    output.write(b"[", records=True)
+    for records in _parsed_runs(line, runs, in_order=True):
+        encoded = orjson.dumps(records, option=_ENCODE)
+        suspicious = suspicious or _may_hold_rounded_integer(encoded)
+        if written:
+            output.write(b",", records=True)
+        start = output.length
+        output.write(memoryview(encoded)[1:-1], records=True)
+        written.append((start, output.length, len(records)))
+    output.write(b"]", records=True)
+    return written, suspicious
+
+
+def _write_sorted(line: bytes, runs: list[tuple[int, int]], output: _Output) -> tuple[RecordRuns, bool]:
+    """Records out of uuid order: each encoded on its own and written in uuid order, in runs of about
+    `_RUN_BYTES` (the encodings are held meanwhile, about the line's size; the parsed records never are)."""
+    encodings = sorted(
+        (record["uuid"], orjson.dumps(record, option=_ENCODE)) for records in _parsed_runs(line, runs, in_order=False)
+        for record in records
+    )
+    for (before, _), (after, _) in zip(encodings, encodings[1:], strict=False):
         if before == after:
             raise CanonicalError(f"per_request has duplicate uuid {before}; request UUIDs must be unique")
-    if ordered != records:
-        body = memoryview(buffer)
-        first = records[0][1] if records else len(buffer)
-        parts: list[bytes | memoryview] = [body[:first]]
-        for index, (_, start, end) in enumerate(ordered):
-            parts.extend([b","] if index else [])
-            parts.append(body[start:end])
-        joined = b"".join(parts)
-        body.release()
-        buffer = bytearray(joined)
-        records, offset = [], first
-        for index, (uuid, start, end) in enumerate(ordered):
-            offset += 1 if index else 0
-            records.append((uuid, offset, offset + end - start))
-            offset += end - start
-    buffer += b"]"
-    buffer += encoded_rest[cut + len(token) :]
-    return buffer, [(start, end) for _, start, end in records]
+    written: RecordRuns = []
+    output.write(b"[", records=True)
+    group: list[bytes] = []
+    for index, (_, encoded) in enumerate(encodings):
+        group.append(encoded)
+        if sum(map(len, group)) >= _RUN_BYTES or index == len(encodings) - 1:
+            if written:
+                output.write(b",", records=True)
+            start = output.length
+            output.write(b",".join(group), records=True)
+            written.append((start, output.length, len(group)))
+            group = []
+    output.write(b"]", records=True)
+    return written, any(_may_hold_rounded_integer(encoded) for _, encoded in encodings)
 
 
-def canonicalize(line: bytes, exclusions: Sequence[str], *, record_by_record: bool = True) -> Canonical:
-    """Parse one harness line, remove exactly the configured exclusions, and encode it canonically.
+def _write_split(line: bytes, document: dict[str, Any], runs: list[tuple[int, int]], stand_in: str,
+                 output: _Output) -> tuple[RecordRuns, bool] | None:
+    """The canonical encoding of a split line: `document` (the rest) with the records in uuid order in place of
+    the stand-in; the record runs written and whether a rounded integer may hide; None when a run is not JSON
+    after all."""
+    encoded_rest = orjson.dumps(document, option=_ENCODE)
+    token = b'"per_request":"' + stand_in.encode() + b'"'
+    cut = encoded_rest.find(token)
+    head = memoryview(encoded_rest)[: cut + len(b'"per_request":')]
+    output.write(head)
+    try:
+        try:
+            written, suspicious = _write_records(line, runs, output)
+        except _Unordered:
+            output.restart()
+            output.write(head)
+            written, suspicious = _write_sorted(line, runs, output)
+    except orjson.JSONDecodeError:
+        return None
+    output.write(memoryview(encoded_rest)[cut + len(token) :])
+    return written, suspicious or _may_hold_rounded_integer(encoded_rest)
 
-    The per-request records (nearly all of a line) are parsed and encoded one at a time when the line allows
+
+def _write_whole(document: dict[str, Any], output: _Output) -> bool:
+    """The canonical encoding of a line parsed whole; whether a rounded integer may hide in it."""
+    _sort_per_request(document["per_request"])
+    encoded = orjson.dumps(document, option=_ENCODE)
+    spans, _ = _sections(document, len(encoded))
+    start, end = spans.get("per_request", (len(encoded), len(encoded)))
+    view = memoryview(encoded)
+    output.write(view[:start])
+    output.write(view[start:end], records=True)
+    output.write(view[end:])
+    return _may_hold_rounded_integer(encoded)
+
+
+def canonicalize(line: bytes, exclusions: Sequence[str], *, record_by_record: bool = True,
+                 keep: bool | Path = True) -> Canonical:
+    """Parse one harness line, remove exactly the configured exclusions, and encode and digest it canonically.
+
+    The per-request records (nearly all of a line) are parsed and encoded a run at a time when the line allows
     it (`_split_records`), so the bot never holds a whole parsed report; otherwise, or with
-    `record_by_record=False`, the line is parsed whole. Both give the same bytes.
+    `record_by_record=False`, the line is parsed whole. Both give the same bytes. `keep` says where the bytes
+    go: memory (True), a new file of the bot's own (a path that must not exist yet), or nowhere (False: the
+    digests are all a later determinism repetition needs).
     """
     by_record = record_by_record and not any(_touches_records(p) for p in exclusions)
     split = _split_records(line) if by_record else None
@@ -429,34 +580,41 @@ def canonicalize(line: bytes, exclusions: Sequence[str], *, record_by_record: bo
         )
     harness_exclusions = _harness_exclusions(metadata)
     if split is not None and any(_touches_records(p) for p in harness_exclusions):
-        return canonicalize(line, exclusions, record_by_record=False)
+        return canonicalize(line, exclusions, record_by_record=False, keep=keep)
     resolutions = {
         pointer: resolve(document, pointer)[0] for pointer in dict.fromkeys([*exclusions, *harness_exclusions])
     }
     for pointer in exclusions:
         _remove(document, pointer)
-    joined = None if split is None else _join_records(line, split[2], document, split[1])
-    if split is not None and joined is None:
-        return canonicalize(line, exclusions, record_by_record=False)
-    record_spans = None
-    if joined is None:
-        _sort_per_request(document["per_request"])
-        encoded: bytes | bytearray = orjson.dumps(document, option=_ENCODE)
-    else:
-        encoded, record_spans = joined
-    if _may_hold_rounded_integer(encoded):
-        _check_integer_range(line)
-    spans = _section_spans(document, encoded)
-    view = memoryview(encoded)
+    output = _Output(keep)
+    try:
+        record_runs = None
+        if split is None:
+            suspicious = _write_whole(document, output)
+        else:
+            written = _write_split(line, document, split[2], split[1], output)
+            if written is None:
+                output.discard()
+                return canonicalize(line, exclusions, record_by_record=False, keep=keep)
+            record_runs, suspicious = written
+        if suspicious:
+            _check_integer_range(line)
+    except BaseException:
+        output.discard()
+        raise
+    spans, small = _sections(document, output.length)
     return Canonical(
-        encoded=encoded,
-        digest=hashlib.sha256(encoded).hexdigest(),
-        section_digests={key: hashlib.sha256(view[start:end]).hexdigest() for key, (start, end) in spans.items()},
+        digest=output.whole.hexdigest(),
+        section_digests={
+            key: output.records.hexdigest() if key == "per_request" else hashlib.sha256(small[key]).hexdigest()
+            for key in spans
+        },
         section_spans=spans,
         harness_exclusions=harness_exclusions,
         replay_bench=True,
         resolutions=resolutions,
-        record_spans=record_spans,
+        kept=output.close(),
+        record_runs=record_runs,
     )
 
 

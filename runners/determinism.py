@@ -6,7 +6,7 @@ process gets its own output path. Each revision must yield exactly one canonical
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,44 +55,43 @@ def run_determinism(
                                purpose=f"determinism repetition {rep + 1}", sandbox=sandbox)
         return record, out
 
-    # The processes run on worker threads; their lines are parsed here, on this one thread, as each process
-    # ends: a parse on each worker thread would grow a malloc arena per thread (the bot's peak memory adds
-    # up across them), and orjson holds the GIL, so parsing on the workers would save no time.
-    kept: dict[Arm, tuple[int, Canonical]] = {}
-    """Each arm's earliest valid repetition: the only parsed reports held, the other repetitions keep digests."""
-    outcomes: list[tuple[ProcessRecord, str | None, str | None, bool] | None] = [None] * len(jobs)
+    # The processes run on worker threads; their lines are canonicalised here, on this one thread, in job order
+    # as each process ends: a parse on each worker thread would grow a malloc arena per thread (the bot's peak
+    # memory adds up across them), and orjson holds the GIL, so parsing on the workers would save no time.
+    # Each arm's earliest valid repetition is kept, in a file of the bot's own beside the processes' directories
+    # (never inside one), for parity and coverage to read back; every later one is digested without keeping its
+    # encoding. So the bot holds one harness line at a time, never a canonical report.
+    kept: dict[Arm, Canonical] = {}
+    outcomes: list[tuple[ProcessRecord, str | None, str | None, bool]] = []
     with ThreadPoolExecutor(max_workers=max(1, len(cpu_sets))) as pool:
-        futures = {pool.submit(run, index): index for index in range(len(jobs))}
-        for future in as_completed(futures):
-            index = futures[future]
-            arm, rep = jobs[index]
+        futures = [pool.submit(run, index) for index in range(len(jobs))]
+        for (arm, rep), future in zip(jobs, futures, strict=True):
             record, out = future.result()
-            parsed, problem, is_blocked = _read_canonical(record, out, exclusions)
+            keep: Path | bool = workdir / f"{row_id}-{arm}.canonical.json" if arm not in kept else False
+            parsed, problem, is_blocked = _read_canonical(record, out, exclusions, keep)
             digest = None
             if parsed is not None:
                 digest = record.canonical_digest = parsed.digest
                 record.section_digests = dict(parsed.section_digests)
-                if arm not in kept or rep < kept[arm][0]:
-                    kept[arm] = (rep, parsed)
-                del parsed
+                if arm not in kept:
+                    kept[arm] = parsed
             record.error = problem
             emit(progress, "determinism", f"{arm} repetition {rep + 1}: {digest[:12] if digest else problem}",
                  row=row_id)
-            outcomes[index] = (record, digest, problem, is_blocked)
+            outcomes.append((record, digest, problem, is_blocked))
 
     digests: dict[Arm, list[str]] = {arm: [] for arm in ARMS}
-    canonical = {arm: kept[arm][1] for arm in ARMS if arm in kept}
+    canonical = {arm: kept[arm] for arm in ARMS if arm in kept}
     failures: list[str] = []
     blocked: list[str] = []
-    finished = [outcome for outcome in outcomes if outcome is not None]
-    for (arm, rep), (_record, digest, problem, is_blocked) in zip(jobs, finished, strict=True):
+    for (arm, rep), (_record, digest, problem, is_blocked) in zip(jobs, outcomes, strict=True):
         if digest is not None:
             digests[arm].append(digest)
         elif problem is not None:
             (blocked if is_blocked else failures).append(f"{arm} repetition {rep + 1}: {problem}")
     unstable = [arm for arm in ARMS if len(set(digests[arm])) > 1]
     result = DeterminismResult(
-        runs=[outcome[0] for outcome in finished],
+        runs=[outcome[0] for outcome in outcomes],
         digests=digests,
         concurrent=len(cpu_sets) > 1,
         unstable_arms=unstable,
@@ -101,11 +100,11 @@ def run_determinism(
 
 
 def _read_canonical(
-    record: ProcessRecord, out: Path, exclusions: list[str]
+    record: ProcessRecord, out: Path, exclusions: list[str], keep: Path | bool = True
 ) -> tuple[Canonical | None, str | None, bool]:
     """Never trust exit 0: the output file must exist and hold exactly one valid canonical line. It lies in the
     process's own sandbox-writable directory, so it is read through `runners.untrusted` (a link, FIFO or
-    oversize file is a product failure naming it)."""
+    oversize file is a product failure naming it). `keep`: where the canonical bytes go (`canonicalize`)."""
     if record.error is not None:
         return None, f"{record.error}; stderr tail:\n{record.stderr_tail}", False
     if record.exit_code != 0:
@@ -120,7 +119,7 @@ def _read_canonical(
     if line is None:
         return None, f"expected 1 canonical line for --iterations 1, found {count}", False
     try:
-        return canonicalize(line, exclusions), None, False
+        return canonicalize(line, exclusions, keep=keep), None, False
     except ReplayBenchNotActive as exc:
         return None, str(exc), True
     except CanonicalError as exc:

@@ -16,7 +16,7 @@ FOCUSED_DIFF_LIMIT = 20
 
 
 def compare(row_id: str, baseline: Canonical, candidate: Canonical, keep_dir: Path) -> ParityResult:
-    identical = baseline.encoded == candidate.encoded
+    identical = baseline.digest == candidate.digest  # SHA-256 of the canonical bytes, both computed here
     result = ParityResult(
         baseline_digest=baseline.digest,
         candidate_digest=candidate.digest,

@@ -411,8 +411,8 @@ def test_records_parsed_one_at_a_time_give_the_bytes_of_the_whole_parse(requests
     for report in (_report(requests), _reverse_keys(_shuffled(_report(requests)))):
         streamed, whole = _both_ways(_line(report))
         _same(streamed, whole)
-        assert streamed.record_spans is not None and len(streamed.record_spans) == requests
-        assert whole.record_spans is None
+        assert streamed.record_runs is not None and sum(count for *_, count in streamed.record_runs) == requests
+        assert whole.record_runs is None
         records = streamed.streamed()["per_request"]
         assert [records[i]["uuid"] for i in range(len(records))] == sorted(r["uuid"] for r in report["per_request"])
 
@@ -455,7 +455,7 @@ def test_a_duplicated_records_key_is_parsed_whole_so_the_last_one_counts_as_ever
     streamed, whole = _both_ways(line)
 
     _same(streamed, whole)
-    assert streamed.record_spans is None and len(streamed.data["per_request"]) == 3
+    assert streamed.record_runs is None and len(streamed.data["per_request"]) == 3
 
 
 def test_malformed_records_get_the_whole_parse_s_error() -> None:
@@ -466,3 +466,59 @@ def test_malformed_records_get_the_whole_parse_s_error() -> None:
     line = _line(_report(3)).replace(b'"itl_ms":10.03', b'"itl_ms":NaN', 1)
     with pytest.raises(CanonicalError, match="canonical line is not JSON"):
         canonicalize(line, EXCLUSIONS)
+
+
+def test_many_records_are_read_in_several_runs_each_parsed_once_with_the_whole_parse_s_bytes() -> None:
+    report = _report(200)
+    for line in (_line(report), _line(_reverse_keys(_shuffled(report)))):
+        streamed, whole = _both_ways(line)
+        _same(streamed, whole)
+        assert streamed.record_runs is not None and len(streamed.record_runs) > 1
+        records = streamed.streamed()["per_request"]
+        assert [records[i]["uuid"] for i in (0, 99, 199, -1)] == [whole.data["per_request"][i]["uuid"]
+                                                                  for i in (0, 99, 199, -1)]
+        assert records[10:13] == whole.data["per_request"][10:13]
+        with pytest.raises(IndexError):
+            records[200]
+
+
+def test_a_run_cut_inside_a_record_is_refused_and_the_line_parsed_whole() -> None:
+    """Nested objects that open with the records' first key put every cut past the first run inside a record (a
+    string cannot hold the separator: its quote would be escaped): the run then does not parse as an array, and
+    the line is parsed whole, with the same result."""
+    report = _report(40)
+    first_key = next(iter(report["per_request"][0]))
+    for record in report["per_request"][:-1]:  # the last record's end is found after the last separator
+        record["nested"] = [{first_key: index} for index in range(400)]
+    streamed, whole = _both_ways(_line(report))
+    _same(streamed, whole)
+    assert streamed.record_runs is None
+
+
+def test_the_bytes_kept_in_a_file_or_not_at_all_have_the_same_digests(tmp_path: Path) -> None:
+    line = _line(_shuffled(_report(200)))
+    in_memory = canonicalize(line, EXCLUSIONS)
+    in_file = canonicalize(line, EXCLUSIONS, keep=tmp_path / "kept.json")
+    digests_only = canonicalize(line, EXCLUSIONS, keep=False)
+    assert (tmp_path / "kept.json").read_bytes() == in_file.encoded == in_memory.encoded
+    for canon in (in_file, digests_only):
+        assert (canon.digest, canon.section_digests) == (in_memory.digest, in_memory.section_digests)
+    assert in_file.section("summary") == in_memory.section("summary")
+    assert list(in_file.streamed()["per_request"]) == in_memory.data["per_request"]
+    with pytest.raises(RuntimeError, match="only the digests"):
+        digests_only.section("summary")
+    with pytest.raises(FileExistsError):
+        canonicalize(line, EXCLUSIONS, keep=tmp_path / "kept.json")
+
+
+@pytest.mark.parametrize("problem", ["duplicate", "rounded"])
+def test_a_refused_line_leaves_no_kept_file(tmp_path: Path, problem: str) -> None:
+    report = _report(3)
+    if problem == "duplicate":
+        report["per_request"][2]["uuid"] = report["per_request"][0]["uuid"]
+        line, message = _line(report), "duplicate uuid"
+    else:
+        line, message = _line(report).replace(b'"itl_ms":10.03', b'"itl_ms":18446744073709551616', 1), "64-bit"
+    with pytest.raises(CanonicalError, match=message):
+        canonicalize(line, EXCLUSIONS, keep=tmp_path / "kept.json")
+    assert not (tmp_path / "kept.json").exists()
