@@ -119,6 +119,11 @@ def main() -> None:
     print(f"| campaign wall | {wall:.2f} s ({wall / floor:.3f}x the floor) |")
     stages = ", ".join(f"{stage} {seconds:.2f}" for stage, seconds in spent.items())
     print(f"| wall by stage, from each progress event to the next (s) | {stages} |")
+    if report.verdicts is None or report.verdicts.performance.value != "PASS":
+        # A blocked or short gate ran fewer processes than the protocol's: its wall/floor is not the campaign's.
+        raise SystemExit(f"bench_real_size: the performance gate did not complete with PASS "
+                         f"({report.verdicts.summary if report.verdicts else 'no verdicts'}); measure again "
+                         "on a quiet node")
 
 
 if __name__ == "__main__":
