@@ -39,18 +39,18 @@ class HarnessBuilder:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path | None]:
     """One build cache for every campaign of the session ($KV_PARITY_BUILD_CACHE is CampaignRequest's default,
     inherited by `kv-parity` subprocesses): the fixture's base tree is built once, not once per test. Tests of
-    the baseline's own build opt out with `build_cache=None`; the candidate is always built."""
+    the baseline's own build opt out with `build_cache=None`; the candidate is always built. A variable set
+    before the session wins (empty: no cache, as benchmarks/bench_build_cache.py compares)."""
+    if BUILD_CACHE_ENV in os.environ:
+        yield None
+        return
     directory = tmp_path_factory.mktemp("shared-build-cache") / "cache"
-    previous = os.environ.get(BUILD_CACHE_ENV)
     os.environ[BUILD_CACHE_ENV] = str(directory)
     yield directory
-    if previous is None:
-        del os.environ[BUILD_CACHE_ENV]
-    else:
-        os.environ[BUILD_CACHE_ENV] = previous
+    del os.environ[BUILD_CACHE_ENV]
 
 
 @pytest.fixture(scope="session")

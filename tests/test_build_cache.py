@@ -320,3 +320,15 @@ fn main() {
     for run in [*first.sandbox.starts, *built.sandbox.starts]:
         bound = (*run.writable, *run.read_only, *(host for host, _ in run.mounts))
         assert not any(path == cache or path.is_relative_to(cache) or cache.is_relative_to(path) for path in bound)
+
+
+def test_the_slurm_backend_refuses_a_build_cache_naming_why(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli import main as cli_main
+
+    code = cli_main(["campaign", "--backend", "slurm", "--build-cache", str(tmp_path / "cache"), "--repo",
+                     str(tmp_path), "--base", "main", "--head", "main", "--profile", "demo", "--out",
+                     str(tmp_path / "out")])
+    assert code == 2
+    assert "--build-cache is not supported with --backend slurm" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()

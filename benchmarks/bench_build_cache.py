@@ -1,0 +1,88 @@
+"""What the build cache saves: a campaign with a warm cache against the same campaign cold and uncached, and
+the suite-level effect on a test file (its wall time with the session-wide cache against without it).
+
+    .venv/bin/python benchmarks/bench_build_cache.py [--rows vllm-agg] [--suite tests/test_campaign.py]
+                                                     [--no-suite]
+
+Each campaign is the demo's `identical` scenario in a fresh repository (so a new base commit SHA whose tree
+is the same), one row, sandboxed: uncached (no cache), cold (an empty cache: it builds and stores the
+baseline) and warm (the cache the cold one filled: the baseline is reused, the candidate is built). The
+suite figure runs pytest on the file twice, `KV_PARITY_BUILD_CACHE=` (empty: no cache) against the
+conftest's session cache; both start without the session cache holding anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from runners.build_cache import BUILD_CACHE_ENV
+from runners.campaign import CampaignRequest, run_campaign
+from runners.demo import demo_config, prepare_demo
+from runners.sandbox import check
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def campaign(out: Path, rows: list[str], cache: Path | None) -> tuple[float, float, str]:
+    """(campaign wall, baseline build seconds as this campaign spent them, how the baseline was served)."""
+    repo, base, head, trace = prepare_demo(out, "identical")
+    started = time.monotonic()
+    report = run_campaign(CampaignRequest(repo=repo, base=base, head=head, config=demo_config(),
+                                          config_source="bench", out_dir=out / "campaign", rows=rows,
+                                          trace_path=trace, sandbox=check("bwrap"), build_cache=cache))
+    wall = time.monotonic() - started
+    baseline = report.artifact("baseline")
+    record = baseline.build_cache
+    reused = record is not None and record.reused_from is not None
+    served = record.summary() if record is not None else "no cache"
+    return wall, 0.0 if reused else baseline.build_seconds, served
+
+
+def suite(path: str, cache_env: str | None) -> float:
+    env = dict(os.environ)
+    env.pop(BUILD_CACHE_ENV, None)
+    if cache_env is not None:
+        env[BUILD_CACHE_ENV] = cache_env
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", path], cwd=ROOT,
+                          env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"pytest {path} failed ({'no cache' if cache_env == '' else 'shared cache'}):\n"
+                         f"{done.stdout[-3000:]}")
+    return wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", default="vllm-agg")
+    parser.add_argument("--suite", default="tests/test_campaign.py")
+    parser.add_argument("--no-suite", action="store_true")
+    args = parser.parse_args()
+    rows = args.rows.split(",")
+    root = Path(tempfile.mkdtemp(prefix="kv-parity-cache-bench-"))
+    cache = root / "build-cache"
+    figures = {name: campaign(root / name, rows, None if name == "uncached" else cache)
+               for name in ("uncached", "cold", "warm")}
+    print(f"load average {os.getloadavg()[0]:.1f}; rows {','.join(rows)}")
+    print("| campaign | wall s | baseline build s | baseline |\n|---|---|---|---|")
+    for name, (wall, build, served) in figures.items():
+        print(f"| {name} | {wall:.1f} | {build:.1f} | {served} |")
+    cold, warm, uncached = figures["cold"][0], figures["warm"][0], figures["uncached"][0]
+    print(f"warm / cold: {warm / cold:.2f}; warm / uncached: {warm / uncached:.2f}; "
+          f"cold / uncached (cost of storing): {cold / uncached:.2f}")
+    if not args.no_suite:
+        without = suite(args.suite, "")
+        shared = suite(args.suite, None)
+        print(f"| {args.suite} | without cache {without:.1f} s | shared session cache {shared:.1f} s | "
+              f"ratio {shared / without:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
