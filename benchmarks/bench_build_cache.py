@@ -2,7 +2,7 @@
 the suite-level effect on a test file (its wall time with the session-wide cache against without it).
 
     .venv/bin/python benchmarks/bench_build_cache.py [--rows vllm-agg] [--suite tests/test_campaign.py]
-                                                     [--no-suite]
+                                                     [--only campaigns|suite] [--shared-first]
 
 Each campaign is the demo's `identical` scenario in a fresh repository (so a new base commit SHA whose tree
 is the same), one row, sandboxed: uncached (no cache), cold (an empty cache: it builds and stores the
@@ -29,8 +29,9 @@ from runners.sandbox import check
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def campaign(out: Path, rows: list[str], cache: Path | None) -> tuple[float, float, str]:
-    """(campaign wall, baseline build seconds as this campaign spent them, how the baseline was served)."""
+def campaign(out: Path, rows: list[str], cache: Path | None) -> tuple[float, float, str, str]:
+    """(campaign wall, baseline build seconds as this campaign spent them, how the baseline was served,
+    verdicts)."""
     repo, base, head, trace = prepare_demo(out, "identical")
     started = time.monotonic()
     report = run_campaign(CampaignRequest(repo=repo, base=base, head=head, config=demo_config(),
@@ -41,7 +42,7 @@ def campaign(out: Path, rows: list[str], cache: Path | None) -> tuple[float, flo
     record = baseline.build_cache
     reused = record is not None and record.reused_from is not None
     served = record.summary() if record is not None else "no cache"
-    return wall, 0.0 if reused else baseline.build_seconds, served
+    return wall, 0.0 if reused else baseline.build_seconds, served, report.verdicts.summary if report.verdicts else ""
 
 
 def suite(path: str, cache_env: str | None) -> float:
@@ -63,25 +64,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", default="vllm-agg")
     parser.add_argument("--suite", default="tests/test_campaign.py")
-    parser.add_argument("--no-suite", action="store_true")
+    parser.add_argument("--only", choices=("campaigns", "suite"), help="run one half only")
+    parser.add_argument("--shared-first", action="store_true",
+                        help="run the suite with the shared cache first (swaps the order, to bracket load drift)")
     args = parser.parse_args()
-    rows = args.rows.split(",")
+    if args.only != "suite":
+        campaigns(args.rows.split(","))
+    if args.only != "campaigns":
+        order = ["shared", "without"] if args.shared_first else ["without", "shared"]
+        walls = {name: suite(args.suite, None if name == "shared" else "") for name in order}
+        print(f"| {args.suite} ({' then '.join(order)}, load average {os.getloadavg()[0]:.1f}) | without cache "
+              f"{walls['without']:.1f} s | shared session cache {walls['shared']:.1f} s | "
+              f"ratio {walls['shared'] / walls['without']:.2f} |")
+
+
+def campaigns(rows: list[str]) -> None:
     root = Path(tempfile.mkdtemp(prefix="kv-parity-cache-bench-"))
     cache = root / "build-cache"
     figures = {name: campaign(root / name, rows, None if name == "uncached" else cache)
                for name in ("uncached", "cold", "warm")}
     print(f"load average {os.getloadavg()[0]:.1f}; rows {','.join(rows)}")
-    print("| campaign | wall s | baseline build s | baseline |\n|---|---|---|---|")
-    for name, (wall, build, served) in figures.items():
-        print(f"| {name} | {wall:.1f} | {build:.1f} | {served} |")
+    print("| campaign | wall s | baseline build s | baseline | verdicts |\n|---|---|---|---|---|")
+    for name, (wall, build, served, verdicts) in figures.items():
+        print(f"| {name} | {wall:.1f} | {build:.1f} | {served} | {verdicts} |")
     cold, warm, uncached = figures["cold"][0], figures["warm"][0], figures["uncached"][0]
     print(f"warm / cold: {warm / cold:.2f}; warm / uncached: {warm / uncached:.2f}; "
           f"cold / uncached (cost of storing): {cold / uncached:.2f}")
-    if not args.no_suite:
-        without = suite(args.suite, "")
-        shared = suite(args.suite, None)
-        print(f"| {args.suite} | without cache {without:.1f} s | shared session cache {shared:.1f} s | "
-              f"ratio {shared / without:.2f} |")
 
 
 if __name__ == "__main__":

@@ -153,14 +153,18 @@ class BuildCache:
         """The entry stored under `key` with its binary re-hashed, or a miss; a bad entry is deleted."""
         name = key.digest()
         with self._root() as root:
+            discarded = None
             try:
-                found = _read_entry(root, name, key)
-            except _Refused as refused:
-                _delete(root, name)
-                yield Lookup(discarded=str(refused))
-                return
+                try:
+                    found = _read_entry(root, name, key)
+                except _Refused as refused:
+                    found, discarded = None, str(refused)
+                    _delete(root, name)
+            except OSError as exc:
+                raise BuildCacheError(f"cannot read {name[:12]} in build cache {self.directory}: "
+                                      f"{exc.strerror or exc}") from exc
             if found is None:
-                yield Lookup()
+                yield Lookup(discarded=discarded)
                 return
             entry, binary = found
             try:
