@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runners import build_info
+from runners.build_cache import BUILD_CACHE_ENV, configured_dir
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, parse_rows, resolve_config
 from runners.demo import SCENARIOS, demo_config, prepare_demo
@@ -69,9 +70,18 @@ def _finish(report: CampaignReport, out: Path) -> int:
     return EXIT_UNDECIDED[undecided] if undecided else EXIT_FOR_CONCLUSION[report.verdicts.conclusion]
 
 
+def _build_cache(args: argparse.Namespace) -> Path | None:
+    """`--build-cache` when given, else $KV_PARITY_BUILD_CACHE, else no cache (a one-off run builds both arms)."""
+    return Path(args.build_cache) if args.build_cache else configured_dir()
+
+
 def _slurm_campaign(args: argparse.Namespace, spec_fields: dict[str, object], out: Path) -> int:
     """The same campaign as the split pipeline on Slurm: this process plans, submits, follows and merges."""
     import uuid
+
+    if args.build_cache:
+        raise ConfigError("--build-cache is not supported with --backend slurm: its build jobs (`kv-parity build "
+                          "--plan`) always build both arms")
 
     from runners.slurm import CampaignSpec, options_from_args, run_on_slurm
 
@@ -102,7 +112,7 @@ def cmd_campaign(args: argparse.Namespace, *, profile_only: bool = False) -> int
         repo=Path(args.repo), base=args.base, head=args.head, config=config, config_source=source, out_dir=out,
         rows=parse_rows(args.rows), trace_path=Path(args.trace) if args.trace else None, keep_work=args.keep_work,
         sandbox=sandbox_check(args.sandbox),
-        config_ref=args.config_ref, profile_only=profile_only,
+        config_ref=args.config_ref, profile_only=profile_only, build_cache=_build_cache(args),
         **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
     )
     return _finish(run_campaign(request, progress), out)
@@ -122,7 +132,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                                out / "campaign")
     request = CampaignRequest(repo=repo, base=base, head=head, config=demo_config(), config_source="profile:demo",
                               out_dir=out / "campaign", trace_path=trace, rows=parse_rows(args.rows),
-                              sandbox=sandbox_check(args.sandbox))
+                              sandbox=sandbox_check(args.sandbox), build_cache=_build_cache(args))
     return _finish(run_campaign(request, terminal_progress(_verbosity(args))), out / "campaign")
 
 
@@ -194,8 +204,16 @@ def _add_campaign_arguments(campaign: argparse.ArgumentParser) -> None:
     campaign.add_argument("--profile-only", action="store_true",
                           help="correctness, then regression attribution instead of the performance gate "
                                "(what `kv-parity profile` does)")
+    _add_build_cache_argument(campaign)
     _add_verbosity(campaign)
     add_sandbox_argument(campaign)
+
+
+def _add_build_cache_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--build-cache", metavar="DIR",
+                        help="reuse the baseline's build from, and store it in, this directory (this user's, "
+                             "mode 0700; created if missing) when its build would be the same; the candidate is "
+                             f"always built (default: ${BUILD_CACHE_ENV}, else no cache)")
 
 
 class _PrintVersion(argparse.Action):
@@ -227,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", help="output directory (default: a new temporary directory)")
     demo.add_argument("--scenario", default="identical", choices=sorted(SCENARIOS))
     demo.add_argument("--rows", help="comma-separated row ids (default: every row)")
+    _add_build_cache_argument(demo)
     _add_verbosity(demo)
     add_sandbox_argument(demo)
     add_slurm_arguments(demo)

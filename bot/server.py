@@ -144,6 +144,7 @@ def make_backend(settings: Settings, stop: threading.Event | None = None) -> Bac
         fetch_remote=settings.local_fetch_remote,
         cancel_grace_seconds=settings.cancel_grace_seconds,
         sandbox=settings.sandbox,
+        build_cache=settings.build_cache,
     )
 
 

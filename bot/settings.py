@@ -93,12 +93,16 @@ class Settings(BaseModel):
     db_path: Path = Path("kv-parity-bot.sqlite3")
     work_dir: Path = Path("kv-parity-work")
     """Per-campaign directories: config written from the base revision, progress file, report, logs."""
+    build_cache_dir: Path | None = None
+    """Where the local backend's campaigns reuse and store baseline builds (runners/build_cache.py; only the
+    merge base is ever reused, the candidate is always built); None: `<work_dir>/build-cache`."""
     local_repo_path: Path | None = None
     """Clone the local backend runs campaigns in; missing commits are fetched from `local_fetch_remote`."""
     local_fetch_remote: str = "origin"
     local_campaign_argv: list[str] | None = None
     """Command prefix the local backend runs instead of `kv-parity campaign`; the backend appends
-    `--sandbox --repo --base --head --config [--rows] --out --campaign-id --progress-jsonl`. This is how a
+    `--sandbox --repo --base --head --config [--rows] [--build-cache] --out --campaign-id
+    --progress-jsonl`. This is how a
     single-node user plugs in a different runner."""
     sandbox: Literal["bwrap", "none"] = "bwrap"
     """How the local backend contains pull-request code: `bwrap` (bubblewrap; the service refuses to start
@@ -128,6 +132,10 @@ class Settings(BaseModel):
     link reaches can read it. By default a private repository (the webhook's `repository.private`) gets no
     page and no link; set true only if the service is reachable solely by people allowed to read the
     repository."""
+
+    @property
+    def build_cache(self) -> Path:
+        return self.build_cache_dir if self.build_cache_dir is not None else self.work_dir / "build-cache"
 
     @model_validator(mode="after")
     def _one_auth_mode(self) -> Settings:

@@ -11,11 +11,13 @@ the trusted side reads of the PR's tree (cargo configs, toolchain files, the man
 the pinned SHA, never through the worktree, so a committed symlink is never followed. The executable is located
 from cargo's JSON messages (never by globbing `target/`), must lie inside the worktree, and is copied by the
 trusted process into the campaign store (root-owned, mode 0555, never bound writable into a sandbox) before it is
-hashed.
+hashed. With a build cache (runners/build_cache.py) the baseline's key is computed once its settings and feature
+closure are known, before any fetch: a hit copies the cached binary in and no fetch or compile runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,10 +27,12 @@ import time
 import tomllib
 from functools import cache
 from pathlib import Path
+from typing import BinaryIO
 
+from runners.build_cache import CampaignCache, build_key
 from runners.config import BuildConfig
-from runners.report import Arm, Artifact, BuildSettings, Toolchain
-from runners.revisions import RevisionError, git_dir_of, revision_file
+from runners.report import Arm, Artifact, BuildCacheRecord, BuildSettings, Toolchain
+from runners.revisions import RevisionError, git, git_dir_of, revision_file
 from runners.sandbox import Run, Sandbox, SandboxUnavailable, sha256_of, toml_rustflags
 from runners.sizes import text_size
 from runners.untrusted import UntrustedFileError, read_bytes
@@ -97,6 +101,8 @@ class ArmBuild:
         # Read now, before the tree (and, for a plain repository, its .git) is handed to the sandbox user.
         git_dir = git_dir_of(self.tree)
         self.files = {relative: self._read_revision(git_dir, relative) for relative in self._trusted_paths()}
+        self.tree_sha = git(git_dir, "rev-parse", "--verify", f"{sha}^{{tree}}")
+        """The revision's git tree (before any patch): what the build cache keys on."""
         self.config = config
         self.sandbox = sandbox
         self.workspace = self.tree / config.workspace_dir
@@ -140,15 +146,15 @@ class ArmBuild:
                              "recorded ones")
 
     def prepare(self) -> None:
-        """Hand the worktree and a fresh cargo home to the sandbox user, write the bot's cargo config, then fetch.
-
-        Without a Cargo.lock there is nothing pinned to fetch: the build runs offline and a crate with
-        dependencies then fails with cargo's own error, never with a silently resolved dependency set.
-        """
+        """Hand the worktree and a fresh cargo home to the sandbox user and write the bot's cargo config."""
         self.cargo_home.mkdir(parents=True, exist_ok=True)
         self.sandbox.hand_over(self.tree, self.cargo_home)
         # Root-owned in a directory the sandbox owns: it can only replace the file, which the check catches.
         (self.cargo_home / "config.toml").write_bytes(BOT_CARGO_CONFIG)
+
+    def fetch_locked(self) -> None:
+        """Fetch what the Cargo.lock pins. Without one there is nothing pinned to fetch: the build runs offline
+        and a crate with dependencies then fails with cargo's own error, never with a silently resolved set."""
         if self.revision_file(self.workspace_path / "Cargo.lock") is not None:
             self.fetch()
 
@@ -270,14 +276,16 @@ class ArmBuild:
 
 
 def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Path, *,
-                   sandbox: Sandbox | None = None) -> Artifact:
-    """Build `tree` once with the configured command in its own sandbox; store and describe the executable."""
+                   sandbox: Sandbox | None = None, cache: CampaignCache | None = None) -> Artifact:
+    """Build `tree` once with the configured command in its own sandbox; store and describe the executable.
+    With `cache`, an arm it serves is first looked up (a hit runs no fetch or compile) and stored once built."""
     sandbox = sandbox or Sandbox.default()
     cargo_home = tree.resolve().parent / f".cargo-home-{tree.name}"
     try:
         build = ArmBuild(tree, arm, sha, config, sandbox, cargo_home)
     except RevisionError as exc:
         raise BuildError(f"{arm} worktree {tree} is not a git worktree: {exc}") from exc
+    target = out_dir / f"{arm}-{sha[:12]}-{config.bench_target}"
     try:
         build.prepare()
         closure = build.feature_closure()
@@ -285,11 +293,22 @@ def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir:
         command = list(config.command)
         if not any(word.startswith("--message-format") for word in command):
             command.append("--message-format=json-render-diagnostics")
+        key = None if cache is None or not cache.serves(arm) else build_key(
+            build.tree_sha, cache.patches, settings, command, closure, config)
+        discarded = None
+        if cache is not None and key is not None:
+            with cache.cache.lookup(key) as found:
+                if found.entry is not None and found.binary is not None:
+                    store_binary(found.binary, target)
+                    record = BuildCacheRecord(key_sha256=key.digest(), reused_from=found.entry.campaign_id)
+                    return _reused(found.entry.artifact, sha, target, record)
+                discarded = found.discarded
+        build.fetch_locked()
         executable, seconds = build.compile(command)
-        target = store_binary(executable, out_dir / f"{arm}-{sha[:12]}-{config.bench_target}")
+        store_binary(executable, target)
     finally:
         shutil.rmtree(cargo_home, ignore_errors=True)
-    return Artifact(
+    artifact = Artifact(
         arm=arm,
         sha=sha,
         features=list(config.features),
@@ -303,17 +322,33 @@ def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir:
         build_seconds=round(seconds, 3),
         settings=settings,
     )
+    if cache is not None and key is not None:
+        cache.cache.store(key, artifact, target, cache.campaign_id)
+        artifact.build_cache = BuildCacheRecord(key_sha256=key.digest(), discarded=discarded)
+    return artifact
 
 
-def store_binary(executable: Path, target: Path) -> Path:
-    """Copy into the campaign store: a root-owned 0555 file in a 0755 directory no sandbox can write."""
+def _reused(cached: Artifact, sha: str, target: Path, record: BuildCacheRecord) -> Artifact:
+    """The cached artifact as this campaign's: its own commit and file name, the copy re-hashed."""
+    actual = sha256_of(target)
+    if actual != cached.binary_sha256:
+        raise BuildError(f"the binary copied from the build cache has SHA-256 {actual}, not the recorded "
+                         f"{cached.binary_sha256}; refusing it")
+    return cached.model_copy(update={"sha": sha, "binary_name": target.name, "build_cache": record})
+
+
+def store_binary(executable: Path | BinaryIO, target: Path) -> Path:
+    """Copy into the campaign store: a root-owned 0555 file in a 0755 directory no sandbox can write. The
+    source is a path, or a file already open (a cache entry's binary, opened without following links)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     target.parent.chmod(0o755)
     if target.exists():
         target.chmod(0o755)
         target.unlink()
-    with executable.open("rb") as source, target.open("xb") as sink:
-        shutil.copyfileobj(source, sink)
+    with contextlib.ExitStack() as stack:
+        source = stack.enter_context(executable.open("rb")) if isinstance(executable, Path) else executable
+        with target.open("xb") as sink:
+            shutil.copyfileobj(source, sink)
     target.chmod(0o555)
     return target
 

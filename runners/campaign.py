@@ -10,12 +10,13 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runners import build_info
 from runners.attribution import attribute_regression, sandbox_launcher
 from runners.build import BuildError, ProtocolMismatch, build_artifact, toolchain
+from runners.build_cache import UNSANDBOXED_NO_CACHE, BuildCacheError, CampaignCache, configured_dir
 from runners.config import CampaignConfig, LifecycleFixture, RowConfig
 from runners.coverage import CoverageError, check_evidence, count_evidence
 from runners.declared import check_declared_exclusions
@@ -98,10 +99,14 @@ class CampaignRequest:
     """Where pull-request code runs; also holds the binaries' pinned SHA-256 once they are built."""
     profile_only: bool = False
     """`kv-parity profile` / `/parity profile`: correctness, then regression attribution instead of sampling."""
+    build_cache: Path | None = field(default_factory=configured_dir)
+    """Build cache directory the baseline may be reused from and is stored in (runners/build_cache.py);
+    default $KV_PARITY_BUILD_CACHE, None: build both arms."""
 
     def __post_init__(self) -> None:
         """Absolute paths: git runs in other directories (worktrees), where a relative path means another place."""
         self.repo = self.repo.resolve()
+        self.build_cache = self.build_cache.absolute() if self.build_cache else None  # a link stays one (refused)
         self.out_dir = self.out_dir.resolve()
         self.trace_path = self.trace_path.resolve() if self.trace_path else None
         self.determinism_patch = self.determinism_patch.resolve() if self.determinism_patch else None
@@ -268,18 +273,22 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
     trusted = request.config_ref or shas["baseline"]
     patch = request.determinism_patch or _base_patch(request, config.determinism.patch, "determinism", trusted, work)
     harness_patch = _base_patch(request, config.harness.patch, "harness", trusted, work)
+    cache = _campaign_cache(request, progress)
     for arm in ARMS:
         emit(progress, "build", f"{arm} {shas[arm][:12]}")
         with worktree(request.repo, shas[arm], work / f"tree-{arm}") as tree:
+            applied: dict[str, str] = {}
             try:
                 if patch is not None:
-                    report.determinism_patch_sha256 = apply_patch(tree, patch)
+                    report.determinism_patch_sha256 = applied["determinism"] = apply_patch(tree, patch)
                 if harness_patch is not None:
-                    report.harness_patch_sha256 = apply_patch(tree, harness_patch, "harness patch")
+                    report.harness_patch_sha256 = applied["harness"] = apply_patch(tree, harness_patch,
+                                                                                    "harness patch")
             except RevisionError as exc:
                 raise CampaignStop("build", str(exc), blocking=True) from exc
             try:
-                artifact = build_artifact(tree, arm, shas[arm], config.build, work / "bin", sandbox=request.sandbox)
+                artifact = build_artifact(tree, arm, shas[arm], config.build, work / "bin", sandbox=request.sandbox,
+                                          cache=cache and replace(cache, patches=applied))
                 moved = worktree_head(request.repo, tree)
             except ProtocolMismatch as exc:
                 raise CampaignStop("build", str(exc), blocking=True, output_tail=exc.output_tail) from exc
@@ -287,8 +296,10 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
                 raise CampaignStop("build", str(exc), blocking=False, output_tail=exc.output_tail) from exc
             except ElfError as exc:
                 raise CampaignStop("sizes", str(exc), blocking=False) from exc
-            except (SandboxUnavailable, RevisionError) as exc:
+            except (SandboxUnavailable, RevisionError, BuildCacheError) as exc:
                 raise CampaignStop("build", str(exc), blocking=True) from exc
+            if artifact.build_cache is not None:
+                emit(progress, "build", f"{arm}: {artifact.build_cache.summary()}")
             if moved != shas[arm]:
                 raise CampaignStop("build", f"{arm} checkout moved off {shas[arm]} to {moved} during its build; "
                                    "refusing its binary", blocking=False)
@@ -312,6 +323,17 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
     emit(progress, "sizes", report.sizes.reason)
     return Prepared(binaries=binaries, shas=shas, trace=trace, exceptions=exceptions,
                     build_differences=differences, help_texts=help_texts)
+
+
+def _campaign_cache(request: CampaignRequest, progress: ProgressSink | None) -> CampaignCache | None:
+    """The campaign's build cache, if it has one it may use; an unusable directory stops the campaign."""
+    try:
+        cache = CampaignCache.for_campaign(request.build_cache, request.campaign_id, request.sandbox.kind)
+    except BuildCacheError as exc:
+        raise CampaignStop("build", str(exc), blocking=True) from exc
+    if request.build_cache is not None and cache is None:
+        emit(progress, "build", UNSANDBOXED_NO_CACHE)
+    return cache
 
 
 def _base_patch(request: CampaignRequest, relative: str | None, purpose: str, trusted_ref: str,

@@ -110,6 +110,27 @@ def build_difference_reason(differences: list[str]) -> str:
             "comparable (set build.allow_toolchain_difference = true to accept): " + "; ".join(differences))
 
 
+class BuildCacheRecord(_Model):
+    """How the build cache (runners/build_cache.py) served an arm; only the baseline is ever looked up."""
+
+    key_sha256: str
+    """Digest of everything that determines the build (tree, toolchain as it applied, command, features,
+    patches, flags and config digests)."""
+    reused_from: str | None = None
+    """The campaign whose build of this key was reused: no fetch or compile ran for this arm here."""
+    discarded: str | None = None
+    """Why an entry for this key was refused and deleted (a binary that no longer matches its recorded
+    SHA-256, a planted link) before the arm was built fresh."""
+
+    def summary(self) -> str:
+        """One line for every surface that shows the build."""
+        key = f"build cache key {self.key_sha256[:12]}"
+        if self.reused_from is not None:
+            return f"reused from campaign {self.reused_from} ({key}): not built again"
+        refused = f"; a cache entry was refused and deleted: {self.discarded}" if self.discarded else ""
+        return f"built here and stored ({key}){refused}"
+
+
 class Artifact(_Model):
     """One release artifact per revision, reused for every row and stage."""
 
@@ -128,6 +149,8 @@ class Artifact(_Model):
     build_seconds: float
     settings: BuildSettings | None = None
     """The toolchain and flags that applied to this arm (None in reports from before they were recorded)."""
+    build_cache: BuildCacheRecord | None = None
+    """None: no cache was consulted (the candidate, a campaign without a cache, reports from before it)."""
 
 
 class TraceEvidence(_Model):

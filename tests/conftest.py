@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runners.build import build_artifact
+from runners.build_cache import BUILD_CACHE_ENV
 from runners.config import CampaignConfig
 from runners.demo import Knob, commit_change, demo_config, init_fixture_repo
 from runners.demo_trace import generate_demo_trace
@@ -52,6 +54,21 @@ class HarnessBuilder:
             artifact = build_artifact(repo, "candidate", sha, demo_config().build, self.root / "bin" / key)
             self._cache[key] = self.root / "bin" / key / artifact.binary_name
         return self._cache[key]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path | None]:
+    """One build cache for every campaign of the session ($KV_PARITY_BUILD_CACHE is CampaignRequest's default,
+    inherited by `kv-parity` subprocesses): the fixture's base tree is built once, not once per test. Tests of
+    the baseline's own build opt out with `build_cache=None`; the candidate is always built. A variable set
+    before the session wins (empty: no cache, as benchmarks/bench_build_cache.py compares)."""
+    if BUILD_CACHE_ENV in os.environ:
+        yield None
+        return
+    directory = tmp_path_factory.mktemp("shared-build-cache") / "cache"
+    os.environ[BUILD_CACHE_ENV] = str(directory)
+    yield directory
+    del os.environ[BUILD_CACHE_ENV]
 
 
 @pytest.fixture(scope="session")

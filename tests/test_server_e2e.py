@@ -123,7 +123,7 @@ def test_labeled_event_runs_a_campaign_to_completion(env: Env) -> None:
     [run] = env.runs()
     assert run["config"] == CONFIG_TOML, "the config comes from the base branch, never from the head"
     work = done.artifact_dir.parent
-    assert run["argv"][-18:] == [
+    assert run["argv"][-20:] == [
         "--repo",
         str(work / "repo"),
         "--base",
@@ -136,6 +136,8 @@ def test_labeled_event_runs_a_campaign_to_completion(env: Env) -> None:
         env.main2,
         "--config-source",
         source,
+        "--build-cache",
+        str(env.tmp / "work" / "build-cache"),
         "--out",
         str(done.artifact_dir),
         "--campaign-id",

@@ -306,6 +306,7 @@ def _campaign(argv: list[str]) -> int:
     parser.add_argument("--config-source", required=True)
     parser.add_argument("--rows")
     parser.add_argument("--profile-only", action="store_true")
+    parser.add_argument("--build-cache")
     parser.add_argument("--out", required=True)
     parser.add_argument("--campaign-id", required=True)
     parser.add_argument("--progress-jsonl", required=True)

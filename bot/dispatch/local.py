@@ -1,11 +1,12 @@
 """Local backend: the real campaign as a subprocess on this machine (demos, tests, single-node users).
 
 argv contract (a list, never a shell): `<prefix> --sandbox bwrap|none --repo <clone> --base <sha> --head <sha>
---config <file> [--config-ref <sha>] --config-source <text> [--rows a,b] [--profile-only] --out <dir>
---campaign-id <id> --progress-jsonl <file>`; `--profile-only` (a `/parity profile` request) checks correctness and
-attributes where the time goes instead of sampling. `--config-ref` is the base branch tip the config was read at
-(the determinism patch is read there too), `--config-source` what the report says about it (never the
-temporary file). The prefix defaults to `kv-parity campaign` and `settings.local_campaign_argv` replaces it.
+--config <file> [--config-ref <sha>] --config-source <text> [--rows a,b] [--profile-only] [--build-cache <dir>]
+--out <dir> --campaign-id <id> --progress-jsonl <file>`; `--profile-only` (a `/parity profile` request) checks
+correctness and attributes where the time goes instead of sampling; `--build-cache` is the service's cache of
+baseline builds (`build_cache_dir`), shared by its campaigns. `--config-ref` is the base branch tip the config
+was read at (the determinism patch is read there too), `--config-source` what the report says about it (never
+the temporary file). The prefix defaults to `kv-parity campaign` and `settings.local_campaign_argv` replaces it.
 Exit 2 means a usage/config error and no report; any other exit must leave `<out>/report.json`, which is
 validated with `CampaignReport`.
 
@@ -104,6 +105,7 @@ def campaign_argv(
     out_dir: Path,
     progress: Path,
     sandbox: SandboxKind = "bwrap",
+    build_cache: Path | None = None,
 ) -> list[str]:
     """The full argv of one campaign run (see the module docstring for the contract)."""
     argv = [
@@ -126,6 +128,8 @@ def campaign_argv(
         argv += ["--rows", format_rows(campaign.rows)]
     if campaign.mode == "profile":
         argv.append("--profile-only")
+    if build_cache is not None:
+        argv += ["--build-cache", str(build_cache)]
     return argv + ["--out", str(out_dir), "--campaign-id", campaign.id, "--progress-jsonl", str(progress)]
 
 
@@ -178,9 +182,11 @@ class LocalBackend:
         fetch_remote: str = "origin",
         cancel_grace_seconds: float = 10.0,
         sandbox: SandboxKind = "bwrap",
+        build_cache: Path | None = None,
     ) -> None:
         require_sandbox(sandbox)
         self.sandbox: SandboxKind = sandbox
+        self.build_cache = build_cache
         self.repo = repo
         self.argv_prefix = argv_prefix
         self.fetch_remote = fetch_remote
@@ -244,7 +250,7 @@ class LocalBackend:
         clone = work / CLONE_DIR
         self._fresh_clone(clone)
         prefix = self.argv_prefix if self.argv_prefix is not None else default_argv_prefix()
-        argv = campaign_argv(prefix, clone, campaign, config_file, out_dir, progress, self.sandbox)
+        argv = campaign_argv(prefix, clone, campaign, config_file, out_dir, progress, self.sandbox, self.build_cache)
         if self.sandbox == "none":
             log.warning("campaign %s: %s", campaign.id, UNSANDBOXED)
         try:

@@ -1,0 +1,104 @@
+"""What the build cache saves: a campaign with a warm cache against the same campaign cold and uncached, and
+the suite-level effect on a test file (its wall time with the session-wide cache against without it).
+
+    .venv/bin/python benchmarks/bench_build_cache.py [--rows vllm-agg] [--suite tests/test_campaign.py]
+                                                     [--only campaigns|suite] [--shared-first]
+
+Each campaign is the demo's `identical` scenario in a fresh repository (so a new base commit SHA whose tree
+is the same), one row, sandboxed: uncached (no cache), cold (an empty cache: it builds and stores the
+baseline) and warm (the cache the cold one filled: the baseline is reused, the candidate is built). The
+suite figure runs pytest on the file twice, `KV_PARITY_BUILD_CACHE=` (empty: no cache) against the
+conftest's session cache; both start without the session cache holding anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from runners.build_cache import BUILD_CACHE_ENV
+from runners.campaign import CampaignRequest, run_campaign
+from runners.demo import demo_config, prepare_demo
+from runners.progress import ProgressEvent
+from runners.sandbox import check
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def campaign(out: Path, rows: list[str], cache: Path | None) -> tuple[float, float, float, str, str]:
+    """(campaign wall, build stage wall (first build event to preflight: both arms, fetch included), baseline
+    build seconds as this campaign spent them, how the baseline was served, verdicts)."""
+    repo, base, head, trace = prepare_demo(out, "identical")
+    events: list[ProgressEvent] = []
+    started = time.monotonic()
+    report = run_campaign(CampaignRequest(repo=repo, base=base, head=head, config=demo_config(),
+                                          config_source="bench", out_dir=out / "campaign", rows=rows,
+                                          trace_path=trace, sandbox=check("bwrap"), build_cache=cache),
+                          events.append)
+    wall = time.monotonic() - started
+    build_started = next(event.unix for event in events if event.stage == "build")
+    stage = next(event.unix for event in events if event.stage == "preflight") - build_started
+    baseline = report.artifact("baseline")
+    record = baseline.build_cache
+    reused = record is not None and record.reused_from is not None
+    served = record.summary() if record is not None else "no cache"
+    verdicts = report.verdicts.summary if report.verdicts else ""
+    return wall, stage, 0.0 if reused else baseline.build_seconds, served, verdicts
+
+
+def suite(path: str, cache_env: str | None) -> float:
+    env = dict(os.environ)
+    env.pop(BUILD_CACHE_ENV, None)
+    if cache_env is not None:
+        env[BUILD_CACHE_ENV] = cache_env
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", path], cwd=ROOT,
+                          env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"pytest {path} failed ({'no cache' if cache_env == '' else 'shared cache'}):\n"
+                         f"{done.stdout[-3000:]}")
+    return wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", default="vllm-agg")
+    parser.add_argument("--suite", default="tests/test_campaign.py")
+    parser.add_argument("--only", choices=("campaigns", "suite"), help="run one half only")
+    parser.add_argument("--shared-first", action="store_true",
+                        help="run the suite with the shared cache first (swaps the order, to bracket load drift)")
+    args = parser.parse_args()
+    if args.only != "suite":
+        campaigns(args.rows.split(","))
+    if args.only != "campaigns":
+        order = ["shared", "without"] if args.shared_first else ["without", "shared"]
+        walls = {name: suite(args.suite, None if name == "shared" else "") for name in order}
+        print(f"| {args.suite} ({' then '.join(order)}, load average {os.getloadavg()[0]:.1f}) | without cache "
+              f"{walls['without']:.1f} s | shared session cache {walls['shared']:.1f} s | "
+              f"ratio {walls['shared'] / walls['without']:.2f} |")
+
+
+def campaigns(rows: list[str]) -> None:
+    root = Path(tempfile.mkdtemp(prefix="kv-parity-cache-bench-"))
+    cache = root / "build-cache"
+    figures = {name: campaign(root / name, rows, None if name == "uncached" else cache)
+               for name in ("uncached", "cold", "warm")}
+    print(f"load average {os.getloadavg()[0]:.1f}; rows {','.join(rows)}")
+    print("| campaign | wall s | build stage s | baseline cargo build s | baseline | verdicts |\n"
+          "|---|---|---|---|---|---|")
+    for name, (wall, stage, build, served, verdicts) in figures.items():
+        print(f"| {name} | {wall:.1f} | {stage:.1f} | {build:.1f} | {served} | {verdicts} |")
+    for index, what in ((0, "campaign wall"), (1, "build stage")):
+        cold, warm, uncached = (figures[name][index] for name in ("cold", "warm", "uncached"))
+        print(f"{what}: warm / cold {warm / cold:.2f}; warm / uncached {warm / uncached:.2f}; "
+              f"cold / uncached (cost of storing) {cold / uncached:.2f}")
+
+
+if __name__ == "__main__":
+    main()

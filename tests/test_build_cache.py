@@ -1,0 +1,334 @@
+"""The build cache with real builds: a base tree built once is reused, never a candidate; a tampered or linked
+entry is refused and rebuilt; any change to what determines the build misses; no sandbox ever sees the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from runners.build import build_artifact
+from runners.build_cache import BuildCache, BuildCacheError, BuildKey, CampaignCache
+from runners.campaign import CampaignRequest, CampaignStop, new_report, prepare
+from runners.config import CampaignConfig
+from runners.demo import commit_change, init_fixture_repo
+from runners.report import Arm, Artifact, CampaignReport
+from runners.revisions import worktree
+from runners.sandbox import Run, Sandbox, sha256_of
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (the bubblewrap package)")
+
+BUILD_RS = "lib/bench/build.rs"
+
+
+class RecordingSandbox(Sandbox):
+    """The real bubblewrap sandbox, noting every start: which cargo command ran in which worktree."""
+
+    def __init__(self) -> None:
+        super().__init__("bwrap")
+        self.starts: list[Run] = []
+
+    def run(self, run: Run, *, timeout: float | None = None, text: bool = True) -> subprocess.CompletedProcess[str]:
+        self.starts.append(run)
+        return super().run(run, timeout=timeout, text=text)
+
+    def cargo(self, tree: str, command: str) -> list[Run]:
+        """Starts of `cargo <command>` for the worktree named `tree` (the fetch names it by manifest path)."""
+        return [run for run in self.starts if run.argv[:2] == ["cargo", command]
+                and any(tree in word for word in (*run.argv, str(run.cwd)))]
+
+
+@dataclass
+class Built:
+    report: CampaignReport
+    sandbox: RecordingSandbox
+
+    def artifact(self, arm: Arm) -> Artifact:
+        return self.report.artifact(arm)
+
+
+def prepared(repo: Path, base: str, head: str, config: CampaignConfig, trace: Path, out: Path, cache: Path | None,
+             campaign_id: str) -> Built:
+    """The campaign's build stage (pin, trace, both builds, preflight, sizes) with a recording sandbox."""
+    sandbox = RecordingSandbox()
+    request = CampaignRequest(repo=repo, base=base, head=head, config=config, config_source="test", out_dir=out,
+                              trace_path=trace, sandbox=sandbox, build_cache=cache, campaign_id=campaign_id)
+    report = new_report(request)
+    (out / "work").mkdir(parents=True)
+    prepare(request, report, out / "work", None)
+    return Built(report, sandbox)
+
+
+@pytest.fixture()
+def cache_dir(tmp_path: Path) -> Path:
+    """This test's own cache, laid out as the service's: beside the campaigns' directories."""
+    return tmp_path / "state" / "build-cache"
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory, campaign_config: CampaignConfig) -> Iterator[tuple[Path, str]]:
+    """A cache holding one real baseline build of the fixture; yields (cache dir, the entry's digest)."""
+    root = tmp_path_factory.mktemp("stored")
+    repo = root / "repo"
+    sha = init_fixture_repo(repo)
+    directory = root / "build-cache"
+    artifact = build_baseline(repo, sha, campaign_config, root / "first", directory, "c-stored")
+    assert artifact.build_cache is not None and artifact.build_cache.reused_from is None
+    yield directory, artifact.build_cache.key_sha256
+
+
+def build_baseline(repo: Path, sha: str, config: CampaignConfig, out: Path, cache: Path, campaign_id: str,
+                   sandbox: Sandbox | None = None, patches: dict[str, str] | None = None) -> Artifact:
+    with worktree(repo, sha, out / "tree-baseline") as tree:
+        use = CampaignCache(BuildCache(cache), campaign_id, patches or {})
+        return build_artifact(tree, "baseline", sha, config.build, out / "bin", sandbox=sandbox or Sandbox("bwrap"),
+                              cache=use)
+
+
+def entry_key(directory: Path, digest: str) -> BuildKey:
+    from runners.build_cache import CacheEntry
+
+    return CacheEntry.model_validate_json((directory / digest / "entry.json").read_bytes()).key
+
+
+# --- reuse ----------------------------------------------------------------------------------------------------
+
+
+def test_a_second_campaign_with_the_same_base_reuses_it_and_still_builds_its_candidate(
+        tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path, cache_dir: Path) -> None:
+    first_repo = tmp_path / "first-repo"
+    first_base = init_fixture_repo(first_repo)
+    first_head = commit_change(first_repo, "slower", knobs={"WORK_SCALE": 1.1})
+    first = prepared(first_repo, first_base, first_head, campaign_config, demo_trace, tmp_path / "c1", cache_dir,
+                     "c-first")
+    stored = first.artifact("baseline").build_cache
+    assert stored is not None and stored.reused_from is None
+    assert first.sandbox.cargo("tree-baseline", "build") and first.sandbox.cargo("tree-baseline", "fetch")
+    assert first.artifact("candidate").build_cache is None
+
+    # Another repository, another commit SHA for the same base tree; its candidate's tree equals that base.
+    second_repo = tmp_path / "second-repo"
+    base_sha = init_fixture_repo(second_repo)
+    same_tree = commit_change(second_repo, "an empty commit: the base's tree")
+    second = prepared(second_repo, base_sha, same_tree, campaign_config, demo_trace, tmp_path / "c2", cache_dir,
+                      "c-second")
+    baseline, candidate = second.artifact("baseline"), second.artifact("candidate")
+    assert baseline.build_cache is not None and baseline.build_cache.reused_from == "c-first"
+    assert baseline.build_cache.key_sha256 == stored.key_sha256
+    assert baseline.sha == base_sha != first.artifact("baseline").sha
+    assert baseline.binary_sha256 == first.artifact("baseline").binary_sha256
+    assert not second.sandbox.cargo("tree-baseline", "build") and not second.sandbox.cargo("tree-baseline", "fetch")
+    assert second.sandbox.cargo("tree-candidate", "build"), "the candidate is always built"
+    assert candidate.build_cache is None
+    binary = tmp_path / "c2" / "work" / "bin" / baseline.binary_name
+    assert sha256_of(binary) == baseline.binary_sha256 and (binary.stat().st_mode & 0o777) == 0o555
+    assert "reused from campaign c-first" in baseline.build_cache.summary()
+
+
+def test_a_candidate_is_never_stored(tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path,
+                                     cache_dir: Path) -> None:
+    repo = tmp_path / "repo"
+    base = init_fixture_repo(repo)
+    head = commit_change(repo, "slower", knobs={"WORK_SCALE": 1.1})
+    built = prepared(repo, base, head, campaign_config, demo_trace, tmp_path / "c", cache_dir, "c-only")
+    entries = sorted(path.name for path in cache_dir.iterdir())
+    baseline = built.artifact("baseline").build_cache
+    assert baseline is not None and entries == [baseline.key_sha256]
+
+
+# --- what the key holds ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["determinism patch", "harness patch", "RUSTFLAGS", "cargo config", "features",
+                                    "toolchain", "toolchain file", "tree", "build command"])
+def test_any_change_to_what_determines_the_build_misses(stored: tuple[Path, str], change: str) -> None:
+    directory, digest = stored
+    key = entry_key(directory, digest)
+    settings = key.settings
+    changed = {
+        "determinism patch": key.model_copy(update={"patches": {**key.patches, "determinism": "1" * 64}}),
+        "harness patch": key.model_copy(update={"patches": {**key.patches, "harness": "2" * 64}}),
+        "RUSTFLAGS": key.model_copy(update={"settings": settings.model_copy(
+            update={"rustflags_env": "-C debuginfo=1"})}),
+        "cargo config": key.model_copy(update={"settings": settings.model_copy(
+            update={"cargo_config_sha256": {**settings.cargo_config_sha256, ".cargo/config.toml": "3" * 64}})}),
+        "features": key.model_copy(update={"feature_closure": [*key.feature_closure, "test-support"]}),
+        "toolchain": key.model_copy(update={"settings": settings.model_copy(
+            update={"rustc": settings.rustc.replace("rustc ", "rustc 0.0.0-other ", 1)})}),
+        "toolchain file": key.model_copy(update={"settings": settings.model_copy(
+            update={"toolchain_file_sha256": {"rust-toolchain.toml": "4" * 64}})}),
+        "tree": key.model_copy(update={"tree": "5" * 40}),
+        "build command": key.model_copy(update={"build_command": [*key.build_command, "--locked"]}),
+    }[change]
+    cache = BuildCache(directory)
+    with cache.lookup(key) as same:
+        assert same.entry is not None
+    assert changed.digest() != digest
+    with cache.lookup(changed) as other:
+        assert other.entry is None and other.discarded is None
+
+
+def test_a_rustflags_change_builds_again(stored: tuple[Path, str], tmp_path: Path, campaign_config: CampaignConfig,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    directory, digest = stored
+    repo = tmp_path / "repo"
+    sha = init_fixture_repo(repo)
+    sandbox = RecordingSandbox()
+    same = build_baseline(repo, sha, campaign_config, tmp_path / "same", directory, "c-same", sandbox)
+    assert same.build_cache is not None and same.build_cache.reused_from == "c-stored"
+    assert not sandbox.cargo("tree-baseline", "build")
+    monkeypatch.setenv("RUSTFLAGS", "-C debuginfo=1")
+    flagged = build_baseline(repo, sha, campaign_config, tmp_path / "flagged", directory, "c-flagged", sandbox)
+    assert flagged.build_cache is not None and flagged.build_cache.reused_from is None
+    assert flagged.build_cache.key_sha256 != digest and sandbox.cargo("tree-baseline", "build")
+    assert flagged.settings is not None and flagged.settings.rustflags_env == "-C debuginfo=1"
+
+
+def test_a_patch_applied_is_part_of_the_key(stored: tuple[Path, str], tmp_path: Path,
+                                            campaign_config: CampaignConfig) -> None:
+    directory, digest = stored
+    repo = tmp_path / "repo"
+    sha = init_fixture_repo(repo)
+    key = entry_key(directory, digest)
+    patched = build_baseline(repo, sha, campaign_config, tmp_path / "patched", directory, "c-patched",
+                             patches={**key.patches, "determinism": "6" * 64})
+    assert patched.build_cache is not None and patched.build_cache.reused_from is None
+
+
+# --- refused entries ------------------------------------------------------------------------------------------
+
+
+def test_a_tampered_cached_binary_is_detected_deleted_and_rebuilt(tmp_path: Path, campaign_config: CampaignConfig,
+                                                                  cache_dir: Path) -> None:
+    repo = tmp_path / "repo"
+    sha = init_fixture_repo(repo)
+    first = build_baseline(repo, sha, campaign_config, tmp_path / "a", cache_dir, "c-a")
+    assert first.build_cache is not None
+    binary = cache_dir / first.build_cache.key_sha256 / "binary"
+    binary.chmod(0o755)
+    binary.write_bytes(binary.read_bytes() + b"\0tampered")
+    binary.chmod(0o555)
+    tampered = sha256_of(binary)
+    sandbox = RecordingSandbox()
+    again = build_baseline(repo, sha, campaign_config, tmp_path / "b", cache_dir, "c-b", sandbox)
+    assert again.build_cache is not None and again.build_cache.reused_from is None
+    assert again.build_cache.discarded is not None and tampered in again.build_cache.discarded
+    assert first.binary_sha256 in again.build_cache.discarded and "c-a" in again.build_cache.discarded
+    assert sandbox.cargo("tree-baseline", "build"), "rebuilt"
+    assert "refused and deleted" in again.build_cache.summary()
+    assert sha256_of(binary) == again.binary_sha256, "the fresh build replaced the deleted entry"
+    third = build_baseline(repo, sha, campaign_config, tmp_path / "c", cache_dir, "c-c")
+    assert third.build_cache is not None and third.build_cache.reused_from == "c-b"
+
+
+def test_a_link_planted_for_an_entry_is_refused_and_removed_never_followed(
+        stored: tuple[Path, str], tmp_path: Path) -> None:
+    directory, digest = stored
+    key = entry_key(directory, digest)
+    cache = tmp_path / "build-cache"
+    cache.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(directory / digest, elsewhere)  # a whole, valid entry: only where it lives is wrong
+    (cache / digest).symlink_to(elsewhere)
+    with BuildCache(cache).lookup(key) as found:
+        assert found.entry is None and found.discarded is not None and "link" in found.discarded
+    assert not os.path.lexists(cache / digest)
+    assert (elsewhere / "binary").is_file() and (elsewhere / "entry.json").is_file(), "the link was not followed"
+
+
+def test_a_link_planted_inside_an_entry_is_refused(stored: tuple[Path, str], tmp_path: Path) -> None:
+    directory, digest = stored
+    key = entry_key(directory, digest)
+    cache = tmp_path / "build-cache"
+    cache.mkdir(mode=0o700)
+    shutil.copytree(directory / digest, cache / digest)
+    target = tmp_path / "real-binary"
+    (cache / digest / "binary").rename(target)
+    (cache / digest / "binary").symlink_to(target)
+    with BuildCache(cache).lookup(key) as found:
+        assert found.entry is None and found.discarded is not None and "binary" in found.discarded
+    assert not os.path.lexists(cache / digest) and target.is_file()
+
+
+@pytest.mark.parametrize("problem", ["a link", "open to others"])
+def test_a_cache_directory_that_is_not_ours_alone_stops_the_campaign(
+        tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path, problem: str) -> None:
+    real = tmp_path / "real-cache"
+    real.mkdir(mode=0o700)
+    cache = tmp_path / "cache"
+    if problem == "a link":
+        cache.symlink_to(real)
+    else:
+        cache.mkdir()
+        cache.chmod(0o755)
+    with pytest.raises(BuildCacheError, match="link|mode 0755"):
+        BuildCache(cache).check()
+    repo = tmp_path / "repo"
+    init_fixture_repo(repo)
+    request = CampaignRequest(repo=repo, base="main", head="main", config=campaign_config, config_source="test",
+                              out_dir=tmp_path / "out", trace_path=demo_trace, build_cache=cache)
+    work = tmp_path / "out" / "work"
+    work.mkdir(parents=True)
+    with pytest.raises(CampaignStop) as stop:
+        prepare(request, new_report(request), work, None)
+    assert stop.value.record.stage == "build" and stop.value.record.blocking
+    assert "build cache" in stop.value.record.reason
+
+
+def test_an_unsandboxed_campaign_uses_no_cache(tmp_path: Path, cache_dir: Path) -> None:
+    assert CampaignCache.for_campaign(cache_dir, "c-none", "none") is None
+    assert not cache_dir.exists()
+    use = CampaignCache.for_campaign(cache_dir, "c-bwrap", "bwrap")
+    assert use is not None and use.serves("baseline") and not use.serves("candidate")
+    assert (cache_dir.stat().st_mode & 0o777) == 0o700
+
+
+# --- containment ----------------------------------------------------------------------------------------------
+
+
+def test_the_cache_directory_is_never_visible_inside_a_sandbox(
+        tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path) -> None:
+    """The candidate's build.rs looks for the cache (beside the campaign's own directory, as the service lays
+    them out) and fails the build if it sees it; it also checks its own manifest is visible, so the probe ran.
+    A second campaign reuses the baseline, so the candidate's probe runs while the cache holds an entry."""
+    state = tmp_path / "state"
+    cache = state / "build-cache"
+    repo = tmp_path / "repo"
+    base = init_fixture_repo(repo)
+    probe = """
+fn main() {
+    let own = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("Cargo.toml");
+    assert!(own.is_file(), "the probe cannot see its own manifest");
+    match std::fs::symlink_metadata(@CACHE@) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        other => panic!("KVP-CACHE-VISIBLE: {:?}", other.map(|m| m.is_dir())),
+    }
+}
+""".replace("@CACHE@", json.dumps(str(cache)))
+    head = commit_change(repo, "a build script probing for the cache", files={BUILD_RS: probe})
+    first = prepared(repo, base, head, campaign_config, demo_trace, state / "c1" / "out", cache, "c-probe-1")
+    built = prepared(repo, base, head, campaign_config, demo_trace, state / "c2" / "out", cache, "c-probe-2")
+    record = built.artifact("baseline").build_cache
+    assert record is not None and record.reused_from == "c-probe-1" and (cache / record.key_sha256).is_dir()
+    assert first.artifact("candidate").binary_sha256 and built.artifact("candidate").binary_sha256
+    for run in [*first.sandbox.starts, *built.sandbox.starts]:
+        bound = (*run.writable, *run.read_only, *(host for host, _ in run.mounts))
+        assert not any(path == cache or path.is_relative_to(cache) or cache.is_relative_to(path) for path in bound)
+
+
+def test_the_slurm_backend_refuses_a_build_cache_naming_why(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli import main as cli_main
+
+    code = cli_main(["campaign", "--backend", "slurm", "--build-cache", str(tmp_path / "cache"), "--repo",
+                     str(tmp_path), "--base", "main", "--head", "main", "--profile", "demo", "--out",
+                     str(tmp_path / "out")])
+    assert code == 2
+    assert "--build-cache is not supported with --backend slurm" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()
