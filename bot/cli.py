@@ -79,16 +79,13 @@ def _slurm_campaign(args: argparse.Namespace, spec_fields: dict[str, object], ou
     """The same campaign as the split pipeline on Slurm: this process plans, submits, follows and merges."""
     import uuid
 
-    if args.build_cache:
-        raise ConfigError("--build-cache is not supported with --backend slurm: its build jobs (`kv-parity build "
-                          "--plan`) always build both arms")
-
     from runners.slurm import CampaignSpec, options_from_args, run_on_slurm
 
     spec = CampaignSpec.model_validate({"campaign_id": uuid.uuid4().hex[:12], **spec_fields})
     work = Path(args.work_dir) if args.work_dir else out.parent / f"{out.name}.slurm"
+    cache = _build_cache(args)
     report = run_on_slurm(spec, work.resolve(), out.resolve(), options_from_args(args), args.sandbox,
-                          terminal_progress(_verbosity(args)))
+                          terminal_progress(_verbosity(args)), build_cache=cache.absolute() if cache else None)
     return _finish(report, out)
 
 

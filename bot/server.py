@@ -137,7 +137,7 @@ def make_backend(settings: Settings, stop: threading.Event | None = None) -> Bac
 
         return SlurmBackend(settings.local_repo_path, options=settings.slurm or SlurmOptions(),
                             fetch_remote=settings.local_fetch_remote, sandbox=settings.sandbox,
-                            cancel_grace_seconds=settings.cancel_grace_seconds)
+                            cancel_grace_seconds=settings.cancel_grace_seconds, build_cache=settings.build_cache)
     return LocalBackend(
         settings.local_repo_path,
         argv_prefix=settings.local_campaign_argv,

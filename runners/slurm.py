@@ -315,10 +315,12 @@ class SlurmCampaign:
     """One campaign's jobs under `work` (shared with the nodes): submit, follow, cancel, merge."""
 
     def __init__(self, work: Path, options: SlurmOptions, sandbox: SandboxKind = "bwrap",
-                 client: SlurmClient | None = None) -> None:
+                 client: SlurmClient | None = None, build_cache: Path | None = None) -> None:
         self.work = work
         self.options = options
         self.sandbox = sandbox
+        self.build_cache = build_cache
+        """Baseline builds reused and stored by the build-baseline job (on a file system every node shares)."""
         self.client = client or SlurmClient(options.slurm_conf)
         self.kv_parity = options.kv_parity or default_kv_parity()
         self._shown: str | None = None
@@ -371,8 +373,9 @@ class SlurmCampaign:
         trace_args = ["--trace", str(trace)] if trace is not None else []
         if role.startswith("build-"):
             arm = role.removeprefix("build-")
+            cache = ["--build-cache", str(self.build_cache)] if self.build_cache and arm == "baseline" else []
             return [kvp, "build", "--plan", str(self.plan_dir), "--repo", str(self.work / f"repo-{arm}"),
-                    "--arm", arm, "--out", str(self._arm_dir(arm)), "--work", scratch, "--sandbox", sandbox]
+                    "--arm", arm, "--out", str(self._arm_dir(arm)), "--work", scratch, "--sandbox", sandbox, *cache]
         if role == "manifest":
             return [kvp, "manifest", "--plan", str(self.plan_dir), "--baseline", str(self._arm_dir("baseline")),
                     "--candidate", str(self._arm_dir("candidate")), *trace_args, "--out", str(self.dist_dir)]
@@ -660,10 +663,11 @@ def options_from_args(args: argparse.Namespace) -> SlurmOptions:
 
 
 def run_on_slurm(spec: CampaignSpec, work: Path, out: Path, options: SlurmOptions, sandbox: SandboxKind = "bwrap",
-                 progress: ProgressSink | None = None, deadline_seconds: float = 6 * 3600) -> CampaignReport:
+                 progress: ProgressSink | None = None, deadline_seconds: float = 6 * 3600,
+                 build_cache: Path | None = None) -> CampaignReport:
     """Submit, follow until the merged report (or raise SlurmError naming why there is none), scancel
     everything on Ctrl-C or past the deadline."""
-    campaign = SlurmCampaign(work, options, sandbox)
+    campaign = SlurmCampaign(work, options, sandbox, build_cache=build_cache)
     campaign.submit(spec, out)
     deadline = time.monotonic() + deadline_seconds
     try:

@@ -31,10 +31,18 @@ SLOW_FILES = frozenset({
 installed wheel (each over 5 s of the suite): `pytest -m "not slow"` runs the rest, the developer's fast lane."""
 
 
+LONGEST_FILES = ("test_slurm.py", "test_campaign.py", "test_split_build.py", "test_perf.py", "test_installed.py",
+                 "test_bot_fixture_e2e.py", "test_build_cache.py", "test_declared_exclusions.py", "test_sandbox.py")
+"""Handed to the workers first, longest first (test_slurm.py is mostly waits on one cluster and must stay on one
+worker): the suite's wall time is then about its total over the workers, not a long file started last."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+    rank = {name: place for place, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
 
 
 class HarnessBuilder:

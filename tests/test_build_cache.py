@@ -322,13 +322,51 @@ fn main() {
         assert not any(path == cache or path.is_relative_to(cache) or cache.is_relative_to(path) for path in bound)
 
 
-def test_the_slurm_backend_refuses_a_build_cache_naming_why(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def _plan(repo: Path, base: str, head: str, campaign_id: str, out: Path) -> Path:
     from bot.cli import main as cli_main
 
-    code = cli_main(["campaign", "--backend", "slurm", "--build-cache", str(tmp_path / "cache"), "--repo",
-                     str(tmp_path), "--base", "main", "--head", "main", "--profile", "demo", "--out",
-                     str(tmp_path / "out")])
-    assert code == 2
-    assert "--build-cache is not supported with --backend slurm" in capsys.readouterr().err
-    assert not (tmp_path / "cache").exists()
+    assert cli_main(["plan", "--repo", str(repo), "--config-ref", base, "--profile", "demo", "--base", base,
+                     "--head", head, "--rows", "vllm-agg", "--campaign-id", campaign_id, "--out", str(out)]) == 0
+    return out
+
+
+def _arm_build(repo: Path, plan: Path, arm: str, out: Path, cache: Path) -> Artifact:
+    from bot.cli import main as cli_main
+    from runners.distributed.build import ArmBuild
+
+    assert cli_main(["build", "--plan", str(plan), "--repo", str(repo), "--arm", arm, "--out", str(out),
+                     "--work", str(out.parent / f"work-{out.name}"), "--build-cache", str(cache)]) == 0
+    built = ArmBuild.model_validate_json((out / "build.json").read_bytes())
+    assert built.stopped is None and built.artifact is not None
+    return built.artifact
+
+
+def test_the_split_arm_build_reuses_a_baseline_another_campaign_built_and_never_stores_a_candidate(
+        tmp_path: Path, cache_dir: Path) -> None:
+    """`kv-parity build --plan --arm baseline --build-cache` (the Slurm build-baseline job, a self-hosted runner
+    with $KV_PARITY_BUILD_CACHE) follows the same rule as a single-machine campaign."""
+    repo = tmp_path / "repo"
+    base = init_fixture_repo(repo)
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "head"], check=True)
+    head = commit_change(repo, "comment-only change", touch_comment=True)
+    first = _arm_build(repo, _plan(repo, base, head, "c-split-1", tmp_path / "plan-1"), "baseline",
+                       tmp_path / "arm-1", cache_dir)
+    second_plan = _plan(repo, base, head, "c-split-2", tmp_path / "plan-2")
+    second = _arm_build(repo, second_plan, "baseline", tmp_path / "arm-2", cache_dir)
+    candidate = _arm_build(repo, second_plan, "candidate", tmp_path / "arm-c", cache_dir)
+    assert first.build_cache is not None and first.build_cache.reused_from is None
+    assert second.build_cache is not None and second.build_cache.reused_from == "c-split-1"
+    assert second.binary_sha256 == first.binary_sha256
+    assert candidate.build_cache is None
+    assert [entry.name for entry in cache_dir.iterdir()] == [first.build_cache.key_sha256]
+
+
+def test_slurm_passes_the_cache_to_the_baseline_build_job_only(tmp_path: Path) -> None:
+    from runners.slurm import SlurmCampaign, SlurmOptions
+
+    campaign = SlurmCampaign(tmp_path / "work", SlurmOptions(), build_cache=tmp_path / "cache")
+    baseline = campaign._argv("build-baseline", None, None, 1)
+    candidate = campaign._argv("build-candidate", None, None, 1)
+    assert baseline[baseline.index("--build-cache") + 1] == str(tmp_path / "cache")
+    assert "--build-cache" not in candidate
+    assert "--build-cache" not in SlurmCampaign(tmp_path / "w2", SlurmOptions())._argv("build-baseline", None, None, 1)

@@ -36,8 +36,10 @@ class SlurmBackend(LocalBackend):
     name = "slurm"
 
     def __init__(self, repo: Path, *, options: SlurmOptions, fetch_remote: str = "origin",
-                 sandbox: SandboxKind = "bwrap", cancel_grace_seconds: float = 10.0) -> None:
-        super().__init__(repo, fetch_remote=fetch_remote, sandbox=sandbox, cancel_grace_seconds=cancel_grace_seconds)
+                 sandbox: SandboxKind = "bwrap", cancel_grace_seconds: float = 10.0,
+                 build_cache: Path | None = None) -> None:
+        super().__init__(repo, fetch_remote=fetch_remote, sandbox=sandbox, cancel_grace_seconds=cancel_grace_seconds,
+                         build_cache=build_cache)
         self.options = options
         self._campaigns: dict[str, SlurmCampaign] = {}
         self._checked: dict[str, float] = {}
@@ -45,7 +47,7 @@ class SlurmBackend(LocalBackend):
     def _campaign(self, work: Path) -> SlurmCampaign:
         key = str(work)
         if key not in self._campaigns:
-            self._campaigns[key] = SlurmCampaign(work, self.options, self.sandbox)
+            self._campaigns[key] = SlurmCampaign(work, self.options, self.sandbox, build_cache=self.build_cache)
         return self._campaigns[key]
 
     def _handle(self, campaign: CampaignView, run: SlurmRun) -> RunHandle:

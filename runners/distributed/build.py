@@ -14,11 +14,13 @@ import argparse
 import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from runners.build import BuildError, ProtocolMismatch, build_artifact, store_binary, toolchain
+from runners.build_cache import BuildCacheError, CampaignCache, configured_dir
 from runners.campaign import CampaignRequest, CampaignStop, fixtures_not_run, new_report, prepare, selected_rows
 from runners.config import DEFAULT_CONFIG_PATH, ConfigError, parse_rows, resolve_config
 from runners.distributed.artifacts import (
@@ -84,8 +86,11 @@ class _Stop(Exception):
 
 
 def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, work: Path, sandbox: Sandbox,
-                  baseline_dir: Path | None = None) -> ArmBuild:
-    """Build `arm` at the plan's SHA in its own sandbox; a stop is recorded in the result, never raised."""
+                  baseline_dir: Path | None = None, build_cache: Path | None = None) -> ArmBuild:
+    """Build `arm` at the plan's SHA in its own sandbox; a stop is recorded in the result, never raised.
+
+    With `build_cache`, the arm the cache serves (the baseline: runners/build_cache.py decides) is reused when
+    built before under the same key, and stored once built, exactly as in a single-machine campaign."""
     sha = plan.sha(arm)
     record = ArmBuild(campaign_id=plan.campaign_id, plan_sha256=plan_sha, arm=arm, sha=sha, artifact=None,
                       toolchain=None, determinism_patch_sha256=None, preflight_problems=[], exception_records=[],
@@ -94,13 +99,16 @@ def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, wo
         record.toolchain = toolchain()
         patch = _patch(plan, repo, work, plan.config.determinism.patch, "determinism")
         harness_patch = _patch(plan, repo, work, plan.config.harness.patch, "harness")
+        cache = CampaignCache.for_campaign(build_cache, plan.campaign_id, sandbox.kind)
         with worktree(repo, sha, work / f"tree-{arm}") as tree:
+            applied: dict[str, str] = {}
             if patch is not None:
-                record.determinism_patch_sha256 = apply_patch(tree, patch)
+                record.determinism_patch_sha256 = applied["determinism"] = apply_patch(tree, patch)
             if harness_patch is not None:
-                record.harness_patch_sha256 = apply_patch(tree, harness_patch, "harness patch")
+                record.harness_patch_sha256 = applied["harness"] = apply_patch(tree, harness_patch, "harness patch")
             try:
-                artifact = build_artifact(tree, arm, sha, plan.config.build, out, sandbox=sandbox)
+                artifact = build_artifact(tree, arm, sha, plan.config.build, out, sandbox=sandbox,
+                                          cache=cache and replace(cache, patches=applied))
             except BuildError as exc:
                 raise _Stop(StopRecord(stage="build", reason=str(exc), blocking=isinstance(exc, ProtocolMismatch),
                                        output_tail=exc.output_tail)) from exc
@@ -122,7 +130,7 @@ def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, wo
                                                                           plan_sha, work, sandbox, repo)
     except _Stop as stop:
         record.stopped = stop.record
-    except (RevisionError, SandboxUnavailable, TraceError) as exc:
+    except (RevisionError, SandboxUnavailable, TraceError, BuildCacheError) as exc:
         record.stopped = StopRecord(stage="build", reason=str(exc), blocking=True)
     except BinaryMismatch as exc:
         record.stopped = StopRecord(stage="build", reason=str(exc), blocking=False)
@@ -206,6 +214,8 @@ def arm_build_main(argv: Sequence[str]) -> int:
     parser.add_argument("--out", required=True, help="arm directory for the binary and build.json")
     parser.add_argument("--work", help="parent of the scratch directory")
     parser.add_argument("--baseline", help="the baseline's arm directory (candidate only: verifies exceptions)")
+    parser.add_argument("--build-cache", metavar="DIR",
+                        help="reuse and store baseline builds here (default: $KV_PARITY_BUILD_CACHE, else none)")
     add_sandbox_argument(parser)
     args = parser.parse_args(list(argv))
     try:
@@ -218,7 +228,8 @@ def arm_build_main(argv: Sequence[str]) -> int:
     work = scratch(args.work, f"kv-parity-build-{args.arm}-")
     try:
         record = build_one_arm(plan, plan_sha, Path(args.repo).resolve(), args.arm, out, work.resolve(), sandbox,
-                               Path(args.baseline) if args.baseline else None)
+                               Path(args.baseline) if args.baseline else None,
+                               Path(args.build_cache).absolute() if args.build_cache else configured_dir())
     except (Refusal, DistributedError) as exc:
         print(f"kv-parity build: {exc}", file=sys.stderr)
         return EXIT_REFUSED if isinstance(exc, Refusal) else EXIT_USAGE
