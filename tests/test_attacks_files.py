@@ -110,7 +110,7 @@ def test_planted_links_under_a_performance_fail_change_no_file_outside(
     tmp_path: Path, victim: Path, campaign_config: CampaignConfig, demo_trace: Path
 ) -> None:
     digest = _sha256(victim)
-    repo, head = _attack_repo(tmp_path, {"HOT_SPOT_WORK": 2.0, "PLANT_LINKS": str(victim)})
+    repo, head = _attack_repo(tmp_path, {"HOT_SPOT_WORK": 4.0, "PLANT_LINKS": str(victim)})
     report = run_campaign(CampaignRequest(
         repo=repo, base="main", head=head, config=_tolerant(campaign_config), config_source="test",
         out_dir=tmp_path / "out", rows=[ROW], trace_path=demo_trace, keep_work=True))
