@@ -220,3 +220,14 @@ def test_the_link_checker_sees_a_broken_link_and_anchor(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("# Title\n## What the service recorded: `kv-parity history`\n## Title\n", encoding="utf-8")
     assert _anchors(page) == {"title", "what-the-service-recorded-kv-parity-history", "title-1"}
+
+
+REPOSITORY_PATH = re.compile(r"\b(?:bot|runners|tests|templates|benchmarks|script)/[\w./-]+\.(?:py|md|j2|toml|svg)\b")
+
+
+def test_every_repository_file_the_docs_name_exists() -> None:
+    """A module moved or renamed shows up here, not in a newcomer's failed `open`."""
+    named = {(path.relative_to(ROOT), match) for path in MARKDOWN
+             for match in REPOSITORY_PATH.findall(path.read_text(encoding="utf-8"))}
+    assert named, "the pattern found no file names at all"
+    assert sorted((str(doc), name) for doc, name in named if not (ROOT / name).exists()) == []
