@@ -66,14 +66,26 @@ def provided() -> KvParity | None:
     return KvParity(bin_dir=bin_dir, version=version_of(bin_dir), installed=True)
 
 
-def snapshot_commit(target: Path) -> str:
-    """What a fresh clone of the working tree would hold (tracked and untracked-not-ignored files, as .ci/run
-    copies them), committed as the only commit of a new repository at `target`; returns its SHA."""
+def clone_files() -> list[str]:
+    """The files a fresh clone of the working tree would hold (tracked and untracked-not-ignored, as .ci/run
+    copies them; deleted ones left out), never a bytecode cache: the interpreter writes one beside every module it
+    imports (templates/__pycache__ too, templates/ being a package), whatever the ignore rules where it runs."""
     listed = _run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+    return [name for name in filter(None, listed.split("\0")) if (ROOT / name).is_file() and not is_bytecode(name)]
+
+
+def is_bytecode(name: str) -> bool:
+    """A compiled module or anything in a `__pycache__` directory: output of an import, never a source file."""
+    return "__pycache__" in Path(name).parts or name.endswith((".pyc", ".pyo"))
+
+
+def snapshot_commit(target: Path) -> str:
+    """What a fresh clone of the working tree would hold (`clone_files`), committed as the only commit of a new
+    repository at `target`; returns its SHA."""
     target.mkdir(parents=True)
-    for name in filter(None, listed.split("\0")):
+    for name in clone_files():
         source = ROOT / name
-        if source.is_file() and not source.is_symlink():
+        if not source.is_symlink():
             destination = target / name
             destination.parent.mkdir(parents=True, exist_ok=True)
             destination.write_bytes(source.read_bytes())

@@ -29,7 +29,7 @@ from runners.demo import commit_change, demo_config, init_fixture_repo
 from runners.report import CampaignReport, SemanticVerdict
 from runners.resources import package_dir
 from tests.fakes.github_api import FakeGitHub
-from tests.installed import ROOT, KvParity
+from tests.installed import ROOT, KvParity, clone_files, is_bytecode
 from tests.service_fixtures import widgets_history
 from tests.test_distributed import quick, to_toml
 from tests.webhooks import REPO, SECRET, free_port, post, pull_request_event, register_test_app, wait_until
@@ -82,15 +82,11 @@ def test_the_wheel_carries_every_file_the_code_loads(installed_kv_parity: KvPari
     """Compared with the checkout: a module, template, profile or harness source missing from the wheel fails."""
     [record] = installed_kv_parity.site_packages().glob("kv_parity_bot-*.dist-info/RECORD")
     shipped = {line.split(",")[0] for line in record.read_text(encoding="utf-8").splitlines()}
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, text=True, check=True).stdout.split("\0")
     installed_as = {"templates/": "kv_parity_templates/",
                     "tests/fixtures/replay_harness/": "kv_parity_fixtures/replay_harness/",
                     "tests/fixtures/__init__.py": "kv_parity_fixtures/__init__.py"}
     needed = set()
-    for name in filter(None, listed):
-        if not (ROOT / name).is_file():
-            continue  # deleted in the working tree
+    for name in clone_files():
         if re.fullmatch(r"(bot|runners)/.*\.py|runners/profiles/.*\.toml", name):
             needed.add(name)
         for prefix, target in installed_as.items():
@@ -101,6 +97,17 @@ def test_the_wheel_carries_every_file_the_code_loads(installed_kv_parity: KvPari
     assert sorted(needed - shipped) == [], "files the code loads at run time are missing from the wheel"
     assert "runners/_build_info.json" in shipped, "the build hook's commit record"
     assert not [name for name in shipped if "/target/" in name or name.startswith("tests/")], "build output or tests"
+
+
+@pytest.mark.parametrize(("name", "bytecode"), [
+    ("templates/__pycache__/__init__.cpython-311.pyc", True), ("bot/__pycache__/cli.cpython-313.pyc", True),
+    ("runners/stray.pyc", True), ("templates/__init__.py", False), ("templates/report.md.j2", False),
+    ("tests/fixtures/replay_harness/lib/bench/src/cli.rs", False),
+])
+def test_a_bytecode_cache_is_never_a_file_a_clone_holds(name: str, bytecode: bool) -> None:
+    """The interpreter writes one beside every module it imports, whatever a checkout's ignore rules say: the
+    wheel must not be asked to carry it, nor the snapshot pip installs from."""
+    assert is_bytecode(name) is bytecode
 
 
 @pytest.mark.parametrize(("info", "shown"), [
