@@ -310,8 +310,9 @@ def event_main(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         print(f"kv-parity event: {exc}", file=sys.stderr)
         return EXIT_USAGE
     repo = event.repository.full_name
-    if settings.repo and repo.lower() != settings.repo.lower():
-        print(f"ignored: repository {repo} is not served (settings.repo = {settings.repo})")
+    unserved = settings.unserved(repo)
+    if unserved is not None:
+        print(f"ignored: {unserved}")
         return EXIT_OK
     from bot.github.connect import make_gateway
     from bot.publish.publisher import Publisher as GitHubPublisher

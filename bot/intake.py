@@ -144,8 +144,9 @@ class Intake:
         except PayloadError as exc:
             return f"rejected: {exc}"
         repo = event.repository.full_name
-        if self.settings.repo and repo.lower() != self.settings.repo.lower():
-            return f"ignored: repository {repo} is not served (settings.repo = {self.settings.repo})"
+        unserved = self.settings.unserved(repo)
+        if unserved is not None:
+            return f"ignored: {unserved}"
         already = self.store.by_delivery(delivery.id)
         if already:
             return f"already handled: campaign {already[0].id}"

@@ -133,6 +133,12 @@ class Settings(BaseModel):
     page and no link; set true only if the service is reachable solely by people allowed to read the
     repository."""
 
+    def unserved(self, repo: str) -> str | None:
+        """Why an event of `repo` is ignored (`repo` is set to another repository), or None when it is served."""
+        if self.repo and repo.lower() != self.repo.lower():
+            return f"repository {repo} is not served (settings.repo = {self.repo})"
+        return None
+
     @property
     def build_cache(self) -> Path:
         return self.build_cache_dir if self.build_cache_dir is not None else self.work_dir / "build-cache"

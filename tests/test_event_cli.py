@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from bot.dispatch.actions import RUN_NAME, parse_run_title
-from bot.event_cli import event_main
+from bot.event_cli import actions_settings, event_main
 from bot.publish import render
 from tests.fakes.github_api import FakeGitHub
 from tests.webhooks import CONFIG_TOML, REPO, comment_event, commit, git, pull_request_event
@@ -469,3 +469,22 @@ def test_trigger_workflow_runs_no_pull_request_code_with_least_privilege() -> No
 def test_campaign_workflow_names_its_runs_so_actions_only_mode_can_find_them() -> None:
     """Actions-only mode has no database: a run's display title (the `run-name`) is the campaign record."""
     assert _load(CAMPAIGN_WORKFLOW).get("run-name") == RUN_NAME
+
+
+def test_an_event_of_a_repository_it_does_not_serve_is_ignored_with_no_call_to_github(
+    actions: Actions, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`settings.repo` names the one repository served (`Settings.unserved`, the service's intake too): an
+    event of another one is answered by nothing, not even a permission lookup."""
+    payload = comment_event("/parity rerun", number=1, sender="maintainer")
+    payload["repository"]["full_name"] = "someone-else/fork-of-widgets"
+    assert actions.event("issue_comment", payload) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"ignored: repository someone-else/fork-of-widgets is not served (settings.repo = {REPO})")
+    assert actions.fake.calls == [] and actions.dispatches() == [] and actions.comments() == []
+
+
+def test_the_served_repository_is_compared_without_case() -> None:
+    settings = actions_settings(None, {"GITHUB_TOKEN": TOKEN, "GITHUB_REPOSITORY": "Acme/Widgets"})
+    assert settings.unserved("acme/widgets") is None
+    assert settings.unserved("acme/gadgets") == "repository acme/gadgets is not served (settings.repo = Acme/Widgets)"
