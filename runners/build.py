@@ -25,11 +25,13 @@ import shutil
 import subprocess
 import time
 import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import BinaryIO
 
-from runners.build_cache import CampaignCache, build_key
+from runners.build_cache import BuildKey, CampaignCache, build_key
 from runners.config import BuildConfig
 from runners.report import Arm, Artifact, BuildCacheRecord, BuildSettings, Toolchain
 from runners.revisions import RevisionError, git, git_dir_of, revision_file
@@ -275,10 +277,33 @@ class ArmBuild:
         return executable, seconds
 
 
+@dataclass
+class StartedBuild:
+    """One arm after everything but its compile (start_build): what finish_build needs to compile and record."""
+
+    build: ArmBuild
+    target: Path
+    closure: list[str]
+    settings: BuildSettings
+    command: list[str]
+    cache: CampaignCache | None
+    key: BuildKey | None
+    discarded: str | None
+
+
 def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Path, *,
                    sandbox: Sandbox | None = None, cache: CampaignCache | None = None) -> Artifact:
     """Build `tree` once with the configured command in its own sandbox; store and describe the executable.
     With `cache`, an arm it serves is first looked up (a hit runs no fetch or compile) and stored once built."""
+    started = start_build(tree, arm, sha, config, out_dir, sandbox=sandbox, cache=cache)
+    return started if isinstance(started, Artifact) else finish_build(started)
+
+
+def start_build(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Path, *,
+                sandbox: Sandbox | None = None, cache: CampaignCache | None = None) -> StartedBuild | Artifact:
+    """Everything before the compile: the cargo home, the feature closure, the settings, the cache lookup (a hit
+    is the finished artifact) and the fetch. Several arms may start at once: none of it is a build's measured
+    time, and each arm has its own worktree, cargo home and sandboxes."""
     sandbox = sandbox or Sandbox.default()
     cargo_home = tree.resolve().parent / f".cargo-home-{tree.name}"
     try:
@@ -286,7 +311,7 @@ def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir:
     except RevisionError as exc:
         raise BuildError(f"{arm} worktree {tree} is not a git worktree: {exc}") from exc
     target = out_dir / f"{arm}-{sha[:12]}-{config.bench_target}"
-    try:
+    with _removed_on_error(cargo_home):
         build.prepare()
         closure = build.feature_closure()
         settings = build.settings()
@@ -301,31 +326,52 @@ def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir:
                 if found.entry is not None and found.binary is not None:
                     store_binary(found.binary, target)
                     record = BuildCacheRecord(key_sha256=key.digest(), reused_from=found.entry.campaign_id)
+                    shutil.rmtree(cargo_home, ignore_errors=True)
                     return _reused(found.entry.artifact, sha, target, record)
                 discarded = found.discarded
         build.fetch_locked()
-        executable, seconds = build.compile(command)
-        store_binary(executable, target)
+    return StartedBuild(build=build, target=target, closure=closure, settings=settings, command=command,
+                        cache=cache, key=key, discarded=discarded)
+
+
+def finish_build(started: StartedBuild) -> Artifact:
+    """The compile, alone (its seconds are the campaign floor's, so never beside another arm's start), then the
+    executable stored, described and, for an arm the cache serves, stored there."""
+    build = started.build
+    try:
+        executable, seconds = build.compile(started.command)
+        store_binary(executable, started.target)
     finally:
-        shutil.rmtree(cargo_home, ignore_errors=True)
+        shutil.rmtree(build.cargo_home, ignore_errors=True)
+    target, config = started.target, build.config
     artifact = Artifact(
-        arm=arm,
-        sha=sha,
+        arm=build.arm,
+        sha=build.sha,
         features=list(config.features),
-        feature_closure=closure,
+        feature_closure=started.closure,
         no_default_features=config.no_default_features,
-        build_command=command,
+        build_command=started.command,
         binary_name=target.name,
         binary_sha256=sha256_of(target),
         binary_size=target.stat().st_size,
         text_size=text_size(target),
         build_seconds=round(seconds, 3),
-        settings=settings,
+        settings=started.settings,
     )
-    if cache is not None and key is not None:
-        cache.cache.store(key, artifact, target, cache.campaign_id)
-        artifact.build_cache = BuildCacheRecord(key_sha256=key.digest(), discarded=discarded)
+    if started.cache is not None and started.key is not None:
+        started.cache.cache.store(started.key, artifact, target, started.cache.campaign_id)
+        artifact.build_cache = BuildCacheRecord(key_sha256=started.key.digest(), discarded=started.discarded)
     return artifact
+
+
+@contextlib.contextmanager
+def _removed_on_error(cargo_home: Path) -> Iterator[None]:
+    """A start that fails leaves no cargo home behind (finish_build removes it otherwise)."""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(cargo_home, ignore_errors=True)
+        raise
 
 
 def _reused(cached: Artifact, sha: str, target: Path, record: BuildCacheRecord) -> Artifact:

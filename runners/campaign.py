@@ -9,29 +9,32 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runners import build_info
 from runners.attribution import attribute_regression, sandbox_launcher
-from runners.build import BuildError, ProtocolMismatch, build_artifact, toolchain
+from runners.build import BuildError, ProtocolMismatch, finish_build, start_build, toolchain
 from runners.build_cache import UNSANDBOXED_NO_CACHE, BuildCacheError, CampaignCache, configured_dir
 from runners.config import CampaignConfig, LifecycleFixture, RowConfig
 from runners.coverage import CoverageError, check_evidence, count_evidence
 from runners.declared import check_declared_exclusions
 from runners.determinism import run_determinism
-from runners.doctor import row_cpus, run_doctor
+from runners.doctor import LoadWindow, open_load_window, row_cpus, run_doctor
 from runners.exceptions import ExceptionFileError, load_records, verify_records
 from runners.harness import PreflightError, preflight_flags, row_args
 from runners.lifecycles import fixture_trace, run_fixture
 from runners.parity import compare
 from runners.perf import SampleHooks, run_performance
-from runners.placement import correctness_cpu_sets, host_facts, perf_placement
+from runners.placement import correctness_cpu_sets, host_facts, kept_off, perf_placement
 from runners.progress import ProgressSink, emit
 from runners.report import (
     ARMS,
     Arm,
+    Artifact,
     CampaignReport,
     CoverageCheck,
     CoverageResult,
@@ -124,6 +127,9 @@ class Prepared:
     """Build settings that differ between the arms and are not allowed by the config: the perf gate fails."""
     help_texts: dict[Arm, str] = field(default_factory=dict)
     """Each binary's `--help`, read once at preflight."""
+    load_window: LoadWindow | None = None
+    """The doctor's load window, opened when the builds ended (preflight and sizes ran inside it, kept off its
+    CPUs): the first row's doctor closes it."""
 
 
 def new_report(request: CampaignRequest) -> CampaignReport:
@@ -163,9 +169,10 @@ def run_campaign(request: CampaignRequest, progress: ProgressSink | None = None)
     try:
         rows = selected_rows(request, report)
         prepared = prepare(request, report, work, progress)
-        for row in rows:
+        for place, row in enumerate(rows):
             try:
-                report.rows.append(run_row(request, prepared, row, work, progress))
+                window = prepared.load_window if place == 0 else None  # a later row's window starts afresh
+                report.rows.append(run_row(request, prepared, row, work, progress, window))
             except BinaryMismatch as exc:
                 raise CampaignStop(f"row {row.id}", str(exc), blocking=False) from exc
         report.fixtures = run_fixtures(request, prepared, report, work, progress)
@@ -268,61 +275,95 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
         report.toolchain = toolchain()
     except BuildError as exc:
         raise CampaignStop("build", str(exc), blocking=True) from exc
-    binaries: dict[Arm, Path] = {}
-    exceptions: list[ExceptionOutcome] = []
     trusted = request.config_ref or shas["baseline"]
-    patch = request.determinism_patch or _base_patch(request, config.determinism.patch, "determinism", trusted, work)
-    harness_patch = _base_patch(request, config.harness.patch, "harness", trusted, work)
+    patches = {"determinism": request.determinism_patch or _base_patch(request, config.determinism.patch,
+                                                                       "determinism", trusted, work),
+               "harness": _base_patch(request, config.harness.patch, "harness", trusted, work)}
     cache = _campaign_cache(request, progress)
-    for arm in ARMS:
-        emit(progress, "build", f"{arm} {shas[arm][:12]}")
-        with worktree(request.repo, shas[arm], work / f"tree-{arm}") as tree:
-            applied: dict[str, str] = {}
-            try:
-                if patch is not None:
-                    report.determinism_patch_sha256 = applied["determinism"] = apply_patch(tree, patch)
-                if harness_patch is not None:
-                    report.harness_patch_sha256 = applied["harness"] = apply_patch(tree, harness_patch,
-                                                                                    "harness patch")
-            except RevisionError as exc:
-                raise CampaignStop("build", str(exc), blocking=True) from exc
-            try:
-                artifact = build_artifact(tree, arm, shas[arm], config.build, work / "bin", sandbox=request.sandbox,
-                                          cache=cache and replace(cache, patches=applied))
-                moved = worktree_head(request.repo, tree)
-            except ProtocolMismatch as exc:
-                raise CampaignStop("build", str(exc), blocking=True, output_tail=exc.output_tail) from exc
-            except BuildError as exc:
-                raise CampaignStop("build", str(exc), blocking=False, output_tail=exc.output_tail) from exc
-            except ElfError as exc:
-                raise CampaignStop("sizes", str(exc), blocking=False) from exc
-            except (SandboxUnavailable, RevisionError, BuildCacheError) as exc:
-                raise CampaignStop("build", str(exc), blocking=True) from exc
-            if artifact.build_cache is not None:
-                emit(progress, "build", f"{arm}: {artifact.build_cache.summary()}")
-            if moved != shas[arm]:
-                raise CampaignStop("build", f"{arm} checkout moved off {shas[arm]} to {moved} during its build; "
-                                   "refusing its binary", blocking=False)
-            report.artifacts.append(artifact)
-            binaries[arm] = work / "bin" / artifact.binary_name
-            request.sandbox.pin(binaries[arm], arm, artifact.binary_sha256)
-            if arm == "candidate":
-                exceptions = _exceptions(report, tree, binaries, trace, progress, request.sandbox, request.repo)
-    emit(progress, "preflight", "checking every configured flag against both binaries")
-    flags = sorted({flag for row in config.rows for flag in config.flags_used(row)})
-    try:
-        help_texts = preflight_flags(binaries, shas, flags, request.sandbox)
-    except PreflightError as exc:
-        raise CampaignStop("preflight", str(exc), blocking=True) from exc
-    except BinaryMismatch as exc:
-        raise CampaignStop("preflight", str(exc), blocking=False) from exc
-    differences = gated_build_differences(report)
-    report.sizes = size_gate(report.artifact("baseline"), report.artifact("candidate"), config.sizes.max_growth,
-                             differences)
-    report.sizes.attribution = attribute_sizes(binaries["baseline"], binaries["candidate"])
-    emit(progress, "sizes", report.sizes.reason)
+    with ExitStack() as off_the_pinned_cpus:
+        with ExitStack() as trees_open:
+            trees: dict[Arm, Path] = {}
+            applied: dict[Arm, dict[str, str]] = {}
+            for arm in ARMS:
+                emit(progress, "build", f"{arm} {shas[arm][:12]}")
+                with _build_stops():
+                    trees[arm] = trees_open.enter_context(worktree(request.repo, shas[arm], work / f"tree-{arm}"))
+                    applied[arm] = _apply_patches(report, trees[arm], patches)
+            binaries = _build_arms(request, report, shas, trees, applied, cache, work, progress)
+            # The first row's doctor window opens now; what the bot does until that row starts stays off its CPUs.
+            load_window = open_load_window(row_cpus())
+            off_the_pinned_cpus.enter_context(kept_off(list(load_window.cpus)))
+            exceptions = _exceptions(report, trees["candidate"], binaries, trace, progress, request.sandbox,
+                                     request.repo)
+        emit(progress, "preflight", "checking every configured flag against both binaries")
+        flags = sorted({flag for row in config.rows for flag in config.flags_used(row)})
+        try:
+            help_texts = preflight_flags(binaries, shas, flags, request.sandbox)
+        except PreflightError as exc:
+            raise CampaignStop("preflight", str(exc), blocking=True) from exc
+        except BinaryMismatch as exc:
+            raise CampaignStop("preflight", str(exc), blocking=False) from exc
+        differences = gated_build_differences(report)
+        report.sizes = size_gate(report.artifact("baseline"), report.artifact("candidate"), config.sizes.max_growth,
+                                 differences)
+        report.sizes.attribution = attribute_sizes(binaries["baseline"], binaries["candidate"])
+        emit(progress, "sizes", report.sizes.reason)
     return Prepared(binaries=binaries, shas=shas, trace=trace, exceptions=exceptions,
-                    build_differences=differences, help_texts=help_texts)
+                    build_differences=differences, help_texts=help_texts, load_window=load_window)
+
+
+def _apply_patches(report: CampaignReport, tree: Path, patches: dict[str, Path | None]) -> dict[str, str]:
+    """The base's determinism and harness patches, applied the same way to each arm; their SHA-256s by purpose."""
+    applied: dict[str, str] = {}
+    if (determinism := patches["determinism"]) is not None:
+        report.determinism_patch_sha256 = applied["determinism"] = apply_patch(tree, determinism)
+    if (harness := patches["harness"]) is not None:
+        report.harness_patch_sha256 = applied["harness"] = apply_patch(tree, harness, "harness patch")
+    return applied
+
+
+def _build_arms(request: CampaignRequest, report: CampaignReport, shas: dict[Arm, str], trees: dict[Arm, Path],
+                applied: dict[Arm, dict[str, str]], cache: CampaignCache | None, work: Path,
+                progress: ProgressSink | None) -> dict[Arm, Path]:
+    """One build per revision; the binaries, pinned. Both arms' sandbox starts before the compiles (cargo
+    metadata, versions, the cache lookup, the fetch) run side by side; the compiles then run one at a time, so
+    each one's seconds are its own."""
+    with _build_stops(), ThreadPoolExecutor(max_workers=len(ARMS)) as pool:
+        starting = {arm: pool.submit(start_build, trees[arm], arm, shas[arm], request.config.build, work / "bin",
+                                     sandbox=request.sandbox, cache=cache and replace(cache, patches=applied[arm]))
+                    for arm in ARMS}
+        started = {arm: future.result() for arm, future in starting.items()}
+    binaries: dict[Arm, Path] = {}
+    for arm in ARMS:
+        with _build_stops():
+            begun = started[arm]
+            artifact = begun if isinstance(begun, Artifact) else finish_build(begun)
+            moved = worktree_head(request.repo, trees[arm])
+        if artifact.build_cache is not None:
+            emit(progress, "build", f"{arm}: {artifact.build_cache.summary()}")
+        if moved != shas[arm]:
+            raise CampaignStop("build", f"{arm} checkout moved off {shas[arm]} to {moved} during its build; "
+                               "refusing its binary", blocking=False)
+        report.artifacts.append(artifact)
+        binaries[arm] = work / "bin" / artifact.binary_name
+        request.sandbox.pin(binaries[arm], arm, artifact.binary_sha256)
+    return binaries
+
+
+@contextmanager
+def _build_stops() -> Iterator[None]:
+    """What a failed checkout, patch or build means for the campaign: a protocol mismatch or an unusable machine
+    blocks it; the revision's own build failing fails it."""
+    try:
+        yield
+    except ProtocolMismatch as exc:
+        raise CampaignStop("build", str(exc), blocking=True, output_tail=exc.output_tail) from exc
+    except BuildError as exc:
+        raise CampaignStop("build", str(exc), blocking=False, output_tail=exc.output_tail) from exc
+    except ElfError as exc:
+        raise CampaignStop("sizes", str(exc), blocking=False) from exc
+    except (SandboxUnavailable, RevisionError, BuildCacheError) as exc:
+        raise CampaignStop("build", str(exc), blocking=True) from exc
 
 
 def _campaign_cache(request: CampaignRequest, progress: ProgressSink | None) -> CampaignCache | None:
@@ -368,11 +409,12 @@ def _exceptions(report: CampaignReport, tree: Path, binaries: dict[Arm, Path], t
 
 
 def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: Path,
-            progress: ProgressSink | None) -> RowReport:
+            progress: ProgressSink | None, load_window: LoadWindow | None = None) -> RowReport:
     """One comparison row on this node: correctness first; performance only once correctness holds."""
     config = request.config
     args = row_args(config, row, prepared.trace)
-    doctor = run_doctor(row_cpus(), sandbox=request.sandbox.kind)  # before the row's first process: its own load
+    # Before the row's first process, so the load it sees is other work's (`load_window`: opened earlier).
+    doctor = run_doctor(row_cpus(), sandbox=request.sandbox.kind, window=load_window)
     emit(progress, "doctor", doctor.summary, row=row.id)
     cpu_sets = correctness_cpu_sets(4)
     emit(progress, "determinism", f"2 + 2 fresh processes on CPU sets {cpu_sets}", row=row.id)

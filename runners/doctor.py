@@ -20,6 +20,7 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from runners.placement import (
@@ -319,16 +320,36 @@ def worst(checks: Sequence[DoctorCheck]) -> DoctorStatus:
     return max((check.status for check in checks), key=SEVERITY.__getitem__, default=DoctorStatus.PASS)
 
 
+@dataclass(frozen=True)
+class LoadWindow:
+    """A load window opened ahead of the doctor, so trusted work kept off `cpus` meanwhile (a campaign's preflight
+    and size gate) runs inside the window instead of before it; the doctor waits only for what is left."""
+
+    cpus: tuple[int, ...]
+    before: dict[int, float] | None
+    opened: float
+    """time.monotonic() when `before` was read."""
+
+
+def open_load_window(cpus: Sequence[int], proc_root: Path = PROC) -> LoadWindow:
+    """Start measuring the pinned CPUs now; the caller keeps its own work off them until run_doctor closes it."""
+    pinned = sorted(set(cpus))
+    return LoadWindow(cpus=tuple(pinned), before=busy_snapshot(pinned, proc_root), opened=time.monotonic())
+
+
 def run_doctor(cpus: Sequence[int] | None = None, *, sandbox: SandboxKind = "bwrap", sys_root: Path = SYS,
                proc_root: Path = PROC, load_window_s: float = LOAD_WINDOW_S,
-               search_path: str | None = None) -> DoctorReport:
-    """Every check for `cpus` (default: the CPU a row would pin). The load window is the only time it waits."""
+               search_path: str | None = None, window: LoadWindow | None = None) -> DoctorReport:
+    """Every check for `cpus` (default: the CPU a row would pin). The load window is the only time it waits;
+    `window` is one opened earlier for the same CPUs (one for other CPUs is ignored: a window starts here)."""
     started = time.monotonic()
     pinned = sorted(set(cpus)) if cpus else row_cpus(sys_root)
     affinity = check_affinity(pinned, sys_root, proc_root)  # read before kept_off narrows this process's own
     with kept_off(pinned):  # the doctor's own work (the sandbox probe included) is not load on the pinned CPUs
-        before = busy_snapshot(pinned, proc_root)
-        window_started = time.monotonic()
+        if window is not None and list(window.cpus) == pinned:
+            before, window_started = window.before, window.opened
+        else:
+            before, window_started = busy_snapshot(pinned, proc_root), time.monotonic()
         checks = [
             check_sandbox(sandbox),
             check_profilers(search_path),
@@ -345,8 +366,7 @@ def run_doctor(cpus: Sequence[int] | None = None, *, sandbox: SandboxKind = "bwr
         if remaining > 0:
             time.sleep(remaining)  # the measurement window itself, not synchronisation
         after = busy_snapshot(pinned, proc_root)
-        window = time.monotonic() - window_started
-        checks.append(check_load(pinned, before, after, window, proc_root))
+        checks.append(check_load(pinned, before, after, time.monotonic() - window_started, proc_root))
     return DoctorReport(hostname=os.uname().nodename, cpus=pinned, checks=checks, status=worst(checks),
                         seconds=round(time.monotonic() - started, 3))
 

@@ -77,7 +77,7 @@ def verify_records(
     """Run each record's regression test against both binaries; verified = fails on baseline, passes on candidate.
 
     Each run is a fresh sandbox: the candidate checkout, the binary and the trace read-only, only a private /tmp
-    writable, no network; the binary is re-hashed first when pinned.
+    writable, no network; the binary is checked first when pinned (Sandbox.verify_pins).
     """
     sandbox = sandbox or Sandbox.default()
     outcomes = []

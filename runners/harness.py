@@ -65,7 +65,7 @@ def run_pinned(
 
     Sandbox rules (Sandbox.harness_run): existing absolute paths in `args` are read-only, the directory of an
     output path that does not exist yet is writable, so give every process its own output directory.
-    A pinned binary is re-hashed first (BinaryMismatch propagates: the row stops).
+    A pinned binary is checked first (Sandbox.verify_pins; BinaryMismatch propagates: the row stops).
     """
     sandbox = sandbox or Sandbox.default()
     argv = [str(binary), *args]

@@ -13,8 +13,8 @@ nested namespace regains capabilities; a performance sample gets the same three 
 its own network namespace behind pasta, fenced off from the host's loopback and every private, link-local or
 special-purpose IPv4 range (`Sandbox.run`). `none` runs the same argv unsandboxed, loudly and on record.
 
-Binaries are pinned to their SHA-256 here too: every start whose argv names a pinned binary re-hashes it first,
-so a swapped binary stops the row instead of running.
+Binaries are pinned to their SHA-256 here too: every start whose argv names a pinned binary checks it first (a
+hash, or the stat identity a matching hash saw), so a swapped binary stops the row instead of running.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -223,6 +224,19 @@ class Run:
     """bwrap waits for a byte here before it starts the command (Sandbox.run attaches the network meanwhile)."""
 
 
+PIN_RACY_NS = 1_000_000_000
+"""A pinned binary whose ctime is this close to its last hash is hashed again (file timestamps are coarse)."""
+
+
+def _stat_identity(path: Path) -> tuple[int, ...] | None:
+    """(device, inode, size, mtime, ctime) of the file a start would execute; None if it cannot be read."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
 class Sandbox:
     """Turns a `Run` into the argv and environment that start it contained (or, for `none`, as-is)."""
 
@@ -233,6 +247,8 @@ class Sandbox:
         self.privileged = os.geteuid() == 0
         self._toolchain: Toolchain | None = None
         self._pins: dict[Path, tuple[Arm, str]] = {}
+        self._verified: dict[Path, tuple[int, ...]] = {}
+        """Each pinned binary's stat identity when a hash last matched its pin."""
 
     @classmethod
     def default(cls) -> Sandbox:
@@ -247,19 +263,32 @@ class Sandbox:
     # --- pinned binaries ----------------------------------------------------------------------------------
 
     def pin(self, path: Path, arm: Arm, sha256: str) -> None:
-        """From now on every start naming `path` re-hashes it against `sha256` first."""
+        """From now on every start naming `path` checks it against `sha256` first (verify_pins)."""
         self._pins[path.resolve()] = (arm, sha256)
+        self._verified.pop(path.resolve(), None)
 
     def verify_pins(self, argv: list[str], bound: tuple[Path, ...] = ()) -> None:
-        """Re-hash every pinned binary the start names in its argv or binds (at its own or a fixed path)."""
+        """Check every pinned binary the start names in its argv or binds (at its own or a fixed path): re-hashed,
+        unless its stat identity is the one a matching hash saw (a real harness is tens of MB, and a row starts
+        it hundreds of times). Any write or replacement changes the inode, size, mtime or ctime, and ctime cannot
+        be set back; a file changed within PIN_RACY_NS of its last hash could keep them all, so it is hashed
+        again until it is older, as git treats racy index entries."""
         for word in [*argv, *(str(path) for path in bound)]:
             if not word.startswith("/"):
                 continue
-            pinned = self._pins.get(Path(word))
-            if pinned is not None:
-                actual = sha256_of(Path(word))
-                if actual != pinned[1]:
-                    raise BinaryMismatch(pinned[0], Path(word), pinned[1], actual)
+            path = Path(word)
+            pinned = self._pins.get(path)
+            if pinned is None:
+                continue
+            seen = _stat_identity(path)
+            if seen is not None and self._verified.get(path) == seen:
+                continue
+            hashed_at = time.time_ns()
+            actual = sha256_of(path)
+            if actual != pinned[1]:
+                raise BinaryMismatch(pinned[0], path, pinned[1], actual)
+            if seen is not None and seen[-1] < hashed_at - PIN_RACY_NS and _stat_identity(path) == seen:
+                self._verified[path] = seen
 
     # --- writable paths -----------------------------------------------------------------------------------
 

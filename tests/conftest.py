@@ -67,13 +67,17 @@ class HarnessBuilder:
 @pytest.fixture(scope="session", autouse=True)
 def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path | None]:
     """One build cache for every campaign of the session ($KV_PARITY_BUILD_CACHE is CampaignRequest's default,
-    inherited by `kv-parity` subprocesses): the fixture's base tree is built once, not once per test. Tests of
-    the baseline's own build opt out with `build_cache=None`; the candidate is always built. A variable set
-    before the session wins (empty: no cache, as benchmarks/bench_build_cache.py compares)."""
+    inherited by `kv-parity` subprocesses), shared by its xdist workers (entries are written with O_EXCL and a
+    rename, so two workers storing one key is safe): the fixture's base tree is built once, not once per test or
+    worker. Tests of the baseline's own build opt out with `build_cache=None`; the candidate is always built. A
+    variable set before the session wins (empty: no cache, as benchmarks/bench_build_cache.py compares)."""
     if BUILD_CACHE_ENV in os.environ:
         yield None
         return
-    directory = tmp_path_factory.mktemp("shared-build-cache") / "cache"
+    session_root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        session_root = session_root.parent  # the session's directory, above each worker's own
+    directory = session_root / "shared-build-cache"
     os.environ[BUILD_CACHE_ENV] = str(directory)
     yield directory
     del os.environ[BUILD_CACHE_ENV]

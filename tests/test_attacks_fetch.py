@@ -360,22 +360,31 @@ def test_a_sampled_start_gets_the_same_limits_and_no_user_namespaces() -> None:
 def test_a_fetch_whose_bot_is_killed_leaves_no_pasta_behind(tmp_path: Path) -> None:
     """SIGKILL of the process running a networked start (scancel, a cancelled runner) must not leave the fetch's
     pasta daemon or its namespace's bind mount behind: the watchdog ends both when the bot's pipe closes."""
-    def pastas() -> set[str]:
-        return set(subprocess.run(["pgrep", "-f", "^pasta .*kvp-netns-"], capture_output=True,
-                                  text=True).stdout.split())
+    own_tmp = tmp_path / "tmp"  # the start's TMPDIR: its namespace holder, and so its pasta's argv, lie under it
+    own_tmp.mkdir()
 
-    already = pastas()
+    def cmdline(pid: str) -> str:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+        except OSError:
+            return ""
+
+    def pastas() -> set[str]:
+        """This start's pastas, never another test's (other workers' builds fetch meanwhile)."""
+        found = subprocess.run(["pgrep", "-f", "^pasta .*kvp-netns-"], capture_output=True, text=True).stdout.split()
+        return {pid for pid in found if f"{own_tmp}/kvp-netns-" in cmdline(pid)}
+
     fetcher = subprocess.Popen([sys.executable, "-c", (
         "from runners.sandbox import Run, Sandbox\n"
-        "Sandbox().run(Run(argv=['python3', '-c', 'import time; time.sleep(120)'], network=True, proc=True))\n")])
+        "Sandbox().run(Run(argv=['python3', '-c', 'import time; time.sleep(120)'], network=True, proc=True))\n")],
+        env={**os.environ, "TMPDIR": str(own_tmp)})
     try:
         deadline = time.monotonic() + 60
-        while not (started := pastas() - already):
+        while not (started := pastas()):
             assert fetcher.poll() is None, "the networked start ended before its pasta was seen"
             assert time.monotonic() < deadline, "no pasta started for the networked run"
             os.sched_yield()
-        holders = {Path(word).parent for pid in started
-                   for word in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        holders = {Path(word).parent for pid in started for word in cmdline(pid).split("\0")
                    if word.endswith("/pasta.pid")}
         assert holders, "the pasta of this start names its holder directory"
         fetcher.kill()

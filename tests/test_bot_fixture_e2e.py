@@ -15,6 +15,7 @@ from bot.cli import main as cli_main
 from bot.server import create_app, default_publisher
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, Store
+from runners.build_cache import configured_dir
 from runners.config import DEFAULT_CONFIG_PATH, PROFILES_DIR
 from runners.demo import commit_change, init_fixture_repo
 from runners.report import CampaignReport
@@ -49,6 +50,7 @@ def _settings(fake: FakeGitHub, tmp_path: Path, repo: Path, kv_parity: KvParity)
         "webhook_secret": SECRET, "api_base_url": fake.url, "api_seconds_between_requests": 0,
         "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
         "work_dir": tmp_path / "work", "local_repo_path": repo, "poll_interval_seconds": 0.1,
+        "build_cache_dir": configured_dir(),  # the session's: the fixture's base tree is built once
         **register_test_app(fake, tmp_path),
     })
 

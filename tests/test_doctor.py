@@ -32,6 +32,7 @@ from runners.distributed.row import row_main
 from runners.doctor import (
     EXIT_FOR_STATUS,
     PROFILERS,
+    LoadWindow,
     busy_snapshot,
     check_affinity,
     check_aslr,
@@ -44,6 +45,7 @@ from runners.doctor import (
     check_profilers,
     check_sandbox,
     check_smt,
+    open_load_window,
     row_cpus,
     run_doctor,
     worst,
@@ -283,6 +285,23 @@ def test_perf_event_paranoid_limits_non_root_only(tmp_path: Path) -> None:
     assert as_root.status == DoctorStatus.PASS and "running as root" in as_root.detail
     assert check_perf_paranoid(fake_proc(tmp_path / "none", paranoid=None), euid=1000).status \
         == DoctorStatus.UNKNOWN
+
+
+def test_a_window_opened_earlier_counts_the_load_since_it_opened(tmp_path: Path) -> None:
+    """A campaign opens the first row's window when its builds end: the load the doctor reports is what the
+    pinned CPU did since then, not since the doctor started; a window for other CPUs is not used."""
+    sys_root = fake_sys(tmp_path / "sys")
+    proc_root = fake_proc(tmp_path / "proc", busy_ticks={3: 0})
+    window = open_load_window([3], proc_root)
+    assert window.cpus == (3,) and window.before == {3: 0.0}
+    fake_proc(tmp_path / "proc", busy_ticks={3: ticks_for(10_000)})  # cpu3 busy since: far more than the window
+    early = run_doctor([3], sandbox="none", sys_root=sys_root, proc_root=proc_root, load_window_s=0.05,
+                       window=window)
+    assert {c.name: c.status for c in early.checks}["load on the pinned CPUs"] == DoctorStatus.FAIL
+    elsewhere = LoadWindow(cpus=(2,), before={2: 0.0}, opened=window.opened)
+    fresh = run_doctor([3], sandbox="none", sys_root=sys_root, proc_root=proc_root, load_window_s=0.05,
+                       window=elsewhere)
+    assert {c.name: c.status for c in fresh.checks}["load on the pinned CPUs"] == DoctorStatus.PASS
 
 
 def test_whole_doctor_on_a_fake_tree_and_the_worst_decides(tmp_path: Path) -> None:

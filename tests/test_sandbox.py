@@ -121,6 +121,39 @@ def test_a_swapped_pinned_binary_is_refused_naming_the_arm_and_both_digests(harn
     assert "baseline" in message and recorded in message and swapped in message
 
 
+def test_a_pinned_binary_is_hashed_again_whenever_its_stat_identity_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row starts each binary hundreds of times: a pin whose file still has the stat identity a matching hash
+    saw is not read again, one rewritten in place or replaced is, and a file too recently changed always is."""
+    hashed: list[Path] = []
+
+    def counting(path: Path) -> str:
+        hashed.append(path)
+        return sha256_of(path)
+
+    monkeypatch.setattr("runners.sandbox.sha256_of", counting)
+    binary = tmp_path / "baseline-bin"
+    binary.write_bytes(b"\x7fELF one")
+    sandbox = Sandbox("none")
+    sandbox.pin(binary, "baseline", sha256_of(binary))
+    for _ in range(3):
+        sandbox.verify_pins([str(binary)])
+    assert len(hashed) == 3, "written just now: racy, hashed at every start"
+    monkeypatch.setattr("runners.sandbox.PIN_RACY_NS", -10**18)  # as if written long before its first hash
+    sandbox.verify_pins([str(binary)])
+    sandbox.verify_pins([str(binary), "--help"])
+    assert len(hashed) == 4, "unchanged since a matching hash: not read again"
+    binary.write_bytes(b"\x7fELF one, longer")  # in place: same inode, another size
+    with pytest.raises(BinaryMismatch):
+        sandbox.verify_pins([str(binary)])
+    forged = tmp_path / "forged"
+    forged.write_bytes(b"\x7fELF two")
+    os.replace(forged, binary)  # another inode under the pinned name
+    with pytest.raises(BinaryMismatch):
+        sandbox.verify_pins([str(binary)])
+    assert len(hashed) == 6
+
+
 def test_missing_bubblewrap_exits_2_naming_the_package_and_none_is_loud(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty-path"

@@ -27,8 +27,9 @@ from bot.publish.render import is_status_comment
 from bot.server import create_app, default_publisher
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
+from runners.build_cache import configured_dir
 from runners.config import DEFAULT_CONFIG_PATH, SlurmRowConfig
-from runners.demo import commit_change, demo_config, init_fixture_repo
+from runners.demo import Knob, commit_change, demo_config, init_fixture_repo
 from runners.report import CampaignReport
 from runners.slurm import STATE_FILE, SlurmClient, SlurmOptions, SlurmRun, job_script
 from tests.fakes.github_api import FakeGitHub
@@ -103,9 +104,11 @@ class Revisions:
     head: str
 
 
-def _revisions(root: Path, pairs: int | None = None, row_slurm: SlurmRowConfig | None = None) -> Revisions:
+def _revisions(root: Path, pairs: int | None = None, row_slurm: SlurmRowConfig | None = None,
+               knobs: dict[str, Knob] | None = None) -> Revisions:
     """The fixture harness with the demo's first row and fixtures committed as the base's config (a short gate
-    this shared machine cannot block; `pairs` makes a row that runs for minutes), and a comment-only head."""
+    this shared machine cannot block; `pairs` makes a row that runs for minutes), `knobs` a harness variant both
+    revisions carry, and a comment-only head."""
     config = quick(demo_config())
     # Eight people share this machine's two cores: no amount of foreign CPU time on the pinned core invalidates
     # a pair here, so both backends reach the same verdict whatever the others run meanwhile.
@@ -121,7 +124,7 @@ def _revisions(root: Path, pairs: int | None = None, row_slurm: SlurmRowConfig |
     repo = root / "repo"
     init_fixture_repo(repo)
     text = "\n".join(to_toml(config.model_dump(mode="json"))) + "\n"
-    base = commit_change(repo, "campaign config", files={DEFAULT_CONFIG_PATH: text})
+    base = commit_change(repo, "campaign config", knobs=knobs, files={DEFAULT_CONFIG_PATH: text})
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "head"], check=True)
     head = commit_change(repo, "the candidate", touch_comment=True)
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "main"], check=True)
@@ -135,8 +138,9 @@ def quick_revisions(tmp_path_factory: pytest.TempPathFactory) -> Revisions:
 
 @pytest.fixture(scope="module")
 def slow_revisions(tmp_path_factory: pytest.TempPathFactory) -> Revisions:
-    """A row of 20,000 pairs: it is still running when it is cancelled or reaches a one-minute limit."""
-    return _revisions(tmp_path_factory.mktemp("slurm-slow"), pairs=20_000)
+    """A row of 20,000 pairs of a harness that waits half a second per timed invocation: it is still running when
+    it is cancelled or reaches a one-minute limit, and the suite's other tests have the cores meanwhile."""
+    return _revisions(tmp_path_factory.mktemp("slurm-slow"), pairs=20_000, knobs={"IDLE_MS": 500.0})
 
 
 def view(revisions: Revisions, root: Path, campaign_id: str, rows: list[str] | None = None) -> CampaignView:
@@ -150,9 +154,10 @@ def view(revisions: Revisions, root: Path, campaign_id: str, rows: list[str] | N
 
 
 def backend(revisions: Revisions, conf: Path, **options: object) -> SlurmBackend:
-    """A fresh backend, as a (re)started service makes one from its settings."""
+    """A fresh backend, as a (re)started service makes one from its settings, with the session's build cache."""
     return SlurmBackend(revisions.repo, options=SlurmOptions(slurm_conf=conf, poll_seconds=0, build_cpus=1,
-                                                             **options))  # type: ignore[arg-type]
+                                                             **options),  # type: ignore[arg-type]
+                        build_cache=configured_dir())
 
 
 def run_state(campaign: CampaignView) -> SlurmRun:
@@ -323,7 +328,7 @@ def slurm_service_settings(slurm_conf: Path, revisions: Revisions, tmp_path: Pat
             "webhook_secret": SECRET, "token": TOKEN, "api_base_url": fake.url, "api_seconds_between_requests": 0,
             "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
             "work_dir": tmp_path / "work", "local_repo_path": revisions.repo, "backend": "slurm",
-            "poll_interval_seconds": 0.2,
+            "poll_interval_seconds": 0.2, "build_cache_dir": configured_dir(),
             "slurm": {"slurm_conf": str(slurm_conf), "poll_seconds": 0, "build_cpus": 1},
         })
 
