@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -109,6 +110,20 @@ def build(repo: Path, sha: str, tmp_path: Path) -> BuildError | None:
 # --- the fetch ------------------------------------------------------------------------------------------------
 
 
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    except OSError:
+        return ""
+
+
+def pastas_under(tmp: Path) -> set[str]:
+    """The pastas of networked starts whose temporary directory is `tmp`, never another test's (the suite's
+    other workers build, and so fetch, meanwhile)."""
+    found = subprocess.run(["pgrep", "-f", "^pasta .*kvp-netns-"], capture_output=True, text=True).stdout.split()
+    return {pid for pid in found if f"{tmp}/kvp-netns-" in _cmdline(pid)}
+
 def test_credential_provider_exfiltration_runs_nothing_and_reaches_no_host_listener(
         repo: Path, listener: Listener, tmp_path: Path) -> None:
     index = f"sparse+http://127.0.0.1:{listener.port}/index/"
@@ -125,14 +140,14 @@ def test_credential_provider_exfiltration_runs_nothing_and_reaches_no_host_liste
     assert listener.received == [], "neither cargo nor the PR's credential provider reached the host's loopback"
 
 
-def test_fetch_network_reaches_neither_host_loopback_nor_its_addresses_nor_private_ranges(tmp_path: Path) -> None:
+def test_fetch_network_reaches_neither_host_loopback_nor_its_addresses_nor_private_ranges(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Connects only to this machine's own addresses (a real listener on all of them); for the private, link-local
     and metadata ranges it asks the namespace's routing table (`ip route get`), so no packet is ever aimed off the
     machine even if the fence were broken."""
-    def pastas() -> set[str]:
-        return set(subprocess.run(["pgrep", "-f", "kvp-netns-"], capture_output=True, text=True).stdout.split())
-
-    already = pastas()  # another session's fetch may be running on this machine
+    own_tmp = tmp_path / "tmp"  # this start's namespace holder lies under it: other workers' fetches run meanwhile
+    own_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
     wide = Listener("0.0.0.0")
     try:
         addresses = json.loads(subprocess.run(["ip", "-4", "-j", "addr", "show"], capture_output=True, text=True,
@@ -163,7 +178,7 @@ def test_fetch_network_reaches_neither_host_loopback_nor_its_addresses_nor_priva
     assert "REACHED" not in outcomes.values(), outcomes
     assert all(outcomes[host] == "unreachable" for host in ranges), outcomes
     assert wide.received == []
-    assert pastas() <= already, "this start's pasta is gone"
+    assert pastas_under(own_tmp) == set(), "this start's pasta is gone"
 
 
 def test_source_replacement_in_the_pr_config_is_not_read_by_the_fetch(repo: Path, tmp_path: Path) -> None:
@@ -363,16 +378,8 @@ def test_a_fetch_whose_bot_is_killed_leaves_no_pasta_behind(tmp_path: Path) -> N
     own_tmp = tmp_path / "tmp"  # the start's TMPDIR: its namespace holder, and so its pasta's argv, lie under it
     own_tmp.mkdir()
 
-    def cmdline(pid: str) -> str:
-        try:
-            return Path(f"/proc/{pid}/cmdline").read_bytes().decode()
-        except OSError:
-            return ""
-
     def pastas() -> set[str]:
-        """This start's pastas, never another test's (other workers' builds fetch meanwhile)."""
-        found = subprocess.run(["pgrep", "-f", "^pasta .*kvp-netns-"], capture_output=True, text=True).stdout.split()
-        return {pid for pid in found if f"{own_tmp}/kvp-netns-" in cmdline(pid)}
+        return pastas_under(own_tmp)
 
     fetcher = subprocess.Popen([sys.executable, "-c", (
         "from runners.sandbox import Run, Sandbox\n"
@@ -384,7 +391,7 @@ def test_a_fetch_whose_bot_is_killed_leaves_no_pasta_behind(tmp_path: Path) -> N
             assert fetcher.poll() is None, "the networked start ended before its pasta was seen"
             assert time.monotonic() < deadline, "no pasta started for the networked run"
             os.sched_yield()
-        holders = {Path(word).parent for pid in started for word in cmdline(pid).split("\0")
+        holders = {Path(word).parent for pid in started for word in _cmdline(pid).split("\0")
                    if word.endswith("/pasta.pid")}
         assert holders, "the pasta of this start names its holder directory"
         fetcher.kill()
