@@ -77,7 +77,7 @@ def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
     session_root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         session_root = session_root.parent  # the session's directory, above each worker's own
-    directory = session_root / "shared-build-cache"
+    directory = session_root / "build-cache"
     os.environ[BUILD_CACHE_ENV] = str(directory)
     yield directory
     del os.environ[BUILD_CACHE_ENV]

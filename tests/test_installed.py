@@ -129,6 +129,16 @@ def test_a_resource_missing_from_an_install_is_named_with_the_fix() -> None:
         package_dir("runners", "no-such-dir")
 
 
+def test_data_packages_are_found_without_being_imported() -> None:
+    """templates/ and tests/fixtures/ are package data: locating them runs no __init__, so no bytecode of theirs
+    is written beside the checkout's templates or read at run time (a wheel never ships one)."""
+    probe = ("import sys; from runners.resources import package_dir; "
+             "print(package_dir('kv_parity_templates').name, package_dir('kv_parity_fixtures', 'replay_harness').name,"
+             " sorted(name for name in sys.modules if name.startswith('kv_parity_')))")
+    done = subprocess.run([sys.executable, "-B", "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.split() == ["templates", "replay_harness", "[]"]
+
+
 @needs_bwrap
 def test_demo_then_report_verify_and_publish(installed_kv_parity: KvParity, outside: Path,
                                             tmp_path: Path) -> None:
