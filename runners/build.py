@@ -295,8 +295,7 @@ def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir:
                    sandbox: Sandbox | None = None, cache: CampaignCache | None = None) -> Artifact:
     """Build `tree` once with the configured command in its own sandbox; store and describe the executable.
     With `cache`, an arm it serves is first looked up (a hit runs no fetch or compile) and stored once built."""
-    started = start_build(tree, arm, sha, config, out_dir, sandbox=sandbox, cache=cache)
-    return started if isinstance(started, Artifact) else finish_build(started)
+    return finish_build(start_build(tree, arm, sha, config, out_dir, sandbox=sandbox, cache=cache))
 
 
 def start_build(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Path, *,
@@ -334,9 +333,12 @@ def start_build(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Pa
                         cache=cache, key=key, discarded=discarded)
 
 
-def finish_build(started: StartedBuild) -> Artifact:
+def finish_build(started: StartedBuild | Artifact) -> Artifact:
     """The compile, alone (its seconds are the campaign floor's, so never beside another arm's start), then the
-    executable stored, described and, for an arm the cache serves, stored there."""
+    executable stored, described and, for an arm the cache serves, stored there. A start the cache answered is
+    already the artifact."""
+    if isinstance(started, Artifact):
+        return started
     build = started.build
     try:
         executable, seconds = build.compile(started.command)

@@ -34,7 +34,6 @@ from runners.progress import ProgressSink, emit
 from runners.report import (
     ARMS,
     Arm,
-    Artifact,
     CampaignReport,
     CoverageCheck,
     CoverageResult,
@@ -295,21 +294,30 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
             off_the_pinned_cpus.enter_context(kept_off(list(load_window.cpus)))
             exceptions = _exceptions(report, trees["candidate"], binaries, trace, progress, request.sandbox,
                                      request.repo)
-        emit(progress, "preflight", "checking every configured flag against both binaries")
-        flags = sorted({flag for row in config.rows for flag in config.flags_used(row)})
-        try:
-            help_texts = preflight_flags(binaries, shas, flags, request.sandbox)
-        except PreflightError as exc:
-            raise CampaignStop("preflight", str(exc), blocking=True) from exc
-        except BinaryMismatch as exc:
-            raise CampaignStop("preflight", str(exc), blocking=False) from exc
-        differences = gated_build_differences(report)
-        report.sizes = size_gate(report.artifact("baseline"), report.artifact("candidate"), config.sizes.max_growth,
-                                 differences)
-        report.sizes.attribution = attribute_sizes(binaries["baseline"], binaries["candidate"])
-        emit(progress, "sizes", report.sizes.reason)
+        help_texts, differences = _preflight_and_sizes(request, report, binaries, shas, progress)
     return Prepared(binaries=binaries, shas=shas, trace=trace, exceptions=exceptions,
                     build_differences=differences, help_texts=help_texts, load_window=load_window)
+
+
+def _preflight_and_sizes(request: CampaignRequest, report: CampaignReport, binaries: dict[Arm, Path],
+                         shas: dict[Arm, str], progress: ProgressSink | None) -> tuple[dict[Arm, str], list[str]]:
+    """Every configured flag checked against both binaries, then the size gate; each binary's `--help` and the
+    build differences the config does not allow."""
+    config = request.config
+    emit(progress, "preflight", "checking every configured flag against both binaries")
+    flags = sorted({flag for row in config.rows for flag in config.flags_used(row)})
+    try:
+        help_texts = preflight_flags(binaries, shas, flags, request.sandbox)
+    except PreflightError as exc:
+        raise CampaignStop("preflight", str(exc), blocking=True) from exc
+    except BinaryMismatch as exc:
+        raise CampaignStop("preflight", str(exc), blocking=False) from exc
+    differences = gated_build_differences(report)
+    report.sizes = size_gate(report.artifact("baseline"), report.artifact("candidate"), config.sizes.max_growth,
+                             differences)
+    report.sizes.attribution = attribute_sizes(binaries["baseline"], binaries["candidate"])
+    emit(progress, "sizes", report.sizes.reason)
+    return help_texts, differences
 
 
 def _apply_patches(report: CampaignReport, tree: Path, patches: dict[str, Path | None]) -> dict[str, str]:
@@ -336,8 +344,7 @@ def _build_arms(request: CampaignRequest, report: CampaignReport, shas: dict[Arm
     binaries: dict[Arm, Path] = {}
     for arm in ARMS:
         with _build_stops():
-            begun = started[arm]
-            artifact = begun if isinstance(begun, Artifact) else finish_build(begun)
+            artifact = finish_build(started[arm])
             moved = worktree_head(request.repo, trees[arm])
         if artifact.build_cache is not None:
             emit(progress, "build", f"{arm}: {artifact.build_cache.summary()}")

@@ -287,6 +287,7 @@ class Sandbox:
             actual = sha256_of(path)
             if actual != pinned[1]:
                 raise BinaryMismatch(pinned[0], path, pinned[1], actual)
+            # seen[-1] is the ctime: only a file settled before the hash, and unchanged during it, is remembered
             if seen is not None and seen[-1] < hashed_at - PIN_RACY_NS and _stat_identity(path) == seen:
                 self._verified[path] = seen
 

@@ -110,7 +110,6 @@ def build(repo: Path, sha: str, tmp_path: Path) -> BuildError | None:
 # --- the fetch ------------------------------------------------------------------------------------------------
 
 
-
 def _cmdline(pid: str) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode()
@@ -123,6 +122,16 @@ def pastas_under(tmp: Path) -> set[str]:
     other workers build, and so fetch, meanwhile)."""
     found = subprocess.run(["pgrep", "-f", "^pasta .*kvp-netns-"], capture_output=True, text=True).stdout.split()
     return {pid for pid in found if f"{tmp}/kvp-netns-" in _cmdline(pid)}
+
+
+@pytest.fixture()
+def start_tmp(tmp_path: Path) -> Path:
+    """The temporary directory of a networked start under test: its namespace holder, and so its pasta's argv,
+    lie under it, which tells this test's pasta from another worker's."""
+    own = tmp_path / "start-tmp"
+    own.mkdir()
+    return own
+
 
 def test_credential_provider_exfiltration_runs_nothing_and_reaches_no_host_listener(
         repo: Path, listener: Listener, tmp_path: Path) -> None:
@@ -141,13 +150,11 @@ def test_credential_provider_exfiltration_runs_nothing_and_reaches_no_host_liste
 
 
 def test_fetch_network_reaches_neither_host_loopback_nor_its_addresses_nor_private_ranges(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        start_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Connects only to this machine's own addresses (a real listener on all of them); for the private, link-local
     and metadata ranges it asks the namespace's routing table (`ip route get`), so no packet is ever aimed off the
     machine even if the fence were broken."""
-    own_tmp = tmp_path / "tmp"  # this start's namespace holder lies under it: other workers' fetches run meanwhile
-    own_tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(start_tmp))
     wide = Listener("0.0.0.0")
     try:
         addresses = json.loads(subprocess.run(["ip", "-4", "-j", "addr", "show"], capture_output=True, text=True,
@@ -178,7 +185,7 @@ def test_fetch_network_reaches_neither_host_loopback_nor_its_addresses_nor_priva
     assert "REACHED" not in outcomes.values(), outcomes
     assert all(outcomes[host] == "unreachable" for host in ranges), outcomes
     assert wide.received == []
-    assert pastas_under(own_tmp) == set(), "this start's pasta is gone"
+    assert pastas_under(start_tmp) == set(), "this start's pasta is gone"
 
 
 def test_source_replacement_in_the_pr_config_is_not_read_by_the_fetch(repo: Path, tmp_path: Path) -> None:
@@ -372,22 +379,16 @@ def test_a_sampled_start_gets_the_same_limits_and_no_user_namespaces() -> None:
         assert printed.split() == [str(Limits().processes), str(Limits().memory_bytes), "1"]
 
 
-def test_a_fetch_whose_bot_is_killed_leaves_no_pasta_behind(tmp_path: Path) -> None:
+def test_a_fetch_whose_bot_is_killed_leaves_no_pasta_behind(start_tmp: Path) -> None:
     """SIGKILL of the process running a networked start (scancel, a cancelled runner) must not leave the fetch's
     pasta daemon or its namespace's bind mount behind: the watchdog ends both when the bot's pipe closes."""
-    own_tmp = tmp_path / "tmp"  # the start's TMPDIR: its namespace holder, and so its pasta's argv, lie under it
-    own_tmp.mkdir()
-
-    def pastas() -> set[str]:
-        return pastas_under(own_tmp)
-
     fetcher = subprocess.Popen([sys.executable, "-c", (
         "from runners.sandbox import Run, Sandbox\n"
         "Sandbox().run(Run(argv=['python3', '-c', 'import time; time.sleep(120)'], network=True, proc=True))\n")],
-        env={**os.environ, "TMPDIR": str(own_tmp)})
+        env={**os.environ, "TMPDIR": str(start_tmp)})
     try:
         deadline = time.monotonic() + 60
-        while not (started := pastas()):
+        while not (started := pastas_under(start_tmp)):
             assert fetcher.poll() is None, "the networked start ended before its pasta was seen"
             assert time.monotonic() < deadline, "no pasta started for the networked run"
             os.sched_yield()
@@ -397,8 +398,8 @@ def test_a_fetch_whose_bot_is_killed_leaves_no_pasta_behind(tmp_path: Path) -> N
         fetcher.kill()
         fetcher.wait()
         deadline = time.monotonic() + 30
-        while started & pastas():
-            assert time.monotonic() < deadline, f"pasta {started & pastas()} outlived the killed bot"
+        while started & pastas_under(start_tmp):
+            assert time.monotonic() < deadline, f"pasta {started & pastas_under(start_tmp)} outlived the killed bot"
             os.sched_yield()
         deadline = time.monotonic() + 30
         while any(holder.exists() for holder in holders):
