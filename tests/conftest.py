@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from runners.build import build_artifact
-from runners.build_cache import BUILD_CACHE_ENV
+from runners.build_cache import BUILD_CACHE_ENV, CampaignCache
 from runners.config import CampaignConfig
 from runners.demo import Knob, commit_change, demo_config, init_fixture_repo
 from runners.demo_trace import generate_demo_trace
+from runners.sandbox import Sandbox
 from tests import installed
 from tests.installed import KvParity
 
 SLOW_FILES = frozenset({
     "test_actions_backend.py", "test_attacks_fetch.py", "test_attacks_files.py", "test_attribution.py",
     "test_bot_fixture_e2e.py", "test_browser.py", "test_campaign.py", "test_cli.py", "test_coverage.py",
-    "test_declared_exclusions.py", "test_distributed.py", "test_doctor.py", "test_fixture_noise.py",
+    "test_declared_exclusions.py", "test_distributed.py", "test_fixture_noise.py",
     "test_html_report.py", "test_independent_harness.py", "test_installed.py", "test_lifecycles.py",
     "test_pages.py", "test_perf.py", "test_publish.py", "test_publish_security.py", "test_real_shapes.py",
     "test_requests_e2e.py", "test_sandbox.py", "test_server_e2e.py", "test_slurm.py", "test_split_build.py",
@@ -46,10 +49,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 class HarnessBuilder:
-    """Release builds of fixture variants, one real `cargo build` per distinct knob set, cached per session."""
+    """Release builds of fixture variants, one real `cargo build` per distinct knob set in the whole session.
 
-    def __init__(self, root: Path) -> None:
+    Variants are trees the tests wrote, so they are trusted as a merge base is: each is built as the baseline arm
+    through the session build cache (`shared_build_cache`), under a lock per variant, so the workers build it once
+    between them and a campaign whose baseline is the same tree reuses it (and the other way round)."""
+
+    def __init__(self, root: Path, build_cache: Path | None) -> None:
         self.root = root
+        self.build_cache = build_cache
         self._cache: dict[str, Path] = {}
 
     def binary(self, files: dict[str, str] | None = None, **knobs: Knob) -> Path:
@@ -59,9 +67,25 @@ class HarnessBuilder:
             repo = self.root / f"variant-{key}"
             init_fixture_repo(repo)
             sha = commit_change(repo, f"variant {knobs}", knobs=knobs, files=files)
-            artifact = build_artifact(repo, "candidate", sha, demo_config().build, self.root / "bin" / key)
+            sandbox = Sandbox.default()
+            cache = CampaignCache.for_campaign(self.build_cache, f"harness-variant-{key}", sandbox.kind)
+            with self._one_builder(key):
+                artifact = build_artifact(repo, "baseline", sha, demo_config().build, self.root / "bin" / key,
+                                          sandbox=sandbox, cache=cache)
             self._cache[key] = self.root / "bin" / key / artifact.binary_name
         return self._cache[key]
+
+    @contextmanager
+    def _one_builder(self, key: str) -> Iterator[None]:
+        """Other workers wanting the same variant wait here, then find it in the cache."""
+        if self.build_cache is None:
+            yield
+            return
+        locks = self.build_cache.parent / "harness-variant-locks"
+        locks.mkdir(exist_ok=True)
+        with (locks / key).open("w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -84,8 +108,8 @@ def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
 
 
 @pytest.fixture(scope="session")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> HarnessBuilder:
-    return HarnessBuilder(tmp_path_factory.mktemp("harness"))
+def harness(tmp_path_factory: pytest.TempPathFactory, shared_build_cache: Path | None) -> HarnessBuilder:
+    return HarnessBuilder(tmp_path_factory.mktemp("harness"), shared_build_cache)
 
 
 @pytest.fixture(scope="session")

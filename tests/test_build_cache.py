@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runners.build import build_artifact
-from runners.build_cache import BuildCache, BuildCacheError, BuildKey, CampaignCache
+from runners.build_cache import BuildCache, BuildCacheError, BuildKey, CacheEntry, CampaignCache
 from runners.campaign import CampaignRequest, CampaignStop, new_report, prepare
 from runners.config import CampaignConfig
 from runners.demo import commit_change, init_fixture_repo
@@ -91,10 +91,22 @@ def build_baseline(repo: Path, sha: str, config: CampaignConfig, out: Path, cach
                               cache=use)
 
 
-def entry_key(directory: Path, digest: str) -> BuildKey:
-    from runners.build_cache import CacheEntry
+def entry(directory: Path, digest: str) -> CacheEntry:
+    return CacheEntry.model_validate_json((directory / digest / "entry.json").read_bytes())
 
-    return CacheEntry.model_validate_json((directory / digest / "entry.json").read_bytes()).key
+
+def entry_key(directory: Path, digest: str) -> BuildKey:
+    return entry(directory, digest).key
+
+
+def seeded(stored: tuple[Path, str], cache: Path) -> CacheEntry:
+    """`cache` (made here, the service's mode) holding a copy of the module's stored entry: a base tree another
+    campaign ("c-stored") built, without building it again."""
+    directory, digest = stored
+    cache.mkdir(parents=True)
+    cache.chmod(0o700)
+    shutil.copytree(directory / digest, cache / digest)
+    return entry(cache, digest)
 
 
 # --- reuse ----------------------------------------------------------------------------------------------------
@@ -111,6 +123,7 @@ def test_a_second_campaign_with_the_same_base_reuses_it_and_still_builds_its_can
     assert stored is not None and stored.reused_from is None
     assert first.sandbox.cargo("tree-baseline", "build") and first.sandbox.cargo("tree-baseline", "fetch")
     assert first.artifact("candidate").build_cache is None
+    assert [path.name for path in cache_dir.iterdir()] == [stored.key_sha256], "a candidate is never stored"
 
     # Another repository, another commit SHA for the same base tree; its candidate's tree equals that base.
     second_repo = tmp_path / "second-repo"
@@ -126,20 +139,10 @@ def test_a_second_campaign_with_the_same_base_reuses_it_and_still_builds_its_can
     assert not second.sandbox.cargo("tree-baseline", "build") and not second.sandbox.cargo("tree-baseline", "fetch")
     assert second.sandbox.cargo("tree-candidate", "build"), "the candidate is always built"
     assert candidate.build_cache is None
+    assert [path.name for path in cache_dir.iterdir()] == [stored.key_sha256], "nor one whose tree is the base's"
     binary = tmp_path / "c2" / "work" / "bin" / baseline.binary_name
     assert sha256_of(binary) == baseline.binary_sha256 and (binary.stat().st_mode & 0o777) == 0o555
     assert "reused from campaign c-first" in baseline.build_cache.summary()
-
-
-def test_a_candidate_is_never_stored(tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path,
-                                     cache_dir: Path) -> None:
-    repo = tmp_path / "repo"
-    base = init_fixture_repo(repo)
-    head = commit_change(repo, "slower", knobs={"WORK_SCALE": 1.1})
-    built = prepared(repo, base, head, campaign_config, demo_trace, tmp_path / "c", cache_dir, "c-only")
-    entries = sorted(path.name for path in cache_dir.iterdir())
-    baseline = built.artifact("baseline").build_cache
-    assert baseline is not None and entries == [baseline.key_sha256]
 
 
 # --- what the key holds ---------------------------------------------------------------------------------------
@@ -204,13 +207,12 @@ def test_a_patch_applied_is_part_of_the_key(stored: tuple[Path, str], tmp_path: 
 # --- refused entries ------------------------------------------------------------------------------------------
 
 
-def test_a_tampered_cached_binary_is_detected_deleted_and_rebuilt(tmp_path: Path, campaign_config: CampaignConfig,
-                                                                  cache_dir: Path) -> None:
+def test_a_tampered_cached_binary_is_detected_deleted_and_rebuilt(
+        stored: tuple[Path, str], tmp_path: Path, campaign_config: CampaignConfig, cache_dir: Path) -> None:
     repo = tmp_path / "repo"
     sha = init_fixture_repo(repo)
-    first = build_baseline(repo, sha, campaign_config, tmp_path / "a", cache_dir, "c-a")
-    assert first.build_cache is not None
-    binary = cache_dir / first.build_cache.key_sha256 / "binary"
+    first = seeded(stored, cache_dir)
+    binary = cache_dir / stored[1] / "binary"
     binary.chmod(0o755)
     binary.write_bytes(binary.read_bytes() + b"\0tampered")
     binary.chmod(0o555)
@@ -219,7 +221,8 @@ def test_a_tampered_cached_binary_is_detected_deleted_and_rebuilt(tmp_path: Path
     again = build_baseline(repo, sha, campaign_config, tmp_path / "b", cache_dir, "c-b", sandbox)
     assert again.build_cache is not None and again.build_cache.reused_from is None
     assert again.build_cache.discarded is not None and tampered in again.build_cache.discarded
-    assert first.binary_sha256 in again.build_cache.discarded and "c-a" in again.build_cache.discarded
+    assert first.artifact.binary_sha256 in again.build_cache.discarded
+    assert "c-stored" in again.build_cache.discarded
     assert sandbox.cargo("tree-baseline", "build"), "rebuilt"
     assert "refused and deleted" in again.build_cache.summary()
     assert sha256_of(binary) == again.binary_sha256, "the fresh build replaced the deleted entry"
@@ -293,12 +296,13 @@ def test_an_unsandboxed_campaign_uses_no_cache(tmp_path: Path, cache_dir: Path) 
 
 
 def test_the_cache_directory_is_never_visible_inside_a_sandbox(
-        tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path) -> None:
+        stored: tuple[Path, str], tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path) -> None:
     """The candidate's build.rs looks for the cache (beside the campaign's own directory, as the service lays
     them out) and fails the build if it sees it; it also checks its own manifest is visible, so the probe ran.
-    A second campaign reuses the baseline, so the candidate's probe runs while the cache holds an entry."""
+    The cache already holds the baseline's entry, which the campaign reuses: the probe runs while it exists."""
     state = tmp_path / "state"
     cache = state / "build-cache"
+    seeded(stored, cache)
     repo = tmp_path / "repo"
     base = init_fixture_repo(repo)
     probe = """
@@ -312,12 +316,11 @@ fn main() {
 }
 """.replace("@CACHE@", json.dumps(str(cache)))
     head = commit_change(repo, "a build script probing for the cache", files={BUILD_RS: probe})
-    first = prepared(repo, base, head, campaign_config, demo_trace, state / "c1" / "out", cache, "c-probe-1")
-    built = prepared(repo, base, head, campaign_config, demo_trace, state / "c2" / "out", cache, "c-probe-2")
+    built = prepared(repo, base, head, campaign_config, demo_trace, state / "c1" / "out", cache, "c-probe")
     record = built.artifact("baseline").build_cache
-    assert record is not None and record.reused_from == "c-probe-1" and (cache / record.key_sha256).is_dir()
-    assert first.artifact("candidate").binary_sha256 and built.artifact("candidate").binary_sha256
-    for run in [*first.sandbox.starts, *built.sandbox.starts]:
+    assert record is not None and record.reused_from == "c-stored" and (cache / record.key_sha256).is_dir()
+    assert built.artifact("candidate").binary_sha256 and built.sandbox.cargo("tree-candidate", "build")
+    for run in built.sandbox.starts:
         bound = (*run.writable, *run.read_only, *(host for host, _ in run.mounts))
         assert not any(path == cache or path.is_relative_to(cache) or cache.is_relative_to(path) for path in bound)
 
@@ -342,23 +345,21 @@ def _arm_build(repo: Path, plan: Path, arm: str, out: Path, cache: Path) -> Arti
 
 
 def test_the_split_arm_build_reuses_a_baseline_another_campaign_built_and_never_stores_a_candidate(
-        tmp_path: Path, cache_dir: Path) -> None:
+        stored: tuple[Path, str], tmp_path: Path, cache_dir: Path) -> None:
     """`kv-parity build --plan --arm baseline --build-cache` (the Slurm build-baseline job, a self-hosted runner
     with $KV_PARITY_BUILD_CACHE) follows the same rule as a single-machine campaign."""
+    first = seeded(stored, cache_dir)
     repo = tmp_path / "repo"
     base = init_fixture_repo(repo)
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "head"], check=True)
     head = commit_change(repo, "comment-only change", touch_comment=True)
-    first = _arm_build(repo, _plan(repo, base, head, "c-split-1", tmp_path / "plan-1"), "baseline",
-                       tmp_path / "arm-1", cache_dir)
-    second_plan = _plan(repo, base, head, "c-split-2", tmp_path / "plan-2")
-    second = _arm_build(repo, second_plan, "baseline", tmp_path / "arm-2", cache_dir)
-    candidate = _arm_build(repo, second_plan, "candidate", tmp_path / "arm-c", cache_dir)
-    assert first.build_cache is not None and first.build_cache.reused_from is None
-    assert second.build_cache is not None and second.build_cache.reused_from == "c-split-1"
-    assert second.binary_sha256 == first.binary_sha256
+    plan = _plan(repo, base, head, "c-split", tmp_path / "plan")
+    baseline = _arm_build(repo, plan, "baseline", tmp_path / "arm-b", cache_dir)
+    candidate = _arm_build(repo, plan, "candidate", tmp_path / "arm-c", cache_dir)
+    assert baseline.build_cache is not None and baseline.build_cache.reused_from == "c-stored"
+    assert baseline.sha == base and baseline.binary_sha256 == first.artifact.binary_sha256
     assert candidate.build_cache is None
-    assert [entry.name for entry in cache_dir.iterdir()] == [first.build_cache.key_sha256]
+    assert [path.name for path in cache_dir.iterdir()] == [stored[1]]
 
 
 def test_slurm_passes_the_cache_to_the_baseline_build_job_only(tmp_path: Path) -> None:

@@ -1,11 +1,14 @@
 """`kv-parity build | row | merge` end to end: real git, real cargo builds, real harness processes.
 
 One build and two row jobs are run once per module and compared with the single-machine campaign on the same
-fixture; the refusal tests then tamper with copies of those real files.
+fixture (and the node doctor each row records is checked on both); the refusal tests then tamper with copies
+of those real files.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import subprocess
@@ -15,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from bot.cli import main
+from bot.publish.render import md, prose
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig
 from runners.demo import commit_change, init_fixture_repo
@@ -31,9 +36,11 @@ from runners.distributed.common import (
 )
 from runners.distributed.merge import merge_main, merge_results
 from runners.distributed.row import row_main
-from runners.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict
+from runners.doctor import row_cpus
+from runners.report import CampaignReport, CheckConclusion, DoctorStatus, PerfVerdict, SemanticVerdict
 from runners.trace import sha256_file
 from runners.verdicts import campaign_verdicts
+from tests.test_doctor import CHECK_NAMES
 
 ROWS = ["vllm-agg", "sglang-agg"]
 CAMPAIGN_ID = "c-distributed-test"
@@ -88,6 +95,7 @@ class Campaigns:
     build_out: Path
     github_output: Path
     row_outs: dict[str, Path]
+    row_stdout: dict[str, str]
     merged: CampaignReport
 
     @property
@@ -121,15 +129,19 @@ def campaigns(tmp_path_factory: pytest.TempPathFactory, campaign_config: Campaig
                        "--trace", str(demo_trace), "--campaign-id", CAMPAIGN_ID, "--out", str(build_out),
                        "--github-output", str(github_output)]) == EXIT_OK
     row_outs = {row: root / f"row-{row}" for row in ROWS}
+    row_stdout = {}
     for row, out in row_outs.items():
-        assert row_main(["--manifest", str(build_out / MANIFEST_NAME), "--row", row, "--out", str(out),
-                         "--trace", str(demo_trace)]) == EXIT_OK
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            assert row_main(["--manifest", str(build_out / MANIFEST_NAME), "--row", row, "--out", str(out),
+                             "--trace", str(demo_trace)]) == EXIT_OK
+        row_stdout[row] = printed.getvalue()
     merged_out = root / "merged"
     assert merge_main(["--manifest", str(build_out / MANIFEST_NAME), "--out", str(merged_out),
                        *map(str, row_outs.values())]) == EXIT_OK
     merged = CampaignReport.model_validate_json((merged_out / REPORT_NAME).read_text(encoding="utf-8"))
     return Campaigns(root=root, base=base, head=head, trace=demo_trace, single=single, build_out=build_out,
-                     github_output=github_output, row_outs=row_outs, merged=merged)
+                     github_output=github_output, row_outs=row_outs, row_stdout=row_stdout, merged=merged)
 
 
 def _row_conclusion(report: CampaignReport, index: int) -> CheckConclusion:
@@ -157,6 +169,31 @@ def test_build_rows_merge_gives_the_single_machine_verdicts(campaigns: Campaigns
     for row in merged.rows:
         assert row.performance is not None
         assert (campaigns.root / "merged" / row.performance.schedule_path).is_file(), "evidence travels along"
+
+
+def test_the_single_machine_campaign_records_the_doctor_for_each_rows_perf_cpu(campaigns: Campaigns) -> None:
+    for row in campaigns.single.rows:
+        assert row.doctor is not None and row.performance is not None
+        assert row.doctor.cpus == row.performance.placement.cpu_set == row_cpus()
+        assert [check.name for check in row.doctor.checks] == CHECK_NAMES
+        assert row.doctor.hostname == row.host
+        assert {c.name: c.status for c in row.doctor.checks}["sandbox"] == DoctorStatus.PASS
+
+
+def test_kv_parity_row_records_the_doctor_and_merge_shows_it(campaigns: Campaigns) -> None:
+    result = RowResult.model_validate_json(campaigns.row_result(ROWS[0]).read_text(encoding="utf-8"))
+    doctor = result.report.doctor
+    assert doctor is not None and doctor.cpus == result.report.placement_cpus
+    assert f"node doctor {doctor.summary}" in campaigns.row_stdout[ROWS[0]]
+    assert campaigns.merged.rows[0].doctor == doctor
+    merged_dir = campaigns.root / "merged"
+    assert main(["report", str(merged_dir / REPORT_NAME)]) == 0  # what the publish job renders
+    markdown = (merged_dir / "report.md").read_text(encoding="utf-8")
+    assert f"- **Node doctor**: {md(doctor.summary)}" in markdown
+    for check in doctor.checks:
+        assert f"| {md(check.name)} | {check.status.value} | {prose(check.detail)} |" in markdown
+    page = (merged_dir / "report.html").read_text(encoding="utf-8")
+    assert f'Node doctor: <span class="verdict-{doctor.status.value}">' in page
 
 
 def test_manifest_holds_prepare_evidence_and_the_row_matrix(campaigns: Campaigns) -> None:

@@ -1,16 +1,14 @@
 """`kv-parity doctor`: every check on this machine's real /proc and /sys, and on fake kernel trees that make it
-PASS, WARN, FAIL or unreadable; the command's output, JSON and exit status."""
+PASS, WARN, FAIL or unreadable; the command's output, JSON and exit status. What a campaign and a row job record
+of it is checked on tests/test_distributed.py's campaigns."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
 import stat
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +18,7 @@ import yaml
 from bot.cli import main
 from bot.publish import render
 from bot.publish.html_report import report_html
-from bot.publish.render import Links, md, prose
-from runners.campaign import CampaignRequest, run_campaign
-from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig
-from runners.demo import commit_change, init_fixture_repo
-from runners.distributed.artifacts import RowResult
-from runners.distributed.build import build_main
-from runners.distributed.common import EXIT_OK, MANIFEST_NAME, ROW_SUFFIX
-from runners.distributed.merge import merge_main
-from runners.distributed.row import row_main
+from bot.publish.render import Links
 from runners.doctor import (
     EXIT_FOR_STATUS,
     PROFILERS,
@@ -53,10 +43,7 @@ from runners.doctor import (
 from runners.placement import SYS, choose_perf_core, cpu_topology, stat_tick_ms
 from runners.report import CampaignReport, DoctorCheck, DoctorReport, DoctorStatus
 from tests.report_factory import make_report
-from tests.test_distributed import git, quick, to_toml
 from tests.test_placement import _write, fake_sys
-
-ROW = "vllm-agg"
 
 CHECK_NAMES = ["sandbox", "profilers", "frequency governor", "turbo/boost", "cpuset and affinity", "SMT siblings",
                "isolated CPUs", "NUMA layout", "ASLR", "perf_event_paranoid", "load on the pinned CPUs"]
@@ -326,65 +313,6 @@ def test_whole_doctor_on_a_fake_tree_and_the_worst_decides(tmp_path: Path) -> No
 
 
 # --- campaigns record it per row node ----------------------------------------------------------------------
-
-
-@dataclass
-class Recorded:
-    single: CampaignReport
-    row_result: RowResult
-    row_stdout: str
-    merged_dir: Path
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory, campaign_config: CampaignConfig,
-             demo_trace: Path) -> Recorded:
-    """One row of a comment-only change, once as a local campaign and once through build -> row -> merge."""
-    root = tmp_path_factory.mktemp("doctor-campaign")
-    repo = root / "repo"
-    init_fixture_repo(repo)
-    config = quick(campaign_config)
-    toml = "\n".join(to_toml(config.model_dump(mode="json"))) + "\n"
-    base = commit_change(repo, "campaign config", files={DEFAULT_CONFIG_PATH: toml})
-    git(repo, "checkout", "-q", "-b", "feature")
-    head = commit_change(repo, "reword comments", touch_comment=True)
-    git(repo, "checkout", "-q", "main")
-    single = run_campaign(CampaignRequest(repo=repo, base=base, head=head, config=config, config_source="test",
-                                          out_dir=root / "single", rows=[ROW], trace_path=demo_trace))
-    build_out, row_out, merged = root / "build", root / "row", root / "merged"
-    assert build_main(["--repo", str(repo), "--base", base, "--head", head, "--rows", ROW,
-                       "--trace", str(demo_trace), "--out", str(build_out)]) == EXIT_OK
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        assert row_main(["--manifest", str(build_out / MANIFEST_NAME), "--row", ROW, "--out", str(row_out),
-                         "--trace", str(demo_trace)]) == EXIT_OK
-    assert merge_main(["--manifest", str(build_out / MANIFEST_NAME), "--out", str(merged), str(row_out)]) == EXIT_OK
-    result = RowResult.model_validate_json((row_out / f"{ROW}{ROW_SUFFIX}").read_text(encoding="utf-8"))
-    return Recorded(single=single, row_result=result, row_stdout=stdout.getvalue(), merged_dir=merged)
-
-
-def test_local_campaign_records_the_doctor_for_the_rows_perf_cpu(recorded: Recorded) -> None:
-    row = recorded.single.rows[0]
-    assert row.doctor is not None and row.performance is not None
-    assert row.doctor.cpus == row.performance.placement.cpu_set == row_cpus()
-    assert [check.name for check in row.doctor.checks] == CHECK_NAMES
-    assert row.doctor.hostname == row.host
-    assert {c.name: c.status for c in row.doctor.checks}["sandbox"] == DoctorStatus.PASS
-
-
-def test_kv_parity_row_records_it_and_merge_shows_it(recorded: Recorded) -> None:
-    doctor = recorded.row_result.report.doctor
-    assert doctor is not None and doctor.cpus == recorded.row_result.report.placement_cpus
-    assert f"node doctor {doctor.summary}" in recorded.row_stdout
-    merged = CampaignReport.model_validate_json((recorded.merged_dir / "report.json").read_text(encoding="utf-8"))
-    assert merged.rows[0].doctor == doctor
-    assert main(["report", str(recorded.merged_dir / "report.json")]) == 0  # what the publish job renders
-    markdown = (recorded.merged_dir / "report.md").read_text(encoding="utf-8")
-    assert f"- **Node doctor**: {md(doctor.summary)}" in markdown
-    for check in doctor.checks:
-        assert f"| {md(check.name)} | {check.status.value} | {prose(check.detail)} |" in markdown
-    page = (recorded.merged_dir / "report.html").read_text(encoding="utf-8")
-    assert f'Node doctor: <span class="verdict-{doctor.status.value}">' in page
 
 
 def test_older_reports_without_a_doctor_still_load_and_render() -> None:
