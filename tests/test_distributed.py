@@ -180,19 +180,19 @@ def test_the_single_machine_campaign_records_the_doctor_for_each_rows_perf_cpu(c
         assert {c.name: c.status for c in row.doctor.checks}["sandbox"] == DoctorStatus.PASS
 
 
-def test_kv_parity_row_records_the_doctor_and_merge_shows_it(campaigns: Campaigns) -> None:
+def test_kv_parity_row_records_the_doctor_and_merge_shows_it(campaigns: Campaigns, tmp_path: Path) -> None:
     result = RowResult.model_validate_json(campaigns.row_result(ROWS[0]).read_text(encoding="utf-8"))
     doctor = result.report.doctor
     assert doctor is not None and doctor.cpus == result.report.placement_cpus
     assert f"node doctor {doctor.summary}" in campaigns.row_stdout[ROWS[0]]
     assert campaigns.merged.rows[0].doctor == doctor
-    merged_dir = campaigns.root / "merged"
-    assert main(["report", str(merged_dir / REPORT_NAME)]) == 0  # what the publish job renders
-    markdown = (merged_dir / "report.md").read_text(encoding="utf-8")
+    pages = tmp_path / "pages"  # rendered apart: the module's merged directory stays as merge wrote it
+    assert main(["report", str(campaigns.root / "merged" / REPORT_NAME), "--out", str(pages)]) == 0  # the publish job
+    markdown = (pages / "report.md").read_text(encoding="utf-8")
     assert f"- **Node doctor**: {md(doctor.summary)}" in markdown
     for check in doctor.checks:
         assert f"| {md(check.name)} | {check.status.value} | {prose(check.detail)} |" in markdown
-    page = (merged_dir / "report.html").read_text(encoding="utf-8")
+    page = (pages / "report.html").read_text(encoding="utf-8")
     assert f'Node doctor: <span class="verdict-{doctor.status.value}">' in page
 
 
