@@ -24,7 +24,7 @@ from tests.installed import KvParity
 SLOW_FILES = frozenset({
     "test_actions_backend.py", "test_attacks_fetch.py", "test_attacks_files.py", "test_attribution.py",
     "test_bot_fixture_e2e.py", "test_browser.py", "test_campaign.py", "test_cli.py", "test_coverage.py",
-    "test_declared_exclusions.py", "test_distributed.py", "test_fixture_noise.py",
+    "test_declared_exclusions.py", "test_distributed.py", "test_fixture_knobs.py", "test_fixture_noise.py",
     "test_html_report.py", "test_independent_harness.py", "test_installed.py", "test_lifecycles.py",
     "test_pages.py", "test_perf.py", "test_publish.py", "test_publish_security.py", "test_real_shapes.py",
     "test_requests_e2e.py", "test_sandbox.py", "test_server_e2e.py", "test_slurm.py", "test_split_build.py",
@@ -48,12 +48,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
 
 
+KNOB_OVERRIDES_MARKER = b"kv-parity fixture knob overrides"
+KNOB_OVERRIDES_BYTES = 1024
+"""The fixture's override block (variant.rs `OVERRIDES`): this marker, then NUL-padded JSON the harness reads."""
+COMPILED_KNOBS = frozenset({"TEXT_BLOAT"})
+"""Knobs that decide what code is compiled (variant.rs): a variant setting one is a build of its own."""
+
+
+def with_knob_overrides(binary: Path, knobs: dict[str, Knob], out: Path) -> None:
+    """Write a copy of a pristine fixture build to `out` carrying `knobs` in its override block."""
+    data = bytearray(binary.read_bytes())
+    if data.count(KNOB_OVERRIDES_MARKER) != 1:
+        raise ValueError(f"{binary} holds the knob override marker {data.count(KNOB_OVERRIDES_MARKER)} times")
+    start = data.index(KNOB_OVERRIDES_MARKER) + len(KNOB_OVERRIDES_MARKER)
+    block = slice(start, start + KNOB_OVERRIDES_BYTES)
+    if any(data[block]):
+        raise ValueError(f"{binary} already carries knob overrides")
+    text = json.dumps(knobs, sort_keys=True, separators=(",", ":")).encode()
+    if len(text) >= KNOB_OVERRIDES_BYTES:
+        raise ValueError(f"knob overrides of {len(text)} bytes do not fit the block's {KNOB_OVERRIDES_BYTES}")
+    data[block] = text.ljust(KNOB_OVERRIDES_BYTES, b"\0")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+    out.chmod(0o755)
+
+
 class HarnessBuilder:
-    """Release builds of fixture variants, one real `cargo build` per distinct knob set in the whole session.
+    """Release builds of fixture variants: one real `cargo build` per distinct tree in the whole session.
 
     Variants are trees the tests wrote, so they are trusted as a merge base is: each is built as the baseline arm
     through the session build cache (`shared_build_cache`), under a lock per variant, so the workers build it once
-    between them and a campaign whose baseline is the same tree reuses it (and the other way round)."""
+    between them and a campaign whose baseline is the same tree reuses it (and the other way round). A variant
+    that only sets knobs the harness reads at run time is a copy of the fixture's own build carrying them in its
+    override block (variant.rs): the same code, a different binary, and no compile."""
 
     def __init__(self, root: Path, build_cache: Path | None) -> None:
         self.root = root
@@ -64,16 +91,24 @@ class HarnessBuilder:
         """`files` replaces whole fixture files (relative path -> content) on top of the knobs."""
         key = hashlib.sha256(json.dumps([knobs, files], sort_keys=True).encode()).hexdigest()[:12]
         if key not in self._cache:
-            repo = self.root / f"variant-{key}"
-            init_fixture_repo(repo)
-            sha = commit_change(repo, f"variant {knobs}", knobs=knobs, files=files)
-            sandbox = Sandbox.default()
-            cache = CampaignCache.for_campaign(self.build_cache, f"harness-variant-{key}", sandbox.kind)
-            with self._one_builder(key):
-                artifact = build_artifact(repo, "baseline", sha, demo_config().build, self.root / "bin" / key,
-                                          sandbox=sandbox, cache=cache)
-            self._cache[key] = self.root / "bin" / key / artifact.binary_name
+            if knobs and not files and not COMPILED_KNOBS & knobs.keys():
+                default = self.binary()
+                self._cache[key] = self.root / "bin" / key / default.name
+                with_knob_overrides(default, knobs, self._cache[key])
+            else:
+                self._cache[key] = self._build(key, files, knobs)
         return self._cache[key]
+
+    def _build(self, key: str, files: dict[str, str] | None, knobs: dict[str, Knob]) -> Path:
+        repo = self.root / f"variant-{key}"
+        init_fixture_repo(repo)
+        sha = commit_change(repo, f"variant {knobs}", knobs=knobs, files=files)
+        sandbox = Sandbox.default()
+        cache = CampaignCache.for_campaign(self.build_cache, f"harness-variant-{key}", sandbox.kind)
+        with self._one_builder(key):
+            artifact = build_artifact(repo, "baseline", sha, demo_config().build, self.root / "bin" / key,
+                                      sandbox=sandbox, cache=cache)
+        return self.root / "bin" / key / artifact.binary_name
 
     @contextmanager
     def _one_builder(self, key: str) -> Iterator[None]:
