@@ -4,7 +4,6 @@ service itself in a thread with a recording publisher."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from tests.webhooks import (
     pull_request_event,
     read_record,
     serve_app,
+    stand_in_runner,
     wait_until,
 )
 
@@ -70,7 +70,7 @@ class Env:
         return read_record(self.runs_file)
 
     def settings(self, *, hold: bool = False, runner: tuple[str, ...] = (), **overrides: Any) -> Settings:
-        argv = [sys.executable, "-m", "tests.webhooks", "campaign", "--record", str(self.runs_file), *runner]
+        argv = [*stand_in_runner(self.runs_file), *runner]
         if hold:
             argv += ["--hold-until", str(self.hold)]
         values: dict[str, Any] = {

@@ -32,7 +32,16 @@ from tests.fakes.github_api import FakeGitHub
 from tests.installed import ROOT, KvParity, clone_files, is_bytecode
 from tests.service_fixtures import widgets_history
 from tests.test_distributed import quick, to_toml
-from tests.webhooks import REPO, SECRET, free_port, post, pull_request_event, register_test_app, wait_until
+from tests.webhooks import (
+    REPO,
+    SECRET,
+    free_port,
+    post,
+    pull_request_event,
+    register_test_app,
+    stand_in_runner,
+    wait_until,
+)
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (the bubblewrap package)")
 
@@ -220,8 +229,7 @@ def test_serve_runs_a_signed_delivery_to_a_published_finish(installed_kv_parity:
     repo = tmp_path / "widgets"
     repo.mkdir()
     history = widgets_history(repo)
-    runner = ["/usr/bin/env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "tests.webhooks", "campaign",
-              "--record", str(tmp_path / "runs.jsonl")]
+    runner = ["/usr/bin/env", f"PYTHONPATH={ROOT}", *stand_in_runner(tmp_path / "runs.jsonl")]
     port = free_port()
     with FakeGitHub() as fake:
         fake.add_repo(REPO, repo)

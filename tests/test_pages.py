@@ -32,6 +32,7 @@ from tests.webhooks import (
     post,
     register_test_app,
     serve_app,
+    stand_in_flags,
     wait_until,
 )
 
@@ -87,7 +88,7 @@ class PageService:
 
 @contextmanager
 def running(env: Env, **overrides: Any) -> Iterator[PageService]:
-    argv = [sys.executable, "-m", "tests.test_pages", "--record", str(env.runs_file)]
+    argv = [sys.executable, "-m", "tests.test_pages", *stand_in_flags(env.runs_file)]
     settings = env.settings(**register_test_app(env.fake, env.tmp), local_campaign_argv=argv, **overrides)
     app = create_app(settings, publisher_factory=default_publisher)
     with serve_app(app) as url:

@@ -42,6 +42,7 @@ from tests.webhooks import (
     read_record,
     register_test_app,
     serve_app,
+    stand_in_runner,
     wait_until,
 )
 
@@ -563,7 +564,7 @@ def test_argv_contract(env: Env) -> None:
     ],
 )
 def test_local_backend_exit_codes(env: Env, runner: tuple[str, ...], error: str | None) -> None:
-    argv = [sys.executable, "-m", "tests.webhooks", "campaign", "--record", str(env.runs_file), *runner]
+    argv = [*stand_in_runner(env.runs_file), *runner]
     backend = LocalBackend(env.repo, argv_prefix=argv)
     view = _view(env, env.tmp)
     handle = backend.start(view, CONFIG_TOML)
@@ -577,7 +578,7 @@ def test_local_backend_exit_codes(env: Env, runner: tuple[str, ...], error: str 
 
 
 def test_local_backend_rejects_a_report_for_another_campaign(env: Env) -> None:
-    argv = [sys.executable, "-m", "tests.webhooks", "campaign", "--record", str(env.runs_file)]
+    argv = stand_in_runner(env.runs_file)
     backend = LocalBackend(env.repo, argv_prefix=argv)
     view = _view(env, env.tmp)
     handle = backend.start(view, CONFIG_TOML)
@@ -595,7 +596,7 @@ def test_local_backend_fetches_missing_commits(env: Env, tmp_path: Path) -> None
         check=True,
     )
     git(env.repo, "config", "uploadpack.allowAnySHA1InWant", "true")
-    argv = [sys.executable, "-m", "tests.webhooks", "campaign", "--record", str(env.runs_file)]
+    argv = stand_in_runner(env.runs_file)
     backend = LocalBackend(clone, argv_prefix=argv)
     view = _view(env, tmp_path)
     handle = backend.start(view, CONFIG_TOML)

@@ -10,6 +10,7 @@ writes a valid report.json built through the real pydantic models. `serve` runs 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import hmac
 import json
@@ -24,14 +25,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import httpx
-import uvicorn
-from starlette.applications import Starlette
+from typing import TYPE_CHECKING, Any
 
 from runners.progress import JsonlProgress, emit
 from runners.report import CampaignReport, Revision
+
+if TYPE_CHECKING:
+    import httpx
+    from starlette.applications import Starlette
 
 SECRET = "s3cret-webhook"
 REPO = "acme/widgets"
@@ -176,7 +177,10 @@ def post(
     secret: str = SECRET,
     signature: str | None = None,
 ) -> httpx.Response:
-    """POST a delivery the way GitHub does (signed unless `signature` overrides it)."""
+    """POST a delivery the way GitHub does (signed unless `signature` overrides it). httpx, uvicorn and starlette
+    are imported where they are used: the stand-in runner, started for every service campaign, needs none."""
+    import httpx
+
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     headers = {
         "Content-Type": "application/json",
@@ -214,6 +218,8 @@ def free_port() -> int:
 @contextmanager
 def serve_app(app: Starlette) -> Iterator[str]:
     """Run an ASGI app (with its lifespan) under uvicorn on 127.0.0.1 in a thread; yields its base URL."""
+    import uvicorn
+
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -294,6 +300,27 @@ def read_record(path: Path) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------- subprocess programs
 
 
+@functools.cache
+def _pass_report_json() -> str:
+    from tests.report_factory import make_report
+
+    return make_report("pass").model_dump_json()
+
+
+def stand_in_flags(record: Path) -> list[str]:
+    """The stand-in runner's test flags, recording into `record`. The report it writes is a template built once
+    per test process and written beside `record`: the factory's statistics import scipy, which would cost each
+    of the suite's runner starts a second and a half."""
+    template = record.parent / "stand-in-report.json"
+    template.write_text(_pass_report_json(), encoding="utf-8")
+    return ["--record", str(record), "--report-template", str(template)]
+
+
+def stand_in_runner(record: Path) -> list[str]:
+    """Argv of the stand-in runner (`stand_in_flags`), before the `kv-parity campaign` flags a backend adds."""
+    return [sys.executable, "-m", "tests.webhooks", "campaign", *stand_in_flags(record)]
+
+
 def _campaign(argv: list[str]) -> int:
     """The stand-in runner: same flags as `kv-parity campaign`, plus test knobs before them."""
     parser = argparse.ArgumentParser(prog="stand-in campaign")
@@ -311,13 +338,12 @@ def _campaign(argv: list[str]) -> int:
     parser.add_argument("--campaign-id", required=True)
     parser.add_argument("--progress-jsonl", required=True)
     parser.add_argument("--record", help="append this run's argv and pids as JSON")
+    parser.add_argument("--report-template", required=True, help="the valid report to write (stand_in_runner)")
     parser.add_argument("--hold-until", help="wait for this file to exist before finishing")
     parser.add_argument("--grandchild", action="store_true", help="spawn a long-lived child process")
     parser.add_argument("--exit-code", type=int, default=0)
     parser.add_argument("--no-report", action="store_true")
     args = parser.parse_args(argv)
-    from tests.report_factory import make_report
-
     child = None
     if args.grandchild:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -338,7 +364,8 @@ def _campaign(argv: list[str]) -> int:
             time.sleep(0.02)
     emit(progress, "report", "writing the report")
     if not args.no_report:
-        report = make_report("pass").model_copy(
+        template = CampaignReport.model_validate_json(Path(args.report_template).read_text(encoding="utf-8"))
+        report = template.model_copy(
             update={
                 "campaign_id": args.campaign_id,
                 "config_source": args.config_source,
