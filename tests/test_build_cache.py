@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.build import build_artifact
+from runners.build import StartedBuild, build_artifact, start_build
 from runners.build_cache import BuildCache, BuildCacheError, BuildKey, CacheEntry, CampaignCache
 from runners.campaign import CampaignRequest, CampaignStop, new_report, prepare
 from runners.config import CampaignConfig
@@ -113,36 +113,29 @@ def seeded(stored: tuple[Path, str], cache: Path) -> CacheEntry:
 
 
 def test_a_second_campaign_with_the_same_base_reuses_it_and_still_builds_its_candidate(
-        tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path, cache_dir: Path) -> None:
-    first_repo = tmp_path / "first-repo"
-    first_base = init_fixture_repo(first_repo)
-    first_head = commit_change(first_repo, "slower", knobs={"WORK_SCALE": 1.1})
-    first = prepared(first_repo, first_base, first_head, campaign_config, demo_trace, tmp_path / "c1", cache_dir,
-                     "c-first")
-    stored = first.artifact("baseline").build_cache
-    assert stored is not None and stored.reused_from is None
-    assert first.sandbox.cargo("tree-baseline", "build") and first.sandbox.cargo("tree-baseline", "fetch")
-    assert first.artifact("candidate").build_cache is None
-    assert [path.name for path in cache_dir.iterdir()] == [stored.key_sha256], "a candidate is never stored"
-
-    # Another repository, another commit SHA for the same base tree; its candidate's tree equals that base.
-    second_repo = tmp_path / "second-repo"
-    base_sha = init_fixture_repo(second_repo)
-    same_tree = commit_change(second_repo, "an empty commit: the base's tree")
-    second = prepared(second_repo, base_sha, same_tree, campaign_config, demo_trace, tmp_path / "c2", cache_dir,
+        stored: tuple[Path, str], tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path,
+        cache_dir: Path) -> None:
+    """The cache holds the base tree "c-stored" built (the module's first build, which fetched, compiled and
+    stored it). Another repository, another commit SHA for the same tree, and a candidate whose tree equals that
+    base: the baseline is reused, the candidate is still built, and it is not stored."""
+    first = seeded(stored, cache_dir)
+    repo = tmp_path / "repo"
+    base_sha = init_fixture_repo(repo)
+    same_tree = commit_change(repo, "an empty commit: the base's tree")
+    second = prepared(repo, base_sha, same_tree, campaign_config, demo_trace, tmp_path / "c2", cache_dir,
                       "c-second")
     baseline, candidate = second.artifact("baseline"), second.artifact("candidate")
-    assert baseline.build_cache is not None and baseline.build_cache.reused_from == "c-first"
-    assert baseline.build_cache.key_sha256 == stored.key_sha256
-    assert baseline.sha == base_sha != first.artifact("baseline").sha
-    assert baseline.binary_sha256 == first.artifact("baseline").binary_sha256
+    assert baseline.build_cache is not None and baseline.build_cache.reused_from == "c-stored"
+    assert baseline.build_cache.key_sha256 == stored[1]
+    assert baseline.sha == base_sha != first.artifact.sha
+    assert baseline.binary_sha256 == first.artifact.binary_sha256
     assert not second.sandbox.cargo("tree-baseline", "build") and not second.sandbox.cargo("tree-baseline", "fetch")
     assert second.sandbox.cargo("tree-candidate", "build"), "the candidate is always built"
     assert candidate.build_cache is None
-    assert [path.name for path in cache_dir.iterdir()] == [stored.key_sha256], "nor one whose tree is the base's"
+    assert [path.name for path in cache_dir.iterdir()] == [stored[1]], "a candidate is never stored"
     binary = tmp_path / "c2" / "work" / "bin" / baseline.binary_name
     assert sha256_of(binary) == baseline.binary_sha256 and (binary.stat().st_mode & 0o777) == 0o555
-    assert "reused from campaign c-first" in baseline.build_cache.summary()
+    assert "reused from campaign c-stored" in baseline.build_cache.summary()
 
 
 # --- what the key holds ---------------------------------------------------------------------------------------
@@ -177,20 +170,33 @@ def test_any_change_to_what_determines_the_build_misses(stored: tuple[Path, str]
         assert other.entry is None and other.discarded is None
 
 
-def test_a_rustflags_change_builds_again(stored: tuple[Path, str], tmp_path: Path, campaign_config: CampaignConfig,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def look_up_baseline(repo: Path, sha: str, config: CampaignConfig, out: Path, cache: Path, campaign_id: str,
+                     sandbox: Sandbox, patches: dict[str, str] | None = None) -> StartedBuild | Artifact:
+    """A baseline build up to its compile (`start_build`): the cache's answer, an artifact on a hit. A miss is
+    what a build then compiles (the tampered-entry test compiles one for real), so none is compiled here."""
+    with worktree(repo, sha, out / "tree-baseline") as tree:
+        started = start_build(tree, "baseline", sha, config.build, out / "bin", sandbox=sandbox,
+                              cache=CampaignCache(BuildCache(cache), campaign_id, patches or {}))
+    if isinstance(started, StartedBuild):
+        shutil.rmtree(started.build.cargo_home)
+    return started
+
+
+def test_a_rustflags_change_misses_the_entry_it_would_reuse(
+        stored: tuple[Path, str], tmp_path: Path, campaign_config: CampaignConfig,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     directory, digest = stored
     repo = tmp_path / "repo"
     sha = init_fixture_repo(repo)
     sandbox = RecordingSandbox()
-    same = build_baseline(repo, sha, campaign_config, tmp_path / "same", directory, "c-same", sandbox)
-    assert same.build_cache is not None and same.build_cache.reused_from == "c-stored"
-    assert not sandbox.cargo("tree-baseline", "build")
+    same = look_up_baseline(repo, sha, campaign_config, tmp_path / "same", directory, "c-same", sandbox)
+    assert isinstance(same, Artifact) and same.build_cache is not None and same.build_cache.reused_from == "c-stored"
+    assert not sandbox.cargo("tree-baseline", "fetch")
     monkeypatch.setenv("RUSTFLAGS", "-C debuginfo=1")
-    flagged = build_baseline(repo, sha, campaign_config, tmp_path / "flagged", directory, "c-flagged", sandbox)
-    assert flagged.build_cache is not None and flagged.build_cache.reused_from is None
-    assert flagged.build_cache.key_sha256 != digest and sandbox.cargo("tree-baseline", "build")
-    assert flagged.settings is not None and flagged.settings.rustflags_env == "-C debuginfo=1"
+    flagged = look_up_baseline(repo, sha, campaign_config, tmp_path / "flagged", directory, "c-flagged", sandbox)
+    assert isinstance(flagged, StartedBuild) and flagged.key is not None and flagged.key.digest() != digest
+    assert flagged.settings.rustflags_env == "-C debuginfo=1" == flagged.key.settings.rustflags_env
+    assert sandbox.cargo("tree-baseline", "fetch"), "a miss goes on to fetch and compile"
 
 
 def test_a_patch_applied_is_part_of_the_key(stored: tuple[Path, str], tmp_path: Path,
@@ -199,9 +205,10 @@ def test_a_patch_applied_is_part_of_the_key(stored: tuple[Path, str], tmp_path: 
     repo = tmp_path / "repo"
     sha = init_fixture_repo(repo)
     key = entry_key(directory, digest)
-    patched = build_baseline(repo, sha, campaign_config, tmp_path / "patched", directory, "c-patched",
-                             patches={**key.patches, "determinism": "6" * 64})
-    assert patched.build_cache is not None and patched.build_cache.reused_from is None
+    patches = {**key.patches, "determinism": "6" * 64}
+    patched = look_up_baseline(repo, sha, campaign_config, tmp_path / "patched", directory, "c-patched",
+                               RecordingSandbox(), patches)
+    assert isinstance(patched, StartedBuild) and patched.key is not None and patched.key.patches == patches
 
 
 # --- refused entries ------------------------------------------------------------------------------------------
