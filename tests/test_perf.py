@@ -14,6 +14,12 @@ CPU is the norm here, not the exception. The verdict campaigns therefore gate on
 time of the same replay call, immune to time slicing; an explicit, recorded timing-field choice) and declare a
 competing-load limit that does not fire; the competing-load rule is exercised on its own with a real injected
 competitor and the protocol's wall-clock field.
+
+Identical revisions. What the gate guarantees for them is that it never FAILs (a false alarm); that it PASSes
+as well needs a machine quiet enough for the 95% interval of the median ratio to fit under 1.05. Beside the
+other workers' compiles (two threads each on these two vCPUs) the interval sometimes reaches just past it (upper
+X(37) of 1.0502 and 1.069 seen, about one suite in five), and INCONCLUSIVE is then the gate's honest answer, so
+the A/A tests assert the guarantee and the straddle, not the quiet machine.
 """
 
 from __future__ import annotations
@@ -242,10 +248,12 @@ def identical(
     return result, events, tmp
 
 
-def test_identical_revisions_pass(identical: tuple[PerfResult, list[ProgressEvent], Path]) -> None:
+def test_identical_revisions_never_fail(identical: tuple[PerfResult, list[ProgressEvent], Path]) -> None:
     result, _, _ = identical
-    assert result.verdict == PerfVerdict.PASS, result.reason
+    assert result.verdict != PerfVerdict.FAIL, result.reason
     assert result.bounds is not None and (result.bounds.lower_index, result.bounds.upper_index) == (24, 37)
+    if result.verdict == PerfVerdict.INCONCLUSIVE:
+        assert result.reason.endswith(f"the interval straddles {VERDICT_PERF.threshold:g} (no adaptive resampling)")
     assert result.perf_config == VERDICT_PERF and result.timing_field == CPU_FIELD
     assert len(result.ratios) == 60 and all(not c.breached for c in result.diagnostics)
 
@@ -287,11 +295,11 @@ def test_a_real_result_verifies_and_plots(identical: tuple[PerfResult, list[Prog
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 
 
-def test_an_honest_candidate_passes_with_the_kernel_gate_on(
+def test_an_honest_candidate_is_never_failed_by_the_kernel_gate(
     identical: tuple[PerfResult, list[ProgressEvent], Path],
 ) -> None:
     result, _, _ = identical
-    assert result.verdict == PerfVerdict.PASS and result.kernel_corroborated
+    assert result.verdict != PerfVerdict.FAIL and result.kernel_corroborated, result.reason
     assert [g.clock for g in result.kernel_gates] == ["process_wall_ms", "process_cpu_ms"]
     for gate in result.kernel_gates:
         assert gate.verdict != PerfVerdict.FAIL, gate.reason
@@ -310,7 +318,7 @@ def test_verify_recomputes_the_kernel_gates(identical: tuple[PerfResult, list[Pr
     ]
     forged = result.model_copy(update={"samples": slowed})
     problems = verify_performance(forged, VERDICT_PERF, "demo-agg")
-    assert "performance verdict PASS, recomputed FAIL" in problems
+    assert f"performance verdict {result.verdict.value}, recomputed FAIL" in problems
     assert "performance kernel_gates differ from their recomputation" in problems
     switched_off = result.model_copy(
         update={"kernel_corroborated": False, "kernel_gates": [], "reported_verdict": None}
