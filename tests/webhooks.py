@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from runners.progress import JsonlProgress, emit
 from runners.report import CampaignReport, Revision
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where they are used: the stand-in runner, started per service campaign, needs none
     import httpx
     from starlette.applications import Starlette
 
@@ -177,8 +177,7 @@ def post(
     secret: str = SECRET,
     signature: str | None = None,
 ) -> httpx.Response:
-    """POST a delivery the way GitHub does (signed unless `signature` overrides it). httpx, uvicorn and starlette
-    are imported where they are used: the stand-in runner, started for every service campaign, needs none."""
+    """POST a delivery the way GitHub does (signed unless `signature` overrides it)."""
     import httpx
 
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
