@@ -221,9 +221,18 @@ def test_a_campaign_through_slurm_has_the_local_backends_verdicts(
     assert squeue(slurm_conf) == []
 
 
-def test_cancel_mid_row_scancels_every_job(slurm_conf: Path, slow_revisions: Revisions, tmp_path: Path) -> None:
+def staged(node_scratch: Path) -> Path | None:
+    """The row job's scratch directory once it holds what the row staged (binaries, trace, outputs)."""
+    return next((work for work in node_scratch.glob("kv-parity-row-*") if any(work.iterdir())), None)
+
+
+def test_cancel_mid_row_scancels_every_job_and_the_row_removes_its_scratch(
+        slurm_conf: Path, slow_revisions: Revisions, tmp_path: Path) -> None:
+    """scancel's SIGTERM reaches `kv-parity row` mid-sample: it removes its scratch directory on the node before
+    it ends (the default action used to leave the worktree and staged binaries of every cancelled row)."""
     campaign = view(slow_revisions, tmp_path, "cancelme", rows=[ROW])
-    service = backend(slow_revisions, slurm_conf)
+    node_scratch = tmp_path / "node-scratch"
+    service = backend(slow_revisions, slurm_conf, node_scratch=str(node_scratch))
     handle = service.start(campaign, "")
     first = service.poll(campaign, handle)
     [row_job] = [job for job in run_state(campaign).jobs if job.role == "row"]
@@ -231,8 +240,10 @@ def test_cancel_mid_row_scancels_every_job(slurm_conf: Path, slow_revisions: Rev
     assert re.search(rf"row {ROW}: Slurm job {row_job.job_id} PENDING \((Dependency|Resources|Priority), "
                      r"\d+ of \d+ pending\)", first.progress[0].detail), first.progress[0].detail
     wait_for(lambda: row_job_running(campaign, lambda: service.poll(campaign, handle)), "the row job to run", 300)
+    wait_for(lambda: staged(node_scratch), "the row to stage its inputs", 120)
     service.cancel(campaign, handle)
     assert squeue(slurm_conf) == []
+    assert sorted(node_scratch.iterdir()) == [], "every build and row job removed its scratch directory"
     states = {job.slot: job.state for job in run_state(campaign).jobs}
     assert states["row-0"] == "CANCELLED" and all(job.cancelled_by_bot for job in run_state(campaign).jobs
                                                   if job.state == "CANCELLED")
@@ -266,10 +277,11 @@ def test_a_restarted_service_re_attaches_and_a_killed_row_is_resubmitted_once(
     assert result.report.stopped is None and squeue(slurm_conf) == []
 
 
-def test_a_row_past_its_time_limit_is_reported_timeout(
+def test_a_row_past_its_time_limit_is_reported_timeout_and_removes_its_scratch(
         slurm_conf: Path, slow_revisions: Revisions, tmp_path: Path) -> None:
     campaign = view(slow_revisions, tmp_path, "timeout", rows=[ROW])
-    service = backend(slow_revisions, slurm_conf, row_time_limit="1")
+    node_scratch = tmp_path / "node-scratch"
+    service = backend(slow_revisions, slurm_conf, row_time_limit="1", node_scratch=str(node_scratch))
     handle = service.start(campaign, "")
     result = finish(lambda: service.poll(campaign, handle), 600)
     assert result.report is not None, result.error
@@ -280,6 +292,7 @@ def test_a_row_past_its_time_limit_is_reported_timeout(
     assert f"row {ROW}: Slurm job {row_job.job_id} TIMEOUT" in stopped.reason
     assert result.report.verdicts is not None and result.report.verdicts.conclusion.value != "success"
     assert squeue(slurm_conf) == []
+    assert sorted(node_scratch.iterdir()) == [], "Slurm's SIGTERM at the limit still let the row clean up"
 
 
 def test_pending_jobs_say_why_and_where_they_are_in_the_queue(slurm_conf: Path, tmp_path: Path) -> None:

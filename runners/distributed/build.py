@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -225,16 +224,14 @@ def arm_build_main(argv: Sequence[str]) -> int:
         print(f"kv-parity build: {exc}", file=sys.stderr)
         return EXIT_USAGE
     out = Path(args.out).resolve()
-    work = scratch(args.work, f"kv-parity-build-{args.arm}-")
     try:
-        record = build_one_arm(plan, plan_sha, Path(args.repo).resolve(), args.arm, out, work.resolve(), sandbox,
-                               Path(args.baseline) if args.baseline else None,
-                               Path(args.build_cache).absolute() if args.build_cache else configured_dir())
+        with scratch(args.work, f"kv-parity-build-{args.arm}-") as work:
+            record = build_one_arm(plan, plan_sha, Path(args.repo).resolve(), args.arm, out, work.resolve(),
+                                   sandbox, Path(args.baseline) if args.baseline else None,
+                                   Path(args.build_cache).absolute() if args.build_cache else configured_dir())
     except (Refusal, DistributedError) as exc:
         print(f"kv-parity build: {exc}", file=sys.stderr)
         return EXIT_REFUSED if isinstance(exc, Refusal) else EXIT_USAGE
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     write_json(out / ARM_BUILD_NAME, record.model_dump_json(indent=2))
     if record.stopped is not None:
         print(f"{args.arm} build stopped at {record.stopped.stage}: {record.stopped.reason}")
@@ -306,24 +303,21 @@ def build_main(argv: Sequence[str]) -> int:
     except SandboxUnavailable as exc:
         print(f"kv-parity build: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    work = scratch(args.work, "kv-parity-build-")
     try:
-        repo = Path(args.repo)
-        config, config_source = resolve_config(repo, args.config, args.profile, args.config_ref or args.base)
-        request = CampaignRequest(
-            repo=repo, base=args.base, head=args.head, config=config, config_source=config_source,
-            out_dir=out, rows=parse_rows(args.rows), trace_path=Path(args.trace) if args.trace else None,
-            determinism_patch=Path(args.determinism_patch) if args.determinism_patch else None,
-            sandbox=sandbox, config_ref=args.config_ref,
-            **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
-        )
-        manifest = build_manifest(request, work, out, PlainProgress())
+        with scratch(args.work, "kv-parity-build-", keep=args.keep_work) as work:
+            repo = Path(args.repo)
+            config, config_source = resolve_config(repo, args.config, args.profile, args.config_ref or args.base)
+            request = CampaignRequest(
+                repo=repo, base=args.base, head=args.head, config=config, config_source=config_source,
+                out_dir=out, rows=parse_rows(args.rows), trace_path=Path(args.trace) if args.trace else None,
+                determinism_patch=Path(args.determinism_patch) if args.determinism_patch else None,
+                sandbox=sandbox, config_ref=args.config_ref,
+                **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
+            )
+            manifest = build_manifest(request, work, out, PlainProgress())
     except (ConfigError, RevisionError) as exc:
         print(f"kv-parity build: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    finally:
-        if not args.keep_work:
-            shutil.rmtree(work, ignore_errors=True)
     write_json(out / MANIFEST_NAME, manifest.model_dump_json(indent=2))
     write_matrix(out, row_matrix(manifest), args.github_output)
     stopped = manifest.report.stopped

@@ -6,9 +6,14 @@ It imports nothing else of `runners.distributed`, so every job module can import
 from __future__ import annotations
 
 import json
+import shutil
+import signal
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 from pydantic import BaseModel, ConfigDict
 
@@ -64,11 +69,28 @@ def refused_upload(directory: Path) -> bool:
     return False
 
 
-def scratch(parent: str | None, prefix: str) -> Path:
-    """A fresh directory of our own (under `parent` when given), so cleaning up never deletes a user's files."""
+@contextmanager
+def scratch(parent: str | None, prefix: str, *, keep: bool = False) -> Iterator[Path]:
+    """A fresh directory of our own (under `parent` when given), so cleaning up never deletes a user's files,
+    removed on the way out unless `keep`. While it exists SIGTERM (Slurm's scancel and time limit, a runner's
+    cancel) is SystemExit(143), so that removal still runs: the default action ended the job and left a
+    worktree, staged binaries and a target directory on the node per cancelled job."""
     if parent:
         Path(parent).mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # before the directory exists: no unguarded moment
+    try:
+        work = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        try:
+            yield work
+        finally:
+            if not keep:
+                shutil.rmtree(work, ignore_errors=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
 
 
 def versions_of(path: Path, raw: object) -> tuple[object, object]:

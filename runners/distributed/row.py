@@ -8,7 +8,6 @@ process; the row itself is the single-machine campaign's own `run_row`.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -144,9 +143,9 @@ def row_main(argv: Sequence[str]) -> int:
         def job(work: Path) -> RowResult | FixturesResult:
             return run_manifest_row(manifest, manifest_path.parent, args.row, trace_source, work, out,
                                     PlainProgress(), sandbox)
-    work = scratch(args.work, "kv-parity-row-")
     try:
-        result = job(work)
+        with scratch(args.work, "kv-parity-row-", keep=args.keep_work) as work:
+            result = job(work)
     except Refusal as exc:
         print(f"kv-parity row: refusing to run {what}: {exc}; no harness process was started", file=sys.stderr)
         return EXIT_REFUSED
@@ -156,9 +155,6 @@ def row_main(argv: Sequence[str]) -> int:
     except DistributedError as exc:
         print(f"kv-parity row: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    finally:
-        if not args.keep_work:
-            shutil.rmtree(work, ignore_errors=True)
     if refused_upload(out):
         return EXIT_REFUSED
     write_json(target, result.model_dump_json(indent=2))
