@@ -53,7 +53,8 @@ def test_an_override_the_harness_cannot_apply_stops_it(
     assert not (tmp_path / "timings.jsonl").exists()
 
 
-def test_a_binary_already_carrying_overrides_is_never_patched_again(harness: HarnessBuilder, tmp_path: Path) -> None:
+def test_a_patched_binary_or_an_oversized_override_is_refused_before_writing(
+        harness: HarnessBuilder, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="already carries knob overrides"):
         with_knob_overrides(harness.binary(WORK_SCALE=1.2), {"WORK_SCALE": 1.5}, tmp_path / "twice")
     with pytest.raises(ValueError, match="do not fit"):
