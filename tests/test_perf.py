@@ -311,9 +311,13 @@ def test_an_honest_candidate_is_never_failed_by_the_kernel_gate(
 
 
 def test_verify_recomputes_the_kernel_gates(identical: tuple[PerfResult, list[ProgressEvent], Path]) -> None:
+    """A forged liar: the candidate's reported times × 0.8 (a PASS however the A/A interval fell), its kernel CPU
+    × 3, so the recomputed verdict is a contradicted PASS, FAIL, whether the stored one was PASS or INCONCLUSIVE
+    (a kernel FAIL overrides only a reported PASS)."""
     result, _, _ = identical
     slowed = [
-        s.model_copy(update={"kernel_cpu_ms": (s.kernel_cpu_ms or 0) * 3}) if s.arm == "candidate" else s
+        s.model_copy(update={"kernel_cpu_ms": (s.kernel_cpu_ms or 0) * 3, "metric_ms": (s.metric_ms or 0) * 0.8})
+        if s.arm == "candidate" else s
         for s in result.samples
     ]
     forged = result.model_copy(update={"samples": slowed})
