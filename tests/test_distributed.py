@@ -52,12 +52,13 @@ def quick(config: CampaignConfig) -> CampaignConfig:
     Ten pairs make the dependence diagnostics and a 1.05 threshold a coin toss between two runs, and this test
     compares two runs; loosening both keeps every verdict kind deterministic for identical revisions. The suite's
     own workers load this 2-core machine, so competing load is not on trial here either (tests/test_perf.py
-    tries that rule on its own).
+    tries that rule on its own). Beside four workers an A/A pair's ratio reached 3.7 and the upper bound X(9) of
+    ten 2.198 (a 2.0 threshold made the Slurm service test INCONCLUSIVE in CI), so the threshold is 10.
     """
     diagnostics = config.perf.diagnostics.model_copy(update={
         "max_abs_autocorr": 1.0, "min_trend_p": 1e-9, "min_order_effect_p": 1e-9, "min_telemetry_p": 1e-9})
     invalidation = config.perf.invalidation.model_copy(update={"max_interference_ms": 1e6})
-    perf = config.perf.model_copy(update={"pairs": 10, "warmups_per_arm": 1, "threshold": 2.0,
+    perf = config.perf.model_copy(update={"pairs": 10, "warmups_per_arm": 1, "threshold": 10.0,
                                           "diagnostics": diagnostics, "invalidation": invalidation})
     return config.model_copy(update={"perf": perf})
 

@@ -367,7 +367,7 @@ def test_the_service_runs_a_campaign_on_slurm_and_re_attaches_to_its_jobs_after_
             [done] = second.wait_state(CampaignState.COMPLETED, timeout=600)
             finished = wait_for(lambda: second.publisher.of("finished", campaign=done.id) or None,
                                 "the report published", 60)
-        assert [call["conclusion"] for call in finished] == ["success"]
+        assert [call["conclusion"] for call in finished] == ["success"], [call["summary"] for call in finished]
         assert done.id == running.id and done.attempt == 1
         assert squeue(slurm_conf) == []
         store = Store(settings.db_path)

@@ -274,9 +274,11 @@ class RecordingPublisher:
         self, campaign: Any, report: CampaignReport, artifact_dir: Path, *, prior_attempts: list[Any]
     ) -> None:
         conclusion = report.verdicts.conclusion.value if report.verdicts else None
+        summary = report.verdicts.summary if report.verdicts else None
         prior = [attempt.model_dump(mode="json") for attempt in prior_attempts]
         self._add(
-            "finished", campaign=campaign.id, conclusion=conclusion, artifact_dir=str(artifact_dir), prior=prior
+            "finished", campaign=campaign.id, conclusion=conclusion, summary=summary, artifact_dir=str(artifact_dir),
+            prior=prior,
         )
 
     def ended(self, campaign: Any, state: str, reason: str) -> None:
