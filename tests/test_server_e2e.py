@@ -457,6 +457,7 @@ def test_service_killed_mid_campaign_completes_once_after_restart(env: Env, runn
             "method": "finished",
             "campaign": done.id,
             "conclusion": "success",
+            "summary": "semantic PASS · performance PASS · sizes PASS",
             "artifact_dir": str(done.artifact_dir),
             "prior": [],
         }
