@@ -177,8 +177,7 @@ class Service:
 
 
 @pytest.fixture()
-def service(tmp_path: Path, history: History, monkeypatch: pytest.MonkeyPatch) -> Iterator[Service]:
-    monkeypatch.setattr("runners.plots.write_plots", lambda perf, out_dir, row_id: [])
+def service(tmp_path: Path, history: History) -> Iterator[Service]:
     with FakeGitHub() as fake:
         serve_repo(fake, history)
         settings = Settings.model_validate(

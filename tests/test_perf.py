@@ -32,10 +32,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
+from xml.etree import ElementTree
 
 import numpy as np
 import pytest
 
+from bot.publish.html_report import row_charts
 from runners.config import DiagnosticsThresholds, InvalidationRules, PerfConfig
 from runners.perf import (
     SampleHooks,
@@ -48,7 +50,6 @@ from runners.perf import (
     schedule_seed,
 )
 from runners.placement import perf_placement, pinned_argv
-from runners.plots import write_plots
 from runners.progress import ProgressEvent
 from runners.report import KERNEL_CLOCK_LABELS, PerfResult, PerfVerdict, Placement
 from runners.verify import verify_performance
@@ -285,14 +286,18 @@ def test_the_series_is_recorded_as_the_protocol_requires(
     ]
 
 
-def test_a_real_result_verifies_and_plots(identical: tuple[PerfResult, list[ProgressEvent], Path]) -> None:
-    result, _, tmp = identical
+def test_a_real_result_verifies_and_is_charted(identical: tuple[PerfResult, list[ProgressEvent], Path]) -> None:
+    result, _, _ = identical
     assert verify_performance(result, VERDICT_PERF, "demo-agg") == []
     roundtrip = PerfResult.model_validate_json(result.model_dump_json())
     assert verify_performance(roundtrip, VERDICT_PERF, "demo-agg") == []
-    paths = write_plots(result, tmp / "plots", "demo-agg")
-    assert [p.name for p in paths] == ["perf-demo-agg-ratios.png", "perf-demo-agg-histogram.png"]
-    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+    svg = "{http://www.w3.org/2000/svg}"
+    charts = row_charts("demo-agg", result, VERDICT_PERF.threshold)
+    series, histogram = (ElementTree.fromstring(chart) for chart in charts)
+    assert series.tag == histogram.tag == f"{svg}svg"
+    pairs = [path.get("d", "").count("M") for path in series.iter(f"{svg}path")
+             if path.findtext(f"{svg}title") in ("baseline first", "candidate first")]
+    assert sum(pairs) == len(result.ratios), "one mark per pair, in the order each pair ran"
 
 
 def test_an_honest_candidate_is_never_failed_by_the_kernel_gate(

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 from pydantic import SecretStr
@@ -105,9 +106,8 @@ def report_for(campaign_id: str, outcome: str = "pass") -> CampaignReport:
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
-    """The stand-in with one repository and pull request; plots are stubbed (the artifact tests draw them)."""
-    monkeypatch.setattr("runners.plots.write_plots", lambda perf, out_dir, row_id: [])
+def fake() -> Iterator[FakeGitHub]:
+    """The stand-in with one repository and pull request."""
     with FakeGitHub() as server:
         server.add_repo(REPO)
         server.register_app(APP_ID, "unused", "kv-parity")
@@ -527,7 +527,10 @@ def test_artifact_keeps_every_attempted_sample(tmp_path: Path) -> None:
     names = {p.name for p in written}
     assert {"report.json", "report.md", "samples.csv", "digests.txt"} <= names
     assert {"schedule-vllm-disagg.json", "schedule-sglang-disagg.json"} <= names
-    assert {"perf-vllm-disagg-ratios.png", "perf-sglang-disagg-ratios.png"} <= names
+    charts = {f"perf-{row}-{kind}.svg" for row in ("vllm-disagg", "sglang-disagg") for kind in ("ratios", "histogram")}
+    assert charts <= names
+    for name in charts:
+        assert ElementTree.parse(tmp_path / name).getroot().tag == "{http://www.w3.org/2000/svg}svg", name
     assert CampaignReport.model_validate_json((tmp_path / "report.json").read_text()) == report
     with (tmp_path / "samples.csv").open(encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
@@ -550,10 +553,10 @@ def test_artifact_keeps_every_attempted_sample(tmp_path: Path) -> None:
     assert "```mermaid" in (tmp_path / "report.md").read_text()
 
 
-def test_artifact_text_files_are_deterministic(tmp_path: Path) -> None:
+def test_artifact_files_are_deterministic(tmp_path: Path) -> None:
     report = make_report("parity_fail")
-    first = {p.name: p.read_bytes() for p in write_artifact(report, tmp_path / "a") if p.suffix != ".png"}
-    second = {p.name: p.read_bytes() for p in write_artifact(report, tmp_path / "b") if p.suffix != ".png"}
+    first = {p.name: p.read_bytes() for p in write_artifact(report, tmp_path / "a")}
+    second = {p.name: p.read_bytes() for p in write_artifact(report, tmp_path / "b")}
 
     assert first == second
 

@@ -84,8 +84,7 @@ def campaign(campaign_id: str = CAMPAIGN_ID, minute: int = 0) -> CampaignView:
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
-    monkeypatch.setattr("runners.plots.write_plots", lambda perf, out_dir, row_id: [])
+def fake() -> Iterator[FakeGitHub]:
     with FakeGitHub() as server:
         server.add_repo(REPO)
         server.register_app(APP_ID, "unused", "kv-parity")

@@ -2,7 +2,7 @@
 
 report.json is the verifiable record; report.md the readable page and report.html the one to look at (charts,
 tables; the only places raw output of the code under test is shown); samples.csv every attempted sample;
-schedule-<row>.json, digests.txt and plots.
+schedule-<row>.json, digests.txt and each measured row's charts as SVG.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bot.github.redact import Redactor, secret_values
 from bot.publish import render
-from bot.publish.html_report import report_html
+from bot.publish.html_report import report_html, row_charts
 from bot.publish.render import Links
 from bot.store.attempts import PriorAttempt
 from runners.report import CampaignReport
@@ -145,12 +145,12 @@ def write_artifact(
     prior_attempts: Sequence[PriorAttempt] = (),
     redactor: Redactor | None = None,
 ) -> list[Path]:
-    """Write the campaign artifact (report.json, report.md, report.html, samples.csv, schedules, digests, plots).
+    """Write the campaign artifact (report.json, report.md, report.html, samples.csv, schedules, digests, charts).
 
-    Deterministic for a given report (apart from PNG metadata), so re-publishing rewrites the same evidence.
-    report.md and report.html, the pages that may be shared, pass the redactor (by default: credential shapes and
-    the credential variables of this process's environment); report.json stays the exact evidence that
-    `kv-parity verify` recomputes.
+    Deterministic for a given report, so re-publishing rewrites the same evidence.
+    report.md, report.html and the charts, the files that may be shared, pass the redactor (by default: credential
+    shapes and the credential variables of this process's environment); report.json stays the exact evidence
+    that `kv-parity verify` recomputes.
     """
     redactor = redactor or Redactor(secret_values(None, os.environ))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -179,12 +179,24 @@ def write_artifact(
             }
             put(f"schedule-{row.row.id}.json", _json(schedule))
     put("digests.txt", _digests_text(report))
-    from runners.plots import write_plots  # matplotlib loads only when an artifact is written
-
-    for row in report.rows:
-        if row.performance is not None and row.performance.ratios:
-            written.extend(write_plots(row.performance, out_dir, row.row.id))
+    for name, chart in chart_files(report).items():
+        put(name, redactor.redact(chart))
     return written
+
+
+def chart_files(report: CampaignReport) -> dict[str, str]:
+    """Each measured row's ratio series and histogram as standalone SVG files: the drawings report.html shows
+    inline (one drawing for both), for whoever opens the artifact without the page."""
+    files: dict[str, str] = {}
+    for row in report.rows:
+        perf = row.performance
+        if perf is None or not perf.ratios:
+            continue
+        charts = row_charts(row.row.id, perf, report.config.perf.threshold)
+        for kind, chart in zip(("ratios", "histogram"), charts, strict=False):
+            if chart.startswith("<svg"):
+                files[f"perf-{row.row.id}-{kind}.svg"] = f"{chart}\n"
+    return files
 
 
 def _json(value: object) -> str:
