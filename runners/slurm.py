@@ -11,12 +11,12 @@ Every job script is written here from fixed argv (never from the pull request); 
 the campaign id and the job's role only. The whole run is one state file, `slurm.json`, beside the campaign's
 `out/` directory: job ids, attempts, the last state Slurm gave, so a restarted service carries on from it.
 
-Following the jobs (what ReFrame learned): `scontrol show job` while the controller still knows the job, then
-`sacct` where accounting exists, else the exit file the job script writes last. NODE_FAIL, PREEMPTED,
-BOOT_FAIL, a job cancelled by anyone but the bot (an operator's `scancel`, a node's death as seen by
-slurmctld) and a job that vanished without its exit file mean a lost node: that row is resubmitted once with
-`--exclude=<node>`. OUT_OF_MEMORY, TIMEOUT and FAILED are the row's own failure and are named in the report.
-A row is one job on one node: its pairs are never split across jobs.
+Following the jobs (what ReFrame learned): `scontrol show job` (one call a poll for all of them) while the
+controller still knows a job, then `sacct` where accounting exists, else the exit file the job script writes
+last. NODE_FAIL, PREEMPTED, BOOT_FAIL, a job cancelled by anyone but the bot (an operator's `scancel`, a node's
+death as seen by slurmctld) and a job that vanished without its exit file mean a lost node: that row is
+resubmitted once with `--exclude=<node>`. OUT_OF_MEMORY, TIMEOUT and FAILED are the row's own failure and are
+named in the report. A row is one job on one node: its pairs are never split across jobs.
 """
 
 from __future__ import annotations
@@ -227,18 +227,24 @@ class SlurmClient:
             raise SlurmError(f"sbatch {script.name} failed: {done.stderr.strip()[-500:]}")
         return done.stdout.strip().split(";")[0]
 
-    def show(self, job_id: str) -> JobInfo | None:
-        """The controller's record of the job; None once it has forgotten it (MinJobAge after the end)."""
-        done = self._run(["scontrol", "show", "job", "-o", job_id])
+    def show(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        """The controller's record of each of these jobs it still knows (it forgets one MinJobAge after its
+        end), from one `scontrol show job -o` for all of them: a poll is one call, however many jobs are live."""
+        if not job_ids:
+            return {}
+        done = self._run(["scontrol", "show", "job", "-o"])
         if done.returncode != 0:
-            if "Invalid job id" in done.stderr:
-                return None
-            raise SlurmError(f"scontrol show job {job_id} failed: {done.stderr.strip()[-500:]}")
-        values = _fields(done.stdout)
-        node = values.get("NodeList", "")
-        return JobInfo(state=values.get("JobState", "UNKNOWN"), reason=values.get("Reason", ""),
-                       node="" if node == "(null)" else node, exit_code=values.get("ExitCode", ""),
-                       time_limit=values.get("TimeLimit", ""))
+            raise SlurmError(f"scontrol show job failed: {done.stderr.strip()[-500:]}")
+        wanted, known = set(job_ids), {}
+        for line in done.stdout.splitlines():
+            values = _fields(line)
+            if values.get("JobId") in wanted:
+                node = values.get("NodeList", "")
+                known[values["JobId"]] = JobInfo(
+                    state=values.get("JobState", "UNKNOWN"), reason=values.get("Reason", ""),
+                    node="" if node == "(null)" else node, exit_code=values.get("ExitCode", ""),
+                    time_limit=values.get("TimeLimit", ""))
+        return known
 
     def accounting(self) -> bool:
         """Whether the cluster keeps job accounting (slurmdbd): only then does `sacct` know finished jobs."""
@@ -446,8 +452,8 @@ class SlurmCampaign:
 
     # ------------------------------------------------------------------ follow
 
-    def _refresh(self, job: SlurmJob) -> None:
-        info = self.client.show(job.job_id)
+    def _refresh(self, job: SlurmJob, info: JobInfo | None) -> None:
+        """Record the job's state: the controller's `info`, else sacct's, else what its exit file says."""
         if info is None and self.client.accounting():
             info = self.client.sacct(job.job_id)
         if info is None:
@@ -485,9 +491,10 @@ class SlurmCampaign:
         run = self.load()
         if run.cancelled:
             return SlurmOutcome(running=False, error="the campaign's Slurm jobs were cancelled")
-        for job in run.jobs:
-            if not job.final:
-                self._refresh(job)
+        following = [job for job in run.jobs if not job.final]
+        known = self.client.show([job.job_id for job in following])
+        for job in following:
+            self._refresh(job, known.get(job.job_id))
         self._save(run)
         current = self._current(run)
         for job in current:
@@ -632,9 +639,10 @@ class SlurmCampaign:
                 raise SlurmError(f"jobs {sorted(self.client.live(ids))} still listed {wait_seconds:g} s after "
                                  "scancel")
             time.sleep(0.2)  # polling squeue, bounded by the deadline above
-        for job in run.jobs:
-            if not job.final:
-                self._refresh(job)
+        following = [job for job in run.jobs if not job.final]
+        known = self.client.show([job.job_id for job in following])
+        for job in following:
+            self._refresh(job, known.get(job.job_id))
         self._save(run)
 
 

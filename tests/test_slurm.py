@@ -303,8 +303,8 @@ def test_pending_jobs_say_why_and_where_they_are_in_the_queue(slurm_conf: Path, 
     holder = client.sbatch(["--exclusive", "--nodes=1", f"--output={tmp_path / '%j.out'}"], script, tmp_path)
     waiter = client.sbatch(["--exclusive", "--nodes=1", f"--output={tmp_path / '%j.out'}"], script, tmp_path)
     try:
-        info = wait_for(lambda: (i := client.show(waiter)) and i.state == "PENDING" and i.reason not in
-                        ("", "None") and i, "the second job to pend with a reason", 30)
+        info = wait_for(lambda: (i := client.show([holder, waiter]).get(waiter)) and i.state == "PENDING"
+                        and i.reason not in ("", "None") and i, "the second job to pend with a reason", 30)
         assert info.reason in ("Resources", "Priority")
         assert waiter in client.pending_order()
     finally:
