@@ -31,7 +31,7 @@ from functools import cache
 from pathlib import Path
 from typing import BinaryIO
 
-from runners.build_cache import BuildKey, CampaignCache, build_key
+from runners.build_cache import BuildKey, CampaignCache, Lookup, build_key
 from runners.config import BuildConfig
 from runners.report import Arm, Artifact, BuildCacheRecord, BuildSettings, Toolchain
 from runners.revisions import RevisionError, git, git_dir_of, revision_file
@@ -322,11 +322,9 @@ def start_build(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Pa
         discarded = None
         if cache is not None and key is not None:
             with cache.cache.lookup(key) as found:
-                if found.entry is not None and found.binary is not None:
-                    store_binary(found.binary, target)
-                    record = BuildCacheRecord(key_sha256=key.digest(), reused_from=found.entry.campaign_id)
+                if (reused := _reused(found, key, sha, target)) is not None:
                     shutil.rmtree(cargo_home, ignore_errors=True)
-                    return _reused(found.entry.artifact, sha, target, record)
+                    return reused
                 discarded = found.discarded
         build.fetch_locked()
     return StartedBuild(build=build, target=target, closure=closure, settings=settings, command=command,
@@ -336,9 +334,26 @@ def start_build(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Pa
 def finish_build(started: StartedBuild | Artifact) -> Artifact:
     """The compile, alone (its seconds are the campaign floor's, so never beside another arm's start), then the
     executable stored, described and, for an arm the cache serves, stored there. A start the cache answered is
-    already the artifact."""
+    already the artifact. An arm the cache serves compiles holding its key: a campaign that needs the same tree
+    meanwhile waits, then reuses what this one stored, instead of compiling it a second time beside it."""
     if isinstance(started, Artifact):
         return started
+    if started.cache is None or started.key is None:
+        return _compiled(started)
+    cache, key = started.cache.cache, started.key
+    with cache.building(key):
+        with cache.lookup(key) as found:
+            if (reused := _reused(found, key, started.build.sha, started.target)) is not None:
+                shutil.rmtree(started.build.cargo_home, ignore_errors=True)
+                return reused
+        artifact = _compiled(started)
+        cache.store(key, artifact, started.target, started.cache.campaign_id)
+    artifact.build_cache = BuildCacheRecord(key_sha256=key.digest(), discarded=started.discarded or found.discarded)
+    return artifact
+
+
+def _compiled(started: StartedBuild) -> Artifact:
+    """Compile, store the executable in the campaign store and describe it."""
     build = started.build
     try:
         executable, seconds = build.compile(started.command)
@@ -346,7 +361,7 @@ def finish_build(started: StartedBuild | Artifact) -> Artifact:
     finally:
         shutil.rmtree(build.cargo_home, ignore_errors=True)
     target, config = started.target, build.config
-    artifact = Artifact(
+    return Artifact(
         arm=build.arm,
         sha=build.sha,
         features=list(config.features),
@@ -360,10 +375,6 @@ def finish_build(started: StartedBuild | Artifact) -> Artifact:
         build_seconds=round(seconds, 3),
         settings=started.settings,
     )
-    if started.cache is not None and started.key is not None:
-        started.cache.cache.store(started.key, artifact, target, started.cache.campaign_id)
-        artifact.build_cache = BuildCacheRecord(key_sha256=started.key.digest(), discarded=started.discarded)
-    return artifact
 
 
 @contextlib.contextmanager
@@ -376,12 +387,18 @@ def _removed_on_error(cargo_home: Path) -> Iterator[None]:
         raise
 
 
-def _reused(cached: Artifact, sha: str, target: Path, record: BuildCacheRecord) -> Artifact:
-    """The cached artifact as this campaign's: its own commit and file name, the copy re-hashed."""
+def _reused(found: Lookup, key: BuildKey, sha: str, target: Path) -> Artifact | None:
+    """On a hit, the cached artifact as this campaign's: the binary copied to `target` and re-hashed, with its
+    own commit and file name; None on a miss."""
+    if found.entry is None or found.binary is None:
+        return None
+    cached = found.entry.artifact
+    store_binary(found.binary, target)
     actual = sha256_of(target)
     if actual != cached.binary_sha256:
         raise BuildError(f"the binary copied from the build cache has SHA-256 {actual}, not the recorded "
                          f"{cached.binary_sha256}; refusing it")
+    record = BuildCacheRecord(key_sha256=key.digest(), reused_from=found.entry.campaign_id)
     return cached.model_copy(update={"sha": sha, "binary_name": target.name, "build_cache": record})
 
 

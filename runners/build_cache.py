@@ -16,12 +16,14 @@ user with mode 0700 that no sandbox ever binds. An entry is written in a fresh `
 O_EXCL files) and renamed into place, so a reader sees a whole entry or none; every open is relative to the
 cache directory's descriptor with O_NOFOLLOW, so a planted link is refused, never followed. A lookup re-hashes
 the binary against the recorded SHA-256: a mismatch, a link or an unreadable entry is a miss that deletes the
-entry and is recorded in the artifact.
+entry and is recorded in the artifact. A key is compiled under an flock on `.locks/<key digest>`, so campaigns
+that need the same base at once compile it once (`BuildCache.building`).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import io
 import os
@@ -49,6 +51,8 @@ BUILD_CACHE_ENV = "KV_PARITY_BUILD_CACHE"
 UNSANDBOXED_NO_CACHE = ("build cache not used: with --sandbox none pull-request code runs as the bot and could "
                         "write it; both arms are built")
 BINARY = "binary"
+LOCKS = ".locks"
+"""One lock file per key being compiled (`BuildCache.building`); entries are named by hex digests."""
 ENTRY = "entry.json"
 MAX_ENTRY_BYTES = 1 << 20
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -171,6 +175,30 @@ class BuildCache:
                 yield Lookup(entry=entry, binary=binary)
             finally:
                 binary.close()
+
+    @contextmanager
+    def building(self, key: BuildKey) -> Iterator[None]:
+        """Held while this process compiles `key`'s tree (an exclusive flock on `.locks/<key digest>`): a
+        campaign that needs the same tree meanwhile waits here, then finds the entry stored. The lock goes with
+        the descriptor, so a process that dies mid-build releases it."""
+        name = key.digest()
+        with self._root() as root:
+            try:
+                with suppress(FileExistsError):
+                    os.mkdir(LOCKS, 0o700, dir_fd=root)
+                locks = os.open(LOCKS, DIR_FLAGS, dir_fd=root)
+                try:
+                    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=locks)
+                finally:
+                    os.close(locks)
+            except OSError as exc:
+                raise BuildCacheError(f"cannot open the lock of {name[:12]} in build cache {self.directory} (a "
+                                      f"link is refused): {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def store(self, key: BuildKey, artifact: Artifact, binary: Path, campaign_id: str) -> None:
         """Add the entry atomically; one another campaign stored meanwhile is kept (the same key)."""

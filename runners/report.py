@@ -117,7 +117,8 @@ class BuildCacheRecord(_Model):
     """Digest of everything that determines the build (tree, toolchain as it applied, command, features,
     patches, flags and config digests)."""
     reused_from: str | None = None
-    """The campaign whose build of this key was reused: no fetch or compile ran for this arm here."""
+    """The campaign whose build of this key was reused: no compile ran for this arm here (nor a fetch, unless it
+    waited for that campaign's compile)."""
     discarded: str | None = None
     """Why an entry for this key was refused and deleted (a binary that no longer matches its recorded
     SHA-256, a planted link) before the arm was built fresh."""

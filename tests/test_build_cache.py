@@ -8,12 +8,13 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from runners.build import StartedBuild, build_artifact, start_build
+from runners.build import StartedBuild, build_artifact, finish_build, start_build
 from runners.build_cache import BuildCache, BuildCacheError, BuildKey, CacheEntry, CampaignCache
 from runners.campaign import CampaignRequest, CampaignStop, new_report, prepare
 from runners.config import CampaignConfig
@@ -138,7 +139,32 @@ def test_a_second_campaign_with_the_same_base_reuses_it_and_still_builds_its_can
     assert "reused from campaign c-stored" in baseline.build_cache.summary()
 
 
+def test_two_campaigns_that_need_the_same_base_at_once_compile_it_once(
+        tmp_path: Path, campaign_config: CampaignConfig, cache_dir: Path) -> None:
+    """Both look the base up before either has stored it, so both miss. The first to compile holds the key; the
+    other waits, then reuses what it stored: one compile where there were two (at a suite's start, three)."""
+    repo = tmp_path / "repo"
+    sha = init_fixture_repo(repo)
+    sandbox = RecordingSandbox()
+    with worktree(repo, sha, tmp_path / "a" / "tree-a") as tree_a, \
+            worktree(repo, sha, tmp_path / "b" / "tree-b") as tree_b:
+        started = [start_build(tree, "baseline", sha, campaign_config.build, tmp_path / name / "bin",
+                               sandbox=sandbox, cache=CampaignCache(BuildCache(cache_dir), f"c-{name}"))
+                   for name, tree in (("a", tree_a), ("b", tree_b))]
+        assert all(isinstance(start, StartedBuild) for start in started), "neither found the base stored"
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            artifacts = list(pool.map(finish_build, started))
+    records = [artifact.build_cache for artifact in artifacts]
+    assert all(record is not None for record in records)
+    [builder] = [name for name, record in zip("ab", records, strict=True) if record and record.reused_from is None]
+    [reuser] = [record for record in records if record and record.reused_from is not None]
+    assert reuser.reused_from == f"c-{builder}"
+    assert len(sandbox.cargo("tree-a", "build")) + len(sandbox.cargo("tree-b", "build")) == 1
+    assert artifacts[0].binary_sha256 == artifacts[1].binary_sha256
+
+
 # --- what the key holds ---------------------------------------------------------------------------------------
+
 
 
 @pytest.mark.parametrize("change", ["determinism patch", "harness patch", "RUSTFLAGS", "cargo config", "features",
