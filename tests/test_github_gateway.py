@@ -33,7 +33,7 @@ from bot.github.gateway import (
     TokenAuth,
 )
 from tests.fakes.github_api import FakeGitHub, secondary_rate_limit
-from tests.webhooks import commit, git, rsa_key_pair
+from tests.webhooks import commit, git, loopback, rsa_key_pair
 
 REPO = "octo-org/kv-store"
 TOKEN = "ghp_test_token"
@@ -284,7 +284,7 @@ def test_check_runs_need_a_github_app(gh: GitHubGateway, history: History) -> No
 
 
 def test_stand_in_requires_check_run_name(fake: FakeGitHub, history: History) -> None:
-    response = httpx.post(
+    response = loopback().post(
         f"{fake.url}/repos/{REPO}/check-runs",
         json={"head_sha": history.c4},
         headers={"Authorization": "token ghs_actions_token"},
@@ -573,8 +573,8 @@ def test_minimize_unknown_node_is_not_found(gh: GitHubGateway) -> None:
 
 def test_stand_in_graphql_errors_are_graphql_shaped(fake: FakeGitHub) -> None:
     headers = {"Authorization": f"bearer {TOKEN}"}
-    unknown = httpx.post(f"{fake.url}/graphql", json={"query": "{ viewer { login } }"}, headers=headers)
-    bad_enum = httpx.post(
+    unknown = loopback().post(f"{fake.url}/graphql", json={"query": "{ viewer { login } }"}, headers=headers)
+    bad_enum = loopback().post(
         f"{fake.url}/graphql",
         json={"query": 'mutation { minimizeComment(input: {subjectId: "x", classifier: MEH}) { id } }'},
         headers=headers,
@@ -587,9 +587,9 @@ def test_stand_in_graphql_errors_are_graphql_shaped(fake: FakeGitHub) -> None:
 
 def test_stand_in_http_errors(fake: FakeGitHub) -> None:
     auth = {"Authorization": f"token {TOKEN}"}
-    unknown_route = httpx.get(f"{fake.url}/repos/{REPO}/nonsense", headers=auth)
-    bad_json = httpx.post(f"{fake.url}/repos/{REPO}/issues/7/comments", content=b"{nope", headers=auth)
-    no_auth = httpx.get(f"{fake.url}/repos/{REPO}")
+    unknown_route = loopback().get(f"{fake.url}/repos/{REPO}/nonsense", headers=auth)
+    bad_json = loopback().post(f"{fake.url}/repos/{REPO}/issues/7/comments", content=b"{nope", headers=auth)
+    no_auth = loopback().get(f"{fake.url}/repos/{REPO}")
 
     assert (unknown_route.status_code, unknown_route.json()["message"]) == (404, "Not Found")
     assert (bad_json.status_code, bad_json.json()["message"]) == (400, "Problems parsing JSON")

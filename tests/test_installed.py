@@ -36,6 +36,7 @@ from tests.webhooks import (
     REPO,
     SECRET,
     free_port,
+    loopback,
     post,
     pull_request_event,
     register_test_app,
@@ -270,6 +271,6 @@ def test_serve_runs_a_signed_delivery_to_a_published_finish(installed_kv_parity:
 def _healthy(url: str, service: subprocess.Popen[str]) -> bool:
     assert service.poll() is None, f"kv-parity serve exited {service.returncode}: {service.communicate()[0]}"
     try:
-        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        return loopback().get(f"{url}/healthz", timeout=1).status_code == 200
     except httpx.TransportError:
         return False

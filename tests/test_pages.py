@@ -29,6 +29,7 @@ from tests.webhooks import (
     REPO,
     SECRET,
     comment_event,
+    loopback,
     post,
     register_test_app,
     serve_app,
@@ -83,7 +84,7 @@ class PageService:
 
     def open(self, public_url: str) -> httpx.Response:
         assert public_url.startswith(PUBLIC + "/"), public_url
-        return httpx.get(self.url + public_url.removeprefix(PUBLIC))
+        return loopback().get(self.url + public_url.removeprefix(PUBLIC))
 
 
 @contextmanager
@@ -131,7 +132,7 @@ def test_pages_are_off_by_default_no_route_no_link_but_history_is_kept(env: Env)
         assert run["details_url"] == f"{env.fake.url}/{REPO}/runs/{run['id']}", "no page, no artifact: itself"
         assert not any("/c/" in body for body in svc.comments())
         for path in ("/c/x", "/pr/x", "/pr/x/rows/vllm-disagg", f"/c/{'A' * 43}"):
-            assert httpx.get(svc.url + path).status_code == 404
+            assert loopback().get(svc.url + path).status_code == 404
         assert svc.store.campaign_page(done.id) is None and svc.store.pr_token(REPO, 1) is None
         points = svc.store.baseline_history(REPO)
     assert points and {p.campaign_id for p in points} == {done.id}, "the merge base is measured by every campaign"
@@ -162,10 +163,10 @@ def test_the_check_runs_details_url_opens_the_public_redacted_report(env: Env) -
         assert (done.artifact_dir / "report.json").read_text().count(RAW_MARKER) > 0  # type: ignore[operator]
         assert _in_browser(svc.url + details.removeprefix(PUBLIC)) > 0, "the report's charts are drawn"
 
-        unknown = httpx.get(f"{svc.url}/c/{token[:-1]}x")
+        unknown = loopback().get(f"{svc.url}/c/{token[:-1]}x")
         assert (unknown.status_code, unknown.text) == (404, "Not Found")
         _assert_headers(unknown)
-        assert httpx.get(f"{svc.url}/pr/{token}").status_code == 404, "a campaign token opens no PR page"
+        assert loopback().get(f"{svc.url}/pr/{token}").status_code == 404, "a campaign token opens no PR page"
 
 
 def test_a_private_repository_gets_no_page_and_no_link_unless_opted_in(env: Env) -> None:
@@ -219,7 +220,7 @@ def test_pull_request_page_lists_campaigns_newest_first_and_row_history_has_one_
         assert _in_browser(f"{svc.url}/pr/{pr_token}/rows/vllm-disagg") > 0, "the history chart is drawn"
         assert row_page.text.count(first.id) == 1 and row_page.text.count(second.id) == 1
         assert svc.open(f"{PUBLIC}/pr/{pr_token}/rows/no-such-row").status_code == 404
-        assert httpx.get(f"{svc.url}/pr/{pr_token[:-1]}x/rows/vllm-disagg").status_code == 404
+        assert loopback().get(f"{svc.url}/pr/{pr_token[:-1]}x/rows/vllm-disagg").status_code == 404
 
         settings = env.settings(public_url=PUBLIC)
         report = CampaignReport.model_validate_json((second.artifact_dir / "report.json").read_text())  # type: ignore[operator]
@@ -260,25 +261,25 @@ def test_every_page_of_a_repository_that_turns_private_answers_404_from_the_next
         svc.post("pull_request", _label(env), private=False, delivery="label")
         [done] = svc.finished()
         pages = _pages_of(svc, done)
-        assert [httpx.get(svc.url + path).status_code for path in pages] == [200, 200, 200]
+        assert [loopback().get(svc.url + path).status_code for path in pages] == [200, 200, 200]
 
         answer = post(svc.url, "repository", _privacy_event(True), delivery="privatized")
         assert answer.status_code == 200 and "not handled" in answer.text, "not acted on, but its visibility counts"
-        gone = [httpx.get(svc.url + path) for path in pages]
+        gone = [loopback().get(svc.url + path) for path in pages]
         assert [(r.status_code, r.text) for r in gone] == [(404, "Not Found")] * 3, "pages made while public too"
         for response in gone:
             _assert_headers(response)
         assert svc.store.repository_private(REPO) is True
 
         post(svc.url, "repository", _privacy_event(False), delivery="publicized")
-        assert [httpx.get(svc.url + path).status_code for path in pages] == [200, 200, 200]
+        assert [loopback().get(svc.url + path).status_code for path in pages] == [200, 200, 200]
         svc.post("issue_comment", comment_event("/parity rerun"), private=True, delivery="rerun-private")
         second = svc.finished(2)[-1]
-        assert [httpx.get(svc.url + path).status_code for path in pages] == [404] * 3, "any event's payload counts"
+        assert [loopback().get(svc.url + path).status_code for path in pages] == [404] * 3, "any event's payload counts"
         run = svc.check_run(second)
         assert run["details_url"] == f"{env.fake.url}/{REPO}/runs/{run['id']}", "no link to a page that is hidden"
     with running(env, public_url=PUBLIC, pages_for_private_repositories=True) as svc:
-        assert [httpx.get(svc.url + path).status_code for path in pages] == [200, 200, 200], "opted in"
+        assert [loopback().get(svc.url + path).status_code for path in pages] == [200, 200, 200], "opted in"
 
 
 def test_pages_switched_off_after_they_were_made_answer_404(env: Env) -> None:
@@ -286,9 +287,9 @@ def test_pages_switched_off_after_they_were_made_answer_404(env: Env) -> None:
         svc.post("pull_request", _label(env), private=False, delivery="label")
         [done] = svc.finished()
         pages = _pages_of(svc, done)
-        assert [httpx.get(svc.url + path).status_code for path in pages] == [200, 200, 200]
+        assert [loopback().get(svc.url + path).status_code for path in pages] == [200, 200, 200]
     with running(env) as svc:
-        assert [httpx.get(svc.url + path).status_code for path in pages] == [404] * 3
+        assert [loopback().get(svc.url + path).status_code for path in pages] == [404] * 3
         assert Pages(svc.store, env.settings()).details_url(done) is None
 
 

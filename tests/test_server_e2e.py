@@ -37,6 +37,7 @@ from tests.webhooks import (
     comment_event,
     free_port,
     git,
+    loopback,
     post,
     pull_request_event,
     read_record,
@@ -100,7 +101,7 @@ def test_malformed_payload_is_400_naming_the_field_and_kept_for_diagnosis(env: E
         assert svc.store.delivery_counts() == {}
         assert post(svc.url, "ping", {"zen": "hi"}).status_code == 200
         assert post(svc.url, "push", {"ref": "x"}).json() == {"ignored": "event 'push' is not handled"}
-        assert httpx.get(f"{svc.url}/healthz").json()["worker_alive"] is True
+        assert loopback().get(f"{svc.url}/healthz").json()["worker_alive"] is True
 
 
 # ----------------------------------------------------------------- a campaign from label to verdict
@@ -417,7 +418,7 @@ def service_process(env: Env, record: Path, port: int) -> Iterator[subprocess.Po
 
     def healthy() -> bool:
         try:
-            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            return loopback().get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
         except httpx.TransportError:
             return False
 
@@ -683,7 +684,7 @@ def test_a_delivery_that_keeps_failing_is_recorded_and_the_worker_goes_on(env: E
         assert svc.store.delivery_status("fails")[0] == "failed"  # type: ignore[index]
         post(svc.url, "pull_request", env.label(), delivery="works")
         svc.wait_state(S.COMPLETED)
-        assert httpx.get(f"{svc.url}/healthz").json() == {
+        assert loopback().get(f"{svc.url}/healthz").json() == {
             "worker_alive": True,
             "database_writable": True,
             "deliveries": {"failed": 1, "done": 1},
@@ -709,7 +710,7 @@ def test_a_rate_limit_longer_than_the_bound_requeues_the_delivery_instead_of_sle
         assert len(env.fake.calls_to("GET", r"/compare/")) == 1, "never retried within the worker"
         post(svc.url, "issue_comment", comment_event("hi", repo="someone/else"), delivery="next")
         assert svc.wait_delivery("next").startswith("ignored: repository someone/else")
-        assert httpx.get(f"{svc.url}/healthz").json()["worker_alive"] is True
+        assert loopback().get(f"{svc.url}/healthz").json()["worker_alive"] is True
         assert svc.campaigns() == []
 
 

@@ -21,14 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import uvicorn
 
 from bot.server import MAX_BODY_BYTES, MAX_JSON_DEPTH, create_app, json_too_deep, uvicorn_config
 from bot.settings import Settings
 from bot.store.campaigns import Store
-from tests.webhooks import SECRET, RecordingPublisher, comment_event, post, sign, wait_until
+from tests.webhooks import SECRET, RecordingPublisher, comment_event, loopback, post, sign, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 WRONG = "sha256=" + "0" * 64
@@ -138,7 +137,7 @@ def test_a_body_without_a_length_is_cut_off_at_the_cap_while_streaming(
     monkeypatch.setattr("bot.server.MAX_BODY_BYTES", 4096)
     body = json.dumps(comment_event("x" * 10_000)).encode()
     with running(settings_for(tmp_path)) as svc:
-        response = httpx.post(
+        response = loopback().post(
             f"{svc.url}/webhook",
             content=iter([body[i : i + 1000] for i in range(0, len(body), 1000)]),  # chunked: no Content-Length
             headers={"X-GitHub-Event": "issue_comment", "X-GitHub-Delivery": "big", "X-Hub-Signature-256": sign(body)},
@@ -177,7 +176,7 @@ def test_a_signed_deeply_nested_body_is_400_naming_the_depth(tmp_path: Path) -> 
         assert response.status_code == 400
         assert response.json() == {"error": f"payload nests deeper than {MAX_JSON_DEPTH} levels"}
         assert svc.store.rejected_deliveries()[0][:2] == ("deep", "issue_comment")
-        assert httpx.get(f"{svc.url}/healthz").json()["worker_alive"] is True
+        assert loopback().get(f"{svc.url}/healthz").json()["worker_alive"] is True
 
 
 def test_json_depth_counts_brackets_outside_strings_only() -> None:
@@ -196,7 +195,7 @@ def test_connections_trickling_headers_are_evicted_oldest_first_for_new_ones(tmp
         slow = [connect(svc.port, b"POST /webhook HTTP/1.1\r\nHost: 127.0.0.1\r\n") for _ in range(15)]
         assert all(answer(conn) == b"" for conn in slow[:10])
         delivered = post(svc.url, "issue_comment", comment_event("hello"))
-        health = httpx.get(f"{svc.url}/healthz", timeout=10)
+        health = loopback().get(f"{svc.url}/healthz", timeout=10)
         assert delivered.status_code == 202 and health.status_code == 200
         assert [still_open(conn) for conn in slow[10:]].count(True) >= 3
         for conn in slow:
@@ -244,12 +243,12 @@ def test_a_database_locked_by_another_process_gives_503_and_an_unhealthy_healthz
     with running(settings) as svc:
         with locked_by_another_process(settings.db_path):
             refused = post(svc.url, "issue_comment", comment_event("hello"), delivery="while-locked")
-            health = httpx.get(f"{svc.url}/healthz", timeout=10)
+            health = loopback().get(f"{svc.url}/healthz", timeout=10)
         assert refused.status_code == 503
         assert str(settings.db_path) in refused.json()["error"] and "locked" in refused.json()["error"]
         assert health.status_code == 503 and health.json()["database_writable"] is False
         assert post(svc.url, "issue_comment", comment_event("hello"), delivery="after").status_code == 202
-        assert httpx.get(f"{svc.url}/healthz", timeout=10).json()["database_writable"] is True
+        assert loopback().get(f"{svc.url}/healthz", timeout=10).json()["database_writable"] is True
         assert svc.store.delivery_status("while-locked") is None
 
 

@@ -178,8 +178,6 @@ def post(
     signature: str | None = None,
 ) -> httpx.Response:
     """POST a delivery the way GitHub does (signed unless `signature` overrides it)."""
-    import httpx
-
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     headers = {
         "Content-Type": "application/json",
@@ -189,7 +187,17 @@ def post(
     }
     if signature == "":
         del headers["X-Hub-Signature-256"]
-    return httpx.post(f"{base_url}/webhook", content=body, headers=headers, timeout=10)
+    return loopback().post(f"{base_url}/webhook", content=body, headers=headers, timeout=10)
+
+
+@functools.cache
+def loopback() -> httpx.Client:
+    """One client for every request a test sends to a server on 127.0.0.1: httpx builds a TLS context for each
+    client it makes (the CA bundle loaded: about 25 ms of CPU), and `httpx.get`/`post` make one per call, though
+    these requests never use TLS. No connection is kept alive, since a test's servers come and go."""
+    import httpx  # not at module level: the stand-in programs below import this module and never send
+
+    return httpx.Client(verify=False, trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
 
 
 # ----------------------------------------------------------------- waiting and serving
