@@ -94,6 +94,17 @@ def test_declared_diagnostics_bound_the_false_alarm_rate() -> None:
     assert autocorr_rate + rank_checks < 0.005
 
 
+def test_the_statistics_start_no_blas_threads() -> None:
+    """numpy and scipy as kv-parity imports them add no thread: OpenBLAS would start one per core beside the
+    pinned harness. Only the default is the package's: an operator's own OPENBLAS_NUM_THREADS still applies."""
+    environ = {name: value for name, value in os.environ.items() if name != "OPENBLAS_NUM_THREADS"}
+    count = subprocess.run(
+        [sys.executable, "-c", "import runners.perf, scipy.stats, os; print(len(os.listdir('/proc/self/task')))"],
+        capture_output=True, text=True, check=True, env=environ,
+    ).stdout
+    assert int(count) == 1
+
+
 def test_schedule_is_balanced_and_reproducible_from_its_seed(tmp_path: Path) -> None:
     seed = schedule_seed(20261129, "vllm-agg")
     assert seed == schedule_seed(20261129, "vllm-agg")
