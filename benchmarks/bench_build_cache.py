@@ -2,13 +2,15 @@
 the suite-level effect on a test file (its wall time with the session-wide cache against without it).
 
     .venv/bin/python benchmarks/bench_build_cache.py [--rows vllm-agg] [--suite tests/test_campaign.py]
-                                                     [--only campaigns|suite] [--shared-first]
+                                                     [--only campaigns|together|suite] [--shared-first]
 
 Each campaign is the demo's `identical` scenario in a fresh repository (so a new base commit SHA whose tree
 is the same), one row, sandboxed: uncached (no cache), cold (an empty cache: it builds and stores the
 baseline) and warm (the cache the cold one filled: the baseline is reused, the candidate is built). The
 suite figure runs pytest on the file twice, `KV_PARITY_BUILD_CACHE=` (empty: no cache) against the
-conftest's session cache; both start without the session cache holding anything.
+conftest's session cache; both start without the session cache holding anything. `together` starts two such
+campaigns at once, as two processes (two pull requests on one base, labelled together), against one empty
+cache and against none: how many compiled the baseline, and the wall until both ended.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 from runners.build_cache import BUILD_CACHE_ENV
@@ -66,17 +70,34 @@ def suite(path: str, cache_env: str | None) -> float:
     return wall
 
 
+def together(rows: list[str], root: Path, cache: Path | None) -> None:
+    """Two campaigns started at once: each baseline's service, and the wall until both ended."""
+    with ProcessPoolExecutor(max_workers=2, mp_context=get_context("fork")) as pool:
+        started = time.monotonic()
+        results = list(pool.map(campaign, [root / "first", root / "second"], [rows, rows], [cache, cache]))
+        wall = time.monotonic() - started
+    compiled = sum(1 for _, _, build, _, _ in results if build > 0)
+    served = "; ".join(served for _, _, _, served, _ in results)
+    print(f"| {'one empty cache' if cache else 'no cache'} | {wall:.1f} | {compiled} | {served} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", default="vllm-agg")
     parser.add_argument("--suite", default="tests/test_campaign.py")
-    parser.add_argument("--only", choices=("campaigns", "suite"), help="run one half only")
+    parser.add_argument("--only", choices=("campaigns", "together", "suite"), help="run one part only")
     parser.add_argument("--shared-first", action="store_true",
                         help="run the suite with the shared cache first (swaps the order, to bracket load drift)")
     args = parser.parse_args()
-    if args.only != "suite":
+    if args.only in (None, "campaigns"):
         campaigns(args.rows.split(","))
-    if args.only != "campaigns":
+    if args.only in (None, "together"):
+        root = Path(tempfile.mkdtemp(prefix="kv-parity-cache-together-"))
+        print(f"load average {os.getloadavg()[0]:.1f}\n| two campaigns at once | wall s | baselines compiled | "
+              "how each baseline was served |\n|---|---|---|---|")
+        together(args.rows.split(","), root / "uncached", None)
+        together(args.rows.split(","), root / "cached", root / "build-cache")
+    if args.only in (None, "suite"):
         order = ["shared", "without"] if args.shared_first else ["without", "shared"]
         walls = {name: suite(args.suite, None if name == "shared" else "") for name in order}
         print(f"| {args.suite} ({' then '.join(order)}, load average {os.getloadavg()[0]:.1f}) | without cache "
