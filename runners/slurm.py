@@ -452,6 +452,14 @@ class SlurmCampaign:
 
     # ------------------------------------------------------------------ follow
 
+    def _refresh_live(self, run: SlurmRun) -> None:
+        """Record every unfinished job's state, asking the controller once for all of them, and save the run."""
+        following = [job for job in run.jobs if not job.final]
+        known = self.client.show([job.job_id for job in following])
+        for job in following:
+            self._refresh(job, known.get(job.job_id))
+        self._save(run)
+
     def _refresh(self, job: SlurmJob, info: JobInfo | None) -> None:
         """Record the job's state: the controller's `info`, else sacct's, else what its exit file says."""
         if info is None and self.client.accounting():
@@ -491,11 +499,7 @@ class SlurmCampaign:
         run = self.load()
         if run.cancelled:
             return SlurmOutcome(running=False, error="the campaign's Slurm jobs were cancelled")
-        following = [job for job in run.jobs if not job.final]
-        known = self.client.show([job.job_id for job in following])
-        for job in following:
-            self._refresh(job, known.get(job.job_id))
-        self._save(run)
+        self._refresh_live(run)
         current = self._current(run)
         for job in current:
             if not job.final or job.lost is not None:
@@ -639,11 +643,7 @@ class SlurmCampaign:
                 raise SlurmError(f"jobs {sorted(self.client.live(ids))} still listed {wait_seconds:g} s after "
                                  "scancel")
             time.sleep(0.2)  # polling squeue, bounded by the deadline above
-        following = [job for job in run.jobs if not job.final]
-        known = self.client.show([job.job_id for job in following])
-        for job in following:
-            self._refresh(job, known.get(job.job_id))
-        self._save(run)
+        self._refresh_live(run)
 
 
 # --- a person at a login node -------------------------------------------------------------------------------

@@ -166,7 +166,6 @@ def test_two_campaigns_that_need_the_same_base_at_once_compile_it_once(
 # --- what the key holds ---------------------------------------------------------------------------------------
 
 
-
 @pytest.mark.parametrize("change", ["determinism patch", "harness patch", "RUSTFLAGS", "cargo config", "features",
                                     "toolchain", "toolchain file", "tree", "build command"])
 def test_any_change_to_what_determines_the_build_misses(stored: tuple[Path, str], change: str) -> None:
