@@ -62,10 +62,6 @@ def main() -> None:
     config = load_profile(PROFILE)
     if args.pairs is not None:
         config = config.model_copy(update={"perf": config.perf.model_copy(update={"pairs": args.pairs})})
-    # The statistics library's import is a fixed ~60 MiB whatever the line's size: loaded before the start
-    # figure, so "added" is what the campaign's data costs (the peak still shows it).
-    from scipy import stats  # noqa: F401
-
     before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     growth: dict[str, int] = {}
     """How much the high-water RSS rose between a stage's first progress event and the next stage's."""

@@ -17,6 +17,7 @@ from fractions import Fraction
 import numpy as np
 
 from runners.config import DiagnosticsThresholds, PerfConfig
+from runners.rank_tests import kendall_tau_b, mann_whitney_u
 from runners.report import (
     BatchBounds,
     Bootstrap,
@@ -137,10 +138,8 @@ def _kendall(name: str, x: list[float], y: list[float], min_p: float, what: str)
             breached=False,
             detail=f"not available: {what} is constant",
         )
-    from scipy import stats as scipy_stats  # 0.9 s to import: only campaigns that judge a row pay it
-
-    result = scipy_stats.kendalltau(x, y)
-    tau, p = float(result.statistic), float(result.pvalue)
+    result = kendall_tau_b(x, y)
+    tau, p = result.statistic, result.p_value
     return DiagnosticCheck(
         name=name,
         statistic=tau,
@@ -219,10 +218,8 @@ def _order_effect(observations: list[PairObservation], logs: list[float], min_p:
             breached=False,
             detail="not available: only one arm order present",
         )
-    from scipy import stats as scipy_stats
-
-    result = scipy_stats.mannwhitneyu(first, second, alternative="two-sided")
-    u, p = float(result.statistic), float(result.pvalue)
+    result = mann_whitney_u(first, second)
+    u, p = result.statistic, result.p_value
     detail = (
         f"Mann-Whitney U {u:g} (p={p:.3g}); median ratio baseline-first "
         f"{math.exp(float(np.median(first))):.4f}, candidate-first {math.exp(float(np.median(second))):.4f}"

@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -149,6 +150,13 @@ def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
     os.environ[BUILD_CACHE_ENV] = str(directory)
     yield directory
     del os.environ[BUILD_CACHE_ENV]
+
+
+@pytest.fixture(scope="session")
+def scipy_stats() -> ModuleType:
+    """scipy.stats, the reference our exact statistics are checked against (a dev dependency: kv-parity does not
+    import it). A fixture, not a module import, so only the worker that runs those checks pays its 0.9 s."""
+    return pytest.importorskip("scipy.stats")
 
 
 @pytest.fixture(scope="session")

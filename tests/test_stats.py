@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
+from types import ModuleType
 
 import numpy as np
 import pytest
-from scipy import stats as scipy_stats
 
 from runners.config import DiagnosticsThresholds, PerfConfig
 from runners.report import PairPlan, PerfVerdict, Sample
@@ -23,16 +23,16 @@ from runners.stats import (
 )
 
 
-def _scipy_indices(n: int, confidence: float) -> tuple[int, int]:
+def _scipy_indices(scipy_stats: ModuleType, n: int, confidence: float) -> tuple[int, int]:
     """Largest k with P(Bin(n, 1/2) <= k-1) <= 1 - confidence, straight from scipy."""
     lower = max(k for k in range(1, n + 1) if scipy_stats.binom.cdf(k - 1, n, 0.5) <= 1 - confidence + 1e-15)
     return lower, n + 1 - lower
 
 
 @pytest.mark.parametrize("n", [20, 60, 100])
-def test_order_statistic_indices_agree_with_scipy_binomial(n: int) -> None:
+def test_order_statistic_indices_agree_with_scipy_binomial(scipy_stats: ModuleType, n: int) -> None:
     lower, upper, coverage_lower, coverage_upper = order_statistic_bounds(n, 0.95)
-    assert (lower, upper) == _scipy_indices(n, 0.95)
+    assert (lower, upper) == _scipy_indices(scipy_stats, n, 0.95)
     assert coverage_lower == pytest.approx(1 - scipy_stats.binom.cdf(lower - 1, n, 0.5), rel=1e-12)
     assert coverage_upper == pytest.approx(scipy_stats.binom.cdf(upper - 1, n, 0.5), rel=1e-12)
     assert coverage_lower >= 0.95
@@ -45,8 +45,8 @@ def test_protocol_indices_for_sixty_pairs() -> None:
 
 @pytest.mark.parametrize("confidence", [0.9, 0.99])
 @pytest.mark.parametrize("n", [10, 33, 61, 200])
-def test_other_sizes_and_levels_agree_with_scipy(n: int, confidence: float) -> None:
-    assert order_statistic_bounds(n, confidence)[:2] == _scipy_indices(n, confidence)
+def test_other_sizes_and_levels_agree_with_scipy(scipy_stats: ModuleType, n: int, confidence: float) -> None:
+    assert order_statistic_bounds(n, confidence)[:2] == _scipy_indices(scipy_stats, n, confidence)
 
 
 def test_too_few_ratios_for_the_confidence_is_an_error() -> None:

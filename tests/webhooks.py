@@ -318,8 +318,8 @@ def _pass_report_json() -> str:
 
 def stand_in_flags(record: Path) -> list[str]:
     """The stand-in runner's test flags, recording into `record`. The report it writes is a template built once
-    per test process and written beside `record`: the factory's statistics import scipy, which would cost each
-    of the suite's runner starts a second and a half."""
+    per test process and written beside `record`: the factory computes a real report's statistics, which each of
+    the suite's runner starts would otherwise repeat."""
     template = record.parent / "stand-in-report.json"
     template.write_text(_pass_report_json(), encoding="utf-8")
     return ["--record", str(record), "--report-template", str(template)]
