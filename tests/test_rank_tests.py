@@ -18,11 +18,11 @@ def _series(rng: np.random.Generator, n: int, tied: bool) -> list[float]:
     return [float(v) for v in (np.round(values, 2) if tied else values)]
 
 
-@pytest.mark.parametrize("n", [3, 4, 7, 12, 20, 33, 34, 40, 60, 61])
+@pytest.mark.parametrize("n", [3, 7, 20, 33, 34, 60])
 @pytest.mark.parametrize("tied", [False, True])
 def test_kendall_tau_b_matches_scipy(scipy_stats: ModuleType, n: int, tied: bool) -> None:
     rng = np.random.default_rng(n * 2 + tied)
-    for _ in range(40):
+    for _ in range(10):
         x = [float(i) for i in range(n)] if rng.random() < 0.5 else _series(rng, n, tied)
         y = _series(rng, n, tied)
         if len(set(x)) < 2 or len(set(y)) < 2:
@@ -51,11 +51,11 @@ def test_kendall_with_no_trend_at_all_has_p_one(scipy_stats: ModuleType) -> None
     assert kendall_tau_b(x, y).p_value == pytest.approx(float(scipy_stats.kendalltau(x, y).pvalue))
 
 
-@pytest.mark.parametrize(("n1", "n2"), [(1, 1), (1, 5), (3, 3), (4, 9), (8, 8), (8, 30), (9, 9), (30, 30), (31, 29)])
+@pytest.mark.parametrize(("n1", "n2"), [(1, 1), (1, 5), (4, 9), (8, 30), (9, 9), (31, 29)])
 @pytest.mark.parametrize("tied", [False, True])
 def test_mann_whitney_u_matches_scipy(scipy_stats: ModuleType, n1: int, n2: int, tied: bool) -> None:
     rng = np.random.default_rng(n1 * 100 + n2 * 2 + tied)
-    for _ in range(40):
+    for _ in range(10):
         first, second = _series(rng, n1, tied), [v + rng.choice([0.0, 0.02]) for v in _series(rng, n2, tied)]
         ours = mann_whitney_u(first, second)
         theirs = scipy_stats.mannwhitneyu(first, second, alternative="two-sided")
