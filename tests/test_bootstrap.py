@@ -162,7 +162,6 @@ def test_dry_run_on_a_fresh_clone_lists_every_step_and_changes_nothing(tmp_path:
         "env DEBIAN_FRONTEND=noninteractive apt-get update -qq",
         f"env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {wanted}",
         "python3 -m venv .venv",
-        ".venv/bin/python -m pip install --quiet --upgrade pip",
         ".venv/bin/python -m pip install --quiet --no-compile -e .[dev]",
         f"npm install --silent --no-audit --no-fund --prefix .ci/node @octokit/openapi@{OPENAPI_VERSION}",
     ]
