@@ -226,31 +226,6 @@ def staged(node_scratch: Path) -> Path | None:
     return next((work for work in node_scratch.glob("kv-parity-row-*") if any(work.iterdir())), None)
 
 
-def test_cancel_mid_row_scancels_every_job_and_the_row_removes_its_scratch(
-        slurm_conf: Path, slow_revisions: Revisions, tmp_path: Path) -> None:
-    """scancel's SIGTERM reaches `kv-parity row` mid-sample: it removes its scratch directory on the node before
-    it ends (the default action used to leave the worktree and staged binaries of every cancelled row)."""
-    campaign = view(slow_revisions, tmp_path, "cancelme", rows=[ROW])
-    node_scratch = tmp_path / "node-scratch"
-    service = backend(slow_revisions, slurm_conf, node_scratch=str(node_scratch))
-    handle = service.start(campaign, "")
-    first = service.poll(campaign, handle)
-    [row_job] = [job for job in run_state(campaign).jobs if job.role == "row"]
-    assert first.running and first.progress, first.error
-    assert re.search(rf"row {ROW}: Slurm job {row_job.job_id} PENDING \((Dependency|Resources|Priority), "
-                     r"\d+ of \d+ pending\)", first.progress[0].detail), first.progress[0].detail
-    wait_for(lambda: row_job_running(campaign, lambda: service.poll(campaign, handle)), "the row job to run", 300)
-    wait_for(lambda: staged(node_scratch), "the row to stage its inputs", 120)
-    service.cancel(campaign, handle)
-    assert squeue(slurm_conf) == []
-    assert sorted(node_scratch.iterdir()) == [], "every build and row job removed its scratch directory"
-    states = {job.slot: job.state for job in run_state(campaign).jobs}
-    assert states["row-0"] == "CANCELLED" and all(job.cancelled_by_bot for job in run_state(campaign).jobs
-                                                  if job.state == "CANCELLED")
-    result = service.poll(campaign, handle)
-    assert not result.running and result.report is None and "cancelled" in (result.error or "")
-
-
 def test_a_restarted_service_re_attaches_and_a_killed_row_is_resubmitted_once(
         slurm_conf: Path, quick_revisions: Revisions, tmp_path: Path) -> None:
     """The service dies while the builds run; a new one polls the stored handle, sees the row job killed with
@@ -328,10 +303,10 @@ def test_a_rows_own_slurm_table_reaches_sbatch_and_a_refused_submission_leaves_n
 
 
 @contextmanager
-def slurm_service_settings(slurm_conf: Path, revisions: Revisions, tmp_path: Path
+def slurm_service_settings(slurm_conf: Path, revisions: Revisions, tmp_path: Path, **slurm: str
                            ) -> Iterator[tuple[FakeGitHub, Settings]]:
     """The GitHub stand-in serving `revisions` as pull request #1, and settings of a service using it with
-    `backend = "slurm"`."""
+    `backend = "slurm"` (and the `[slurm]` options given)."""
     with FakeGitHub() as fake:
         fake.add_token(TOKEN, BOT)
         fake.add_repo(REPO, revisions.repo)
@@ -342,7 +317,7 @@ def slurm_service_settings(slurm_conf: Path, revisions: Revisions, tmp_path: Pat
             "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
             "work_dir": tmp_path / "work", "local_repo_path": revisions.repo, "backend": "slurm",
             "poll_interval_seconds": 0.2, "build_cache_dir": configured_dir(),
-            "slurm": {"slurm_conf": str(slurm_conf), "poll_seconds": 0, "build_cpus": 1},
+            "slurm": {"slurm_conf": str(slurm_conf), "poll_seconds": 0, "build_cpus": 1, **slurm},
         })
 
 
@@ -376,16 +351,22 @@ def test_the_service_runs_a_campaign_on_slurm_and_re_attaches_to_its_jobs_after_
         store.close()
 
 
-def test_parity_cancel_mid_row_scancels_every_job_of_the_campaign(
+def test_parity_cancel_mid_row_scancels_every_job_and_the_row_removes_its_scratch(
         slurm_conf: Path, slow_revisions: Revisions, tmp_path: Path) -> None:
-    """`/parity cancel` while the row job runs: the campaign ends cancelled and squeue lists nothing."""
-    with slurm_service_settings(slurm_conf, slow_revisions, tmp_path) as (_, settings), service(settings) as bot:
+    """`/parity cancel` while the row job runs: the campaign ends cancelled and squeue lists nothing. scancel's
+    SIGTERM reaches `kv-parity row` mid-sample, and it removes its scratch directory on the node before it ends
+    (the default action used to leave the worktree and staged binaries of every cancelled row)."""
+    node_scratch = tmp_path / "node-scratch"
+    with slurm_service_settings(slurm_conf, slow_revisions, tmp_path, node_scratch=str(node_scratch)) as (
+            _, settings), service(settings) as bot:
         post(bot.url, "pull_request", label_event(slow_revisions), delivery="label-cancel")
         [running] = bot.wait_state(CampaignState.RUNNING, timeout=120)
         assert running.artifact_dir is not None
         wait_for(lambda: (running.artifact_dir.parent / STATE_FILE).is_file() and any(
             job.role == "row" and job.state == "RUNNING" for job in run_state(running).jobs) or None,
             "the row job to run", 300)
+        wait_for(lambda: staged(node_scratch), "the row to stage its inputs", 120)
+        handle = RunHandle.model_validate_json(bot.store.handle(running.id) or "")
         post(bot.url, "issue_comment", comment_event("/parity cancel"), delivery="cancel-slurm")
         bot.wait_state(CampaignState.CANCELLED, timeout=120)  # recorded before the backend is asked to cancel
         wait_for(lambda: squeue(slurm_conf) == [] or None, "squeue to list none of the campaign's jobs", 120)
@@ -393,6 +374,10 @@ def test_parity_cancel_mid_row_scancels_every_job_of_the_campaign(
             job.final for job in found.values()) and found or None, "the backend to record the jobs' ends", 60)
         assert jobs["row-0"].state == jobs["fixtures"].state == "CANCELLED"
         assert jobs["row-0"].cancelled_by_bot and jobs["row-0"].lost is None and len(jobs) == 5
+        assert all(job.cancelled_by_bot for job in jobs.values() if job.state == "CANCELLED")
+        assert sorted(node_scratch.iterdir()) == [], "every build and row job removed its scratch directory"
+    result = backend(slow_revisions, slurm_conf).poll(running, handle)
+    assert not result.running and result.report is None and "cancelled" in (result.error or "")
 
 
 def test_a_handle_without_its_slurm_state_ends_the_campaign_naming_the_file(
