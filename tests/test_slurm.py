@@ -165,14 +165,6 @@ def run_state(campaign: CampaignView) -> SlurmRun:
     return SlurmRun.model_validate_json((campaign.artifact_dir.parent / STATE_FILE).read_text(encoding="utf-8"))
 
 
-def row_job_running(campaign: CampaignView, poll: Callable[[], PollResult], attempt: int = 1) -> str | None:
-    """Poll once; the row job's id once Slurm says it is RUNNING."""
-    result = poll()
-    assert result.running, result.error
-    row = next((job for job in run_state(campaign).jobs if job.role == "row" and job.attempt == attempt), None)
-    return row.job_id if row is not None and row.state == "RUNNING" else None
-
-
 def finish(poll: Callable[[], PollResult], timeout: float) -> PollResult:
     events: list[str] = []
 
@@ -224,32 +216,6 @@ def test_a_campaign_through_slurm_has_the_local_backends_verdicts(
 def staged(node_scratch: Path) -> Path | None:
     """The row job's scratch directory once it holds what the row staged (binaries, trace, outputs)."""
     return next((work for work in node_scratch.glob("kv-parity-row-*") if any(work.iterdir())), None)
-
-
-def test_a_restarted_service_re_attaches_and_a_killed_row_is_resubmitted_once(
-        slurm_conf: Path, quick_revisions: Revisions, tmp_path: Path) -> None:
-    """The service dies while the builds run; a new one polls the stored handle, sees the row job killed with
-    `scancel --signal=KILL` (a lost node), resubmits it once and merges the resubmission's result."""
-    campaign = view(quick_revisions, tmp_path, "restarted", rows=[ROW])
-    first = backend(quick_revisions, slurm_conf)
-    stored = first.start(campaign, "").model_dump_json()  # what the lifecycle keeps in SQLite
-    del first
-    restarted = backend(quick_revisions, slurm_conf)
-    handle = RunHandle.model_validate_json(stored)
-    assert restarted.adopt(campaign) == handle
-    row_job = wait_for(lambda: row_job_running(campaign, lambda: restarted.poll(campaign, handle)),
-                       "the row job to run", 300)
-    subprocess.run(["scancel", "--signal=KILL", row_job], check=True)
-    result = finish(lambda: restarted.poll(campaign, handle), 400)
-    assert result.report is not None, result.error
-    rows = [job for job in run_state(campaign).jobs if job.role == "row"]
-    assert [job.attempt for job in rows] == [1, 2]
-    assert rows[0].state == "CANCELLED" and rows[0].lost is not None and rows[1].state == "COMPLETED"
-    assert result.note is not None and f"resubmitted once as Slurm job {rows[1].job_id}" in result.note
-    assert "lost node" in result.note
-    [row] = result.report.rows
-    assert row.scheduled is not None and row.scheduled.job_id == rows[1].job_id
-    assert result.report.stopped is None and squeue(slurm_conf) == []
 
 
 def test_a_row_past_its_time_limit_is_reported_timeout_and_removes_its_scratch(
@@ -326,11 +292,12 @@ def label_event(revisions: Revisions) -> dict[str, object]:
                               label="kv-parity", labels=("kv-parity",))
 
 
-def test_the_service_runs_a_campaign_on_slurm_and_re_attaches_to_its_jobs_after_a_restart(
+def test_a_restarted_service_re_attaches_to_its_slurm_jobs_and_resubmits_a_killed_row_once(
         slurm_conf: Path, quick_revisions: Revisions, tmp_path: Path) -> None:
     """The real webhook service (SQLite, lifecycle) with `backend = "slurm"`: a label starts the campaign, the
-    service stops while its jobs run, a new service on the same database re-attaches by job id and publishes
-    the report once."""
+    service stops while its jobs run, and a new service on the same database re-attaches by job id. Its row job
+    is then killed with `scancel --signal=KILL` (a lost node): the service resubmits it once, merges the
+    resubmission's result, says so in the completed transition and publishes the report once."""
     with slurm_service_settings(slurm_conf, quick_revisions, tmp_path) as (_, settings):
         with service(settings) as first:
             post(first.url, "pull_request", label_event(quick_revisions), delivery="label-slurm")
@@ -339,16 +306,30 @@ def test_the_service_runs_a_campaign_on_slurm_and_re_attaches_to_its_jobs_after_
             wait_for(lambda: (running.artifact_dir.parent / STATE_FILE).is_file() or None, "the jobs submitted", 60)
         assert squeue(slurm_conf), "the campaign's jobs outlive the stopped service"
         with service(settings) as second:
+            row_job = wait_for(lambda: next((job.job_id for job in run_state(running).jobs if job.role == "row"
+                                             and job.attempt == 1 and job.state == "RUNNING"), None),
+                               "the re-attached service to see the row job run", 300)
+            subprocess.run(["scancel", "--signal=KILL", row_job], check=True)
             [done] = second.wait_state(CampaignState.COMPLETED, timeout=600)
             finished = wait_for(lambda: second.publisher.of("finished", campaign=done.id) or None,
                                 "the report published", 60)
         assert [call["conclusion"] for call in finished] == ["success"], [call["summary"] for call in finished]
         assert done.id == running.id and done.attempt == 1
         assert squeue(slurm_conf) == []
+        rows = [job for job in run_state(done).jobs if job.role == "row"]
+        assert [job.attempt for job in rows] == [1, 2]
+        assert rows[0].state == "CANCELLED" and rows[0].lost is not None and rows[1].state == "COMPLETED"
         store = Store(settings.db_path)
-        assert [t.to_state.value for t in store.transitions(done.id)] == [
-            "requested", "dispatched", "running", "completed"]
+        transitions = store.transitions(done.id)
         store.close()
+        assert [t.to_state.value for t in transitions] == ["requested", "dispatched", "running", "completed"]
+        completed = transitions[-1].reason
+        assert f"resubmitted once as Slurm job {rows[1].job_id}" in completed and "lost node" in completed, completed
+        assert done.artifact_dir is not None
+        report = CampaignReport.model_validate_json((done.artifact_dir / "report.json").read_text(encoding="utf-8"))
+        [row] = report.rows
+        assert row.scheduled is not None and row.scheduled.job_id == rows[1].job_id
+        assert report.stopped is None
 
 
 def test_parity_cancel_mid_row_scancels_every_job_and_the_row_removes_its_scratch(
