@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -366,6 +367,30 @@ def test_inherited_descriptors_never_reach_the_sandboxed_process(tmp_path: Path)
         os.close(leaked)
     assert code == 0
     assert printed.strip() == "['0', '1', '2', '3']", "stdio and listdir's own descriptor only"
+
+
+def test_a_start_through_run_inherits_no_descriptor_not_even_its_filter(tmp_path: Path) -> None:
+    """`Sandbox.run` loads the filter natively from a descriptor of the start's own: bwrap consumes it, and
+    nothing the bot had open (inheritable or not) reaches the command."""
+    leaked = os.open(tmp_path / "secret", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.set_inheritable(leaked, True)
+    listing = "import os; print(sorted(os.listdir('/proc/self/fd')))"
+    try:
+        completed = Sandbox().run(Run(argv=["python3", "-c", listing], proc=True), timeout=60)
+    finally:
+        os.close(leaked)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "['0', '1', '2', '3']", "stdio and listdir's own descriptor only"
+
+
+def test_starts_from_several_threads_each_load_the_whole_filter() -> None:
+    """The two arms build in two threads: each start reads its own descriptor from offset 0, so none gets a
+    partial program (bwrap would refuse it) and every one refuses a nested user namespace."""
+    probe = Run(argv=["python3", "-c", "import subprocess; print(subprocess.run(['unshare', '-Urn', 'true'], "
+                                       "capture_output=True).returncode)"], proc=True)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda _: Sandbox().run(probe, timeout=120), range(8)))
+    assert [(r.returncode, r.stdout.strip()) for r in results] == [(0, "1")] * 8, [r.stderr for r in results]
 
 
 def test_a_sampled_start_gets_the_same_limits_and_no_user_namespaces() -> None:
