@@ -69,12 +69,9 @@ def run_pinned(
     """
     sandbox = sandbox or Sandbox.default()
     argv = [str(binary), *args]
-    command, env = sandbox.command(sandbox.harness_run(argv))
     started = time.monotonic()
     try:
-        completed = subprocess.run(
-            pinned_argv(cpu_set, command), env=env, capture_output=True, text=True, check=False, timeout=timeout_s
-        )
+        completed = sandbox.run(sandbox.harness_run(argv), timeout=timeout_s, launcher=pinned_argv(cpu_set, []))
     except subprocess.TimeoutExpired as exc:
         record = ProcessRecord(
             arm=arm, purpose=purpose, argv=argv, cpu_set=cpu_set, exit_code=None,

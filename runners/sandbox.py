@@ -9,7 +9,7 @@ included) outlives the process the bot waits for. Every start then gets the proc
 v2 is not available on every runner), no descriptor above stderr and a seccomp filter refusing new user
 namespaces, so no nested namespace regains capabilities: natively (bwrap `--seccomp` from a descriptor of the
 start's own, `prlimit`, only stdio inherited) for a start through `Sandbox.run` and a performance sample, and
-through a short trusted exec shim (`SANDBOX_EXEC`, the system python) for the harness starts a caller spawns
+through a short trusted exec shim (`SANDBOX_EXEC`, the system python) for the profilers attribution spawns
 itself. The one networked start (the dependency fetch) gets
 its own network namespace behind pasta, fenced off from the host's loopback and every private, link-local or
 special-purpose IPv4 range (`Sandbox.run`). `none` runs the same argv unsandboxed, loudly and on record.
@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -147,8 +147,8 @@ os.execvp(sys.argv[4], sys.argv[4:])
 A sampled start (`Run.as_pid_1`) gets the same three natively instead (`Sandbox._sampled_filter_fd`): an
 interpreter's start-up is CPU time /proc/stat sees on the measured core but rusage partly misses, which reads
 as competing load and invalidated samples on a loaded node. So does every start through `Sandbox.run` (builds,
-preflight, regression tests), each with a descriptor of its own (`_filter_descriptor`): 10 ms of CPU a start
-instead of 23."""
+preflight, determinism and parity processes, regression tests), each with a descriptor of its own
+(`_filter_descriptor`): 10 ms of CPU a start instead of 23."""
 
 
 def _filter_descriptor() -> int:
@@ -420,8 +420,10 @@ class Sandbox:
         """Descriptors beyond stdio a start of `run` must inherit: the seccomp memfd of a sampled start."""
         return {self._sampled_filter_fd()} if run.as_pid_1 and self.kind != "none" else set()
 
-    def run(self, run: Run, *, timeout: float | None = None, text: bool = True) -> subprocess.CompletedProcess[str]:
-        """Start `run` and wait; the caller reads exit status and output (never through a shell).
+    def run(self, run: Run, *, timeout: float | None = None, text: bool = True,
+            launcher: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+        """Start `run` and wait; the caller reads exit status and output (never through a shell). `launcher`
+        goes before the sandbox (taskset pinning a harness process: bwrap and the command inherit the affinity).
 
         A networked `run` gets its own network namespace: bwrap blocks before the command until pasta is
         attached and the fence routes are in, so the command never sees the namespace unfenced."""
@@ -429,13 +431,13 @@ class Sandbox:
             return self._run_networked(run, timeout)
         if self.kind == "none" or run.as_pid_1:
             argv, env = self.command(run)
-            return subprocess.run(argv, env=env, cwd=run.cwd, capture_output=True, text=text, check=False,
-                                  timeout=timeout)
+            return subprocess.run([*launcher, *argv], env=env, cwd=run.cwd, capture_output=True, text=text,
+                                  check=False, timeout=timeout)
         program = _filter_descriptor()
         try:
             argv, env = self.command(replace(run, seccomp_fd=program))
-            return subprocess.run(argv, env=env, cwd=run.cwd, capture_output=True, text=text, check=False,
-                                  timeout=timeout, pass_fds=(program,))
+            return subprocess.run([*launcher, *argv], env=env, cwd=run.cwd, capture_output=True, text=text,
+                                  check=False, timeout=timeout, pass_fds=(program,))
         finally:
             os.close(program)
 
