@@ -48,7 +48,10 @@ FLAGS = (
     "--remote-debugging-pipe",
 )
 """`--proxy-server` points at a closed port: anything but loopback (which Chromium never proxies) fails."""
-DEFAULT_TIMEOUT = 30.0
+DEFAULT_TIMEOUT = 120.0
+"""Seconds a DevTools call may take before it fails naming its method: a bound on a hang, not a speed test. A
+suite once saw this VM's disk stall for 30 s (both cores in I/O wait) while Chromium started, past the 30 s
+this bound used to be."""
 
 
 class BrowserError(RuntimeError):

@@ -203,8 +203,10 @@ def loopback() -> httpx.Client:
 # ----------------------------------------------------------------- waiting and serving
 
 
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    """Poll a real condition until it holds; fail after `timeout` seconds saying what never happened."""
+def wait_until(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """Poll a real condition until it holds; fail after `timeout` seconds saying what never happened. The bound
+    only ends a hang: a suite once saw this VM's disk stall for 30 s (both cores in I/O wait), and a service
+    starting then answered /healthz after more than the 20 s this bound used to be."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
