@@ -407,18 +407,21 @@ class Sandbox:
         descriptor in the child (`passed_fds` names the ones a start needs), and bwrap closes this one. Samples
         start one at a time, so one offset suffices."""
         if self._filter_fd is None:
-            created = os.memfd_create("kv-parity-seccomp", 0)
+            created = _filter_descriptor()
             # Far above the descriptors a spawn maps (the sampler dup2s its info pipe onto 3).
             self._filter_fd = fcntl.fcntl(created, fcntl.F_DUPFD, 100)
             os.close(created)
-            os.write(self._filter_fd, no_user_namespaces_filter())
         os.set_inheritable(self._filter_fd, True)
         os.lseek(self._filter_fd, 0, os.SEEK_SET)
         return self._filter_fd
 
     def passed_fds(self, run: Run) -> set[int]:
-        """Descriptors beyond stdio a start of `run` must inherit: the seccomp memfd of a sampled start."""
-        return {self._sampled_filter_fd()} if run.as_pid_1 and self.kind != "none" else set()
+        """Descriptors beyond stdio a start of `run` must inherit: the seccomp memfd bwrap loads for it."""
+        if self.kind == "none":
+            return set()
+        if run.as_pid_1:
+            return {self._sampled_filter_fd()}
+        return {run.seccomp_fd} if run.seccomp_fd is not None else set()
 
     def run(self, run: Run, *, timeout: float | None = None, text: bool = True,
             launcher: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
@@ -429,17 +432,15 @@ class Sandbox:
         attached and the fence routes are in, so the command never sees the namespace unfenced."""
         if run.network and self.kind == "bwrap":
             return self._run_networked(run, timeout)
-        if self.kind == "none" or run.as_pid_1:
-            argv, env = self.command(run)
-            return subprocess.run([*launcher, *argv], env=env, cwd=run.cwd, capture_output=True, text=text,
-                                  check=False, timeout=timeout)
-        program = _filter_descriptor()
+        program = _filter_descriptor() if self.kind == "bwrap" and not run.as_pid_1 else None
+        start = run if program is None else replace(run, seccomp_fd=program)
         try:
-            argv, env = self.command(replace(run, seccomp_fd=program))
+            argv, env = self.command(start)
             return subprocess.run([*launcher, *argv], env=env, cwd=run.cwd, capture_output=True, text=text,
-                                  check=False, timeout=timeout, pass_fds=(program,))
+                                  check=False, timeout=timeout, pass_fds=tuple(self.passed_fds(start)))
         finally:
-            os.close(program)
+            if program is not None:
+                os.close(program)
 
     def _run_networked(self, run: Run, timeout: float | None) -> subprocess.CompletedProcess[str]:
         info_read, info_write = os.pipe()
