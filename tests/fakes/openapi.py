@@ -2,7 +2,8 @@
 GitHub's published OpenAPI description of the REST API.
 
 The description is the `@octokit/openapi` npm package (GitHub's own description, republished by the Octokit
-team), installed by .ci/run with `npm install --prefix .ci/node @octokit/openapi@<OPENAPI_VERSION>`;
+team): `script/bootstrap --test` unpacks its `generated/api.github.com.json` of release <OPENAPI_VERSION> into
+.ci/node;
 `KV_PARITY_GITHUB_OPENAPI` may point at another copy of `api.github.com.json`. It is parsed once per test
 session; operations are matched and their validators built on first use.
 
@@ -18,8 +19,6 @@ import functools
 import json
 import os
 import re
-import shutil
-import subprocess
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ SPEC_ENV = "KV_PARITY_GITHUB_OPENAPI"
 DEFAULT_SPEC = (
     Path(__file__).resolve().parents[2] / ".ci/node/node_modules/@octokit/openapi/generated/api.github.com.json"
 )
-INSTALL = f"npm install --prefix .ci/node @octokit/openapi@{OPENAPI_VERSION}"
+INSTALL = "script/bootstrap --test"
 SPEC_URI = "urn:github-rest-openapi"
 ERROR_STATUSES = frozenset({400, 401, 403, 404, 409, 410, 422, 429, 500, 502, 503})
 """Answers GitHub gives on any operation whether or not its description lists them; they must still have
@@ -318,26 +317,14 @@ def _errors(validator: Validator, instance: Any) -> list[str]:
     return lines
 
 
-def _install_default_spec() -> None:
-    """A fresh clone has no .ci/node: install the pinned package from the npm registry once, so the README's
-    test command works without a separate step (.ci/run installs it up front the same way)."""
-    npm = shutil.which("npm")
-    if npm is None:
-        return
-    root = DEFAULT_SPEC.parents[4]
-    subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(root),
-                    f"@octokit/openapi@{OPENAPI_VERSION}"], capture_output=True, check=False, timeout=600)
-
-
 @functools.cache
 def github_openapi() -> GitHubOpenAPI:
     """The description, parsed once per process."""
     path = Path(os.environ.get(SPEC_ENV) or DEFAULT_SPEC)
-    if not path.is_file() and path == DEFAULT_SPEC:
-        _install_default_spec()
     if not path.is_file():
         raise SpecMissing(
-            f"GitHub's OpenAPI description is not at {path}; install it with `{INSTALL}` "
+            f"GitHub's OpenAPI description (@octokit/openapi@{OPENAPI_VERSION}) is not at {path}; install it "
+            f"with `{INSTALL}` "
             f"(or set {SPEC_ENV} to an api.github.com.json)"
         )
     return GitHubOpenAPI(json.loads(path.read_bytes()))
