@@ -208,9 +208,9 @@ def _add_campaign_arguments(campaign: argparse.ArgumentParser) -> None:
 
 def _add_build_cache_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--build-cache", metavar="DIR",
-                        help="reuse the baseline's build from, and store it in, this directory (this user's, "
-                             "mode 0700; created if missing) when its build would be the same; the candidate is "
-                             f"always built (default: ${BUILD_CACHE_ENV}, else no cache)")
+                        help="reuse each arm's build from, and store it in, this directory (this user's, mode "
+                             "0700; created if missing) when the same arm's build would be the same; a candidate's "
+                             f"build never serves a baseline (default: ${BUILD_CACHE_ENV}, else no cache)")
 
 
 class _PrintVersion(argparse.Action):

@@ -94,8 +94,8 @@ class Settings(BaseModel):
     work_dir: Path = Path("kv-parity-work")
     """Per-campaign directories: config written from the base revision, progress file, report, logs."""
     build_cache_dir: Path | None = None
-    """Where the local and Slurm backends' campaigns reuse and store baseline builds (runners/build_cache.py; only the
-    merge base is ever reused, the candidate is always built); None: `<work_dir>/build-cache`."""
+    """Where the local and Slurm backends' campaigns reuse and store builds (runners/build_cache.py; an entry serves
+    only the arm that built it, so a candidate's build never serves a merge base); None: `<work_dir>/build-cache`."""
     local_repo_path: Path | None = None
     """Clone the local backend runs campaigns in; missing commits are fetched from `local_fetch_remote`."""
     local_fetch_remote: str = "origin"

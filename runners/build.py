@@ -11,7 +11,7 @@ the trusted side reads of the PR's tree (cargo configs, toolchain files, the man
 the pinned SHA, never through the worktree, so a committed symlink is never followed. The executable is located
 from cargo's JSON messages (never by globbing `target/`), must lie inside the worktree, and is copied by the
 trusted process into the campaign store (root-owned, mode 0555, never bound writable into a sandbox) before it is
-hashed. With a build cache (runners/build_cache.py) the baseline's key is computed once its settings and feature
+hashed. With a build cache (runners/build_cache.py) the arm's key is computed once its settings and feature
 closure are known, before any fetch: a hit copies the cached binary in and no fetch or compile runs.
 """
 
@@ -294,7 +294,7 @@ class StartedBuild:
 def build_artifact(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Path, *,
                    sandbox: Sandbox | None = None, cache: CampaignCache | None = None) -> Artifact:
     """Build `tree` once with the configured command in its own sandbox; store and describe the executable.
-    With `cache`, an arm it serves is first looked up (a hit runs no fetch or compile) and stored once built."""
+    With `cache`, the arm is first looked up (a hit runs no fetch or compile) and stored once built."""
     return finish_build(start_build(tree, arm, sha, config, out_dir, sandbox=sandbox, cache=cache))
 
 
@@ -317,8 +317,8 @@ def start_build(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Pa
         command = list(config.command)
         if not any(word.startswith("--message-format") for word in command):
             command.append("--message-format=json-render-diagnostics")
-        key = None if cache is None or not cache.serves(arm) else build_key(
-            build.tree_sha, cache.patches, settings, command, closure, config)
+        key = None if cache is None else build_key(arm, build.tree_sha, cache.patches, settings, command, closure,
+                                                   config)
         discarded = None
         if cache is not None and key is not None:
             with cache.cache.lookup(key) as found:
@@ -333,9 +333,9 @@ def start_build(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Pa
 
 def finish_build(started: StartedBuild | Artifact) -> Artifact:
     """The compile, alone (its seconds are the campaign floor's, so never beside another arm's start), then the
-    executable stored, described and, for an arm the cache serves, stored there. A start the cache answered is
-    already the artifact. An arm the cache serves compiles holding its key: a campaign that needs the same tree
-    meanwhile waits, then reuses what this one stored, instead of compiling it a second time beside it."""
+    executable stored, described and, with a cache, stored there. A start the cache answered is already the
+    artifact. With a cache the arm compiles holding its key: a campaign that needs the same build meanwhile
+    waits, then reuses what this one stored, instead of compiling it a second time beside it."""
     if isinstance(started, Artifact):
         return started
     if started.cache is None or started.key is None:

@@ -1,23 +1,28 @@
-"""Build cache (issue 22): a merge base built once is not built again by the next campaign that needs it.
+"""Build cache (issue 22): a tree built once is not built again by the next campaign that needs it as the same arm.
 
-The rule: only the baseline arm (the merge base, a tree the bot trusts) is ever looked up or stored; the
-candidate is always built fresh in its sandbox and never stored, even when its tree equals a cached base, so
-no binary pull-request code produced is trusted by a later campaign. A campaign run with `--sandbox none` uses
-no cache at all: its pull-request code runs as the bot and could write the cache directory.
+The rule: an entry serves only the arm that built it. A merge base (a tree the bot trusts) is looked up and
+stored as the baseline; a pull request's head as the candidate, so a rerun at the same head, or another campaign
+whose candidate is the very same tree, compiles nothing. The arm is part of the key, so a binary pull-request
+code produced never serves a baseline, not even when its tree is later merged and becomes a base: that base is
+built once more, as a baseline. A candidate reused is what that tree's own build produced in its own sandbox
+(the key pins every input; the build scripts that ran are the tree's own), and it runs only in the sandbox, as
+a fresh build would. A campaign run with `--sandbox none` uses no cache at all: its pull-request code runs as the
+bot and could write the cache directory.
 
-An entry is reused only for the same `BuildKey`: the git tree of the revision, the toolchain as it applied in
-that arm's worktree, the build command, features and feature closure, the SHA-256 of every patch applied, and
-RUSTFLAGS and every cargo config digest (all of `BuildSettings`, the facts the report records). Commits that
-differ only in their metadata share a tree, so they share an entry. The binary is reused byte for byte; paths
-it embeds are those of the campaign that built it, which the report names (`Artifact.build_cache`).
+An entry is reused only for the same `BuildKey`: the arm, the git tree of the revision, the toolchain as it
+applied in that arm's worktree, the build command, features and feature closure, the SHA-256 of every patch
+applied, and RUSTFLAGS and every cargo config digest (all of `BuildSettings`, the facts the report records).
+Commits that differ only in their metadata share a tree, so they share an entry. The binary is reused byte for
+byte; paths it embeds are those of the campaign that built it, which the report names (`Artifact.build_cache`).
 
 Layout: `<dir>/<key digest>/binary` (0555) and `entry.json` (`CacheEntry`), in a directory owned by the bot's
-user with mode 0700 that no sandbox ever binds. An entry is written in a fresh `.tmp-*` directory (mkdir and
-O_EXCL files) and renamed into place, so a reader sees a whole entry or none; every open is relative to the
-cache directory's descriptor with O_NOFOLLOW, so a planted link is refused, never followed. A lookup re-hashes
-the binary against the recorded SHA-256: a mismatch, a link or an unreadable entry is a miss that deletes the
-entry and is recorded in the artifact. A key is compiled under an flock on `.locks/<key digest>`, so campaigns
-that need the same base at once compile it once (`BuildCache.building`).
+user with mode 0700 that no sandbox ever binds. An entry is written by the bot (a copy of the binary it already
+hashed out of the worktree) in a fresh `.tmp-*` directory (mkdir and O_EXCL files) and renamed into place, so a
+reader sees a whole entry or none; every open is relative to the cache directory's descriptor with O_NOFOLLOW,
+so a planted link is refused, never followed. A lookup re-hashes the binary against the recorded SHA-256: a
+mismatch, a link or an unreadable entry is a miss that deletes the entry and is recorded in the artifact. A key
+is compiled under an flock on `.locks/<key digest>`, so campaigns that need the same build at once compile it
+once (`BuildCache.building`).
 """
 
 from __future__ import annotations
@@ -43,9 +48,8 @@ from runners.config import BuildConfig
 from runners.report import Arm, Artifact, BuildSettings
 from runners.sandbox import SandboxKind
 
-KEY_SCHEMA = 1
-"""Bumped whenever what determines a build changes meaning, so older entries stop matching."""
-TRUSTED_ARM: Arm = "baseline"
+KEY_SCHEMA = 2
+"""Bumped whenever what determines a build changes meaning, so older entries stop matching (2: the arm)."""
 BUILD_CACHE_ENV = "KV_PARITY_BUILD_CACHE"
 """The cache directory a campaign uses when none is given (`--build-cache`); unset: no cache."""
 UNSANDBOXED_NO_CACHE = ("build cache not used: with --sandbox none pull-request code runs as the bot and could "
@@ -68,6 +72,8 @@ class BuildKey(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: int = KEY_SCHEMA
+    arm: Arm
+    """The arm that built the entry and the only one it serves: a candidate's binary never serves a baseline."""
     tree: str
     """`git rev-parse SHA^{tree}` of the revision, before the patches below are applied."""
     patches: dict[str, str]
@@ -86,10 +92,10 @@ class BuildKey(BaseModel):
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
 
 
-def build_key(tree: str, patches: dict[str, str], settings: BuildSettings, command: list[str],
+def build_key(arm: Arm, tree: str, patches: dict[str, str], settings: BuildSettings, command: list[str],
               closure: list[str], config: BuildConfig) -> BuildKey:
     """The key of a build, from the same facts its `Artifact` records."""
-    return BuildKey(tree=tree, patches=patches, settings=settings, build_command=command,
+    return BuildKey(arm=arm, tree=tree, patches=patches, settings=settings, build_command=command,
                     features=list(config.features), feature_closure=closure,
                     no_default_features=config.no_default_features, package=config.package,
                     bench_target=config.bench_target, workspace_dir=config.workspace_dir)
@@ -308,7 +314,7 @@ def _delete(root: int, name: str) -> None:
 
 @dataclass(frozen=True)
 class CampaignCache:
-    """One campaign's use of a cache: the only place that decides which arm it serves."""
+    """One campaign's use of a cache: its id (an entry's `campaign_id`) and the patches its builds apply."""
 
     cache: BuildCache
     campaign_id: str
@@ -322,6 +328,3 @@ class CampaignCache:
         cache = BuildCache(directory)
         cache.check()
         return cls(cache, campaign_id)
-
-    def serves(self, arm: Arm) -> bool:
-        return arm == TRUSTED_ARM

@@ -102,7 +102,7 @@ class CampaignRequest:
     profile_only: bool = False
     """`kv-parity profile` / `/parity profile`: correctness, then regression attribution instead of sampling."""
     build_cache: Path | None = field(default_factory=configured_dir)
-    """Build cache directory the baseline may be reused from and is stored in (runners/build_cache.py);
+    """Build cache directory each arm may be reused from and is stored in, as that arm (runners/build_cache.py);
     default $KV_PARITY_BUILD_CACHE, None: build both arms."""
 
     def __post_init__(self) -> None:

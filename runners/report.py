@@ -111,7 +111,7 @@ def build_difference_reason(differences: list[str]) -> str:
 
 
 class BuildCacheRecord(_Model):
-    """How the build cache (runners/build_cache.py) served an arm; only the baseline is ever looked up."""
+    """How the build cache (runners/build_cache.py) served an arm (an entry serves only the arm that built it)."""
 
     key_sha256: str
     """Digest of everything that determines the build (tree, toolchain as it applied, command, features,

@@ -326,7 +326,7 @@ class SlurmCampaign:
         self.options = options
         self.sandbox = sandbox
         self.build_cache = build_cache
-        """Baseline builds reused and stored by the build-baseline job (on a file system every node shares)."""
+        """Builds reused and stored by the two build jobs, each as its own arm (on a file system every node shares)."""
         self.client = client or SlurmClient(options.slurm_conf)
         self.kv_parity = options.kv_parity or default_kv_parity()
         self._shown: str | None = None
@@ -379,7 +379,7 @@ class SlurmCampaign:
         trace_args = ["--trace", str(trace)] if trace is not None else []
         if role.startswith("build-"):
             arm = role.removeprefix("build-")
-            cache = ["--build-cache", str(self.build_cache)] if self.build_cache and arm == "baseline" else []
+            cache = ["--build-cache", str(self.build_cache)] if self.build_cache else []
             return [kvp, "build", "--plan", str(self.plan_dir), "--repo", str(self.work / f"repo-{arm}"),
                     "--arm", arm, "--out", str(self._arm_dir(arm)), "--work", scratch, "--sandbox", sandbox, *cache]
         if role == "manifest":

@@ -138,8 +138,9 @@ def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
     """One build cache for every campaign of the session ($KV_PARITY_BUILD_CACHE is CampaignRequest's default,
     inherited by `kv-parity` subprocesses), shared by its xdist workers (entries are written with O_EXCL and a
     rename, so two workers storing one key is safe): the fixture's base tree is built once, not once per test or
-    worker. Tests of the baseline's own build opt out with `build_cache=None`; the candidate is always built. A
-    variable set before the session wins (empty: no cache, as benchmarks/bench_build_cache.py compares)."""
+    worker, and so is a candidate tree several tests pull (as a candidate: runners/build_cache.py). Tests of an
+    arm's own build opt out with `build_cache=None` or a cache of their own. A variable set before the session
+    wins (empty: no cache, as benchmarks/bench_build_cache.py compares)."""
     if BUILD_CACHE_ENV in os.environ:
         yield None
         return

@@ -1,5 +1,6 @@
-"""The build cache with real builds: a base tree built once is reused, never a candidate; a tampered or linked
-entry is refused and rebuilt; any change to what determines the build misses; no sandbox ever sees the cache."""
+"""The build cache with real builds: a base tree built once is reused as a baseline, a head built once by its
+reruns, and a candidate's build never serves a baseline; a tampered or linked entry is refused and rebuilt; any
+change to what determines the build misses; no sandbox ever sees the cache."""
 
 from __future__ import annotations
 
@@ -113,12 +114,14 @@ def seeded(stored: tuple[Path, str], cache: Path) -> CacheEntry:
 # --- reuse ----------------------------------------------------------------------------------------------------
 
 
-def test_a_second_campaign_with_the_same_base_reuses_it_and_still_builds_its_candidate(
+def test_each_arm_is_reused_only_as_that_arm_so_a_rerun_builds_nothing_and_a_candidate_never_serves_a_base(
         stored: tuple[Path, str], tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path,
         cache_dir: Path) -> None:
     """The cache holds the base tree "c-stored" built (the module's first build, which fetched, compiled and
     stored it). Another repository, another commit SHA for the same tree, and a candidate whose tree equals that
-    base: the baseline is reused, the candidate is still built, and it is not stored."""
+    base: the baseline is reused; the candidate is built all the same (a baseline's entry serves no candidate)
+    and stored as a candidate. A rerun at the same head then builds nothing. Once the base's own entry is gone,
+    the candidate's build of that very tree does not serve it as a baseline (pull-request code produced it)."""
     first = seeded(stored, cache_dir)
     repo = tmp_path / "repo"
     base_sha = init_fixture_repo(repo)
@@ -131,12 +134,27 @@ def test_a_second_campaign_with_the_same_base_reuses_it_and_still_builds_its_can
     assert baseline.sha == base_sha != first.artifact.sha
     assert baseline.binary_sha256 == first.artifact.binary_sha256
     assert not second.sandbox.cargo("tree-baseline", "build") and not second.sandbox.cargo("tree-baseline", "fetch")
-    assert second.sandbox.cargo("tree-candidate", "build"), "the candidate is always built"
-    assert candidate.build_cache is None
-    assert [path.name for path in cache_dir.iterdir()] == [stored[1]], "a candidate is never stored"
+    assert second.sandbox.cargo("tree-candidate", "build"), "a baseline's entry does not serve a candidate"
+    assert candidate.build_cache is not None and candidate.build_cache.reused_from is None
+    candidate_key = entry_key(cache_dir, candidate.build_cache.key_sha256)
+    assert candidate_key.arm == "candidate" and candidate_key.tree == entry_key(cache_dir, stored[1]).tree
+    assert sorted(path.name for path in cache_dir.iterdir() if not path.name.startswith(".")) == sorted(
+        [stored[1], candidate.build_cache.key_sha256])
     binary = tmp_path / "c2" / "work" / "bin" / baseline.binary_name
     assert sha256_of(binary) == baseline.binary_sha256 and (binary.stat().st_mode & 0o777) == 0o555
     assert "reused from campaign c-stored" in baseline.build_cache.summary()
+
+    rerun = prepared(repo, base_sha, same_tree, campaign_config, demo_trace, tmp_path / "c3", cache_dir, "c-rerun")
+    assert not rerun.sandbox.cargo("tree-", "build") and not rerun.sandbox.cargo("tree-", "fetch")
+    again = rerun.artifact("candidate")
+    assert again.build_cache is not None and again.build_cache.reused_from == "c-second"
+    assert again.binary_sha256 == candidate.binary_sha256
+
+    shutil.rmtree(cache_dir / stored[1])
+    merged = look_up_baseline(repo, same_tree, campaign_config, tmp_path / "merged", cache_dir, "c-merged",
+                              RecordingSandbox())
+    assert isinstance(merged, StartedBuild), "a candidate's build of the same tree never serves a baseline"
+    assert merged.key is not None and merged.key.tree == candidate_key.tree and merged.key.arm == "baseline"
 
 
 def test_two_campaigns_that_need_the_same_base_at_once_compile_it_once(
@@ -320,7 +338,7 @@ def test_an_unsandboxed_campaign_uses_no_cache(tmp_path: Path, cache_dir: Path) 
     assert CampaignCache.for_campaign(cache_dir, "c-none", "none") is None
     assert not cache_dir.exists()
     use = CampaignCache.for_campaign(cache_dir, "c-bwrap", "bwrap")
-    assert use is not None and use.serves("baseline") and not use.serves("candidate")
+    assert use is not None
     assert (cache_dir.stat().st_mode & 0o777) == 0o700
 
 
@@ -376,10 +394,10 @@ def _arm_build(repo: Path, plan: Path, arm: str, out: Path, cache: Path) -> Arti
     return built.artifact
 
 
-def test_the_split_arm_build_reuses_a_baseline_another_campaign_built_and_never_stores_a_candidate(
+def test_the_split_arm_build_reuses_a_baseline_another_campaign_built_and_stores_its_candidate_as_one(
         stored: tuple[Path, str], tmp_path: Path, cache_dir: Path) -> None:
-    """`kv-parity build --plan --arm baseline --build-cache` (the Slurm build-baseline job, a self-hosted runner
-    with $KV_PARITY_BUILD_CACHE) follows the same rule as a single-machine campaign."""
+    """`kv-parity build --plan --arm ARM --build-cache` (the Slurm build jobs, a self-hosted runner with
+    $KV_PARITY_BUILD_CACHE) follows the same rule as a single-machine campaign."""
     first = seeded(stored, cache_dir)
     repo = tmp_path / "repo"
     base = init_fixture_repo(repo)
@@ -390,16 +408,16 @@ def test_the_split_arm_build_reuses_a_baseline_another_campaign_built_and_never_
     candidate = _arm_build(repo, plan, "candidate", tmp_path / "arm-c", cache_dir)
     assert baseline.build_cache is not None and baseline.build_cache.reused_from == "c-stored"
     assert baseline.sha == base and baseline.binary_sha256 == first.artifact.binary_sha256
-    assert candidate.build_cache is None
-    assert [path.name for path in cache_dir.iterdir()] == [stored[1]]
+    assert candidate.build_cache is not None and candidate.build_cache.reused_from is None
+    assert entry_key(cache_dir, candidate.build_cache.key_sha256).arm == "candidate"
 
 
-def test_slurm_passes_the_cache_to_the_baseline_build_job_only(tmp_path: Path) -> None:
+def test_slurm_passes_the_cache_to_both_build_jobs(tmp_path: Path) -> None:
     from runners.slurm import SlurmCampaign, SlurmOptions
 
     campaign = SlurmCampaign(tmp_path / "work", SlurmOptions(), build_cache=tmp_path / "cache")
     baseline = campaign._argv("build-baseline", None, None, 1)
     candidate = campaign._argv("build-candidate", None, None, 1)
     assert baseline[baseline.index("--build-cache") + 1] == str(tmp_path / "cache")
-    assert "--build-cache" not in candidate
+    assert candidate[candidate.index("--build-cache") + 1] == str(tmp_path / "cache")
     assert "--build-cache" not in SlurmCampaign(tmp_path / "w2", SlurmOptions())._argv("build-baseline", None, None, 1)

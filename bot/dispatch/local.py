@@ -4,7 +4,7 @@ argv contract (a list, never a shell): `<prefix> --sandbox bwrap|none --repo <cl
 --config <file> [--config-ref <sha>] --config-source <text> [--rows a,b] [--profile-only] [--build-cache <dir>]
 --out <dir> --campaign-id <id> --progress-jsonl <file>`; `--profile-only` (a `/parity profile` request) checks
 correctness and attributes where the time goes instead of sampling; `--build-cache` is the service's cache of
-baseline builds (`build_cache_dir`), shared by its campaigns. `--config-ref` is the base branch tip the config
+builds (`build_cache_dir`), shared by its campaigns. `--config-ref` is the base branch tip the config
 was read at (the determinism patch is read there too), `--config-source` what the report says about it (never
 the temporary file). The prefix defaults to `kv-parity campaign` and `settings.local_campaign_argv` replaces it.
 Exit 2 means a usage/config error and no report; any other exit must leave `<out>/report.json`, which is

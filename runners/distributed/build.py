@@ -88,8 +88,8 @@ def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, wo
                   baseline_dir: Path | None = None, build_cache: Path | None = None) -> ArmBuild:
     """Build `arm` at the plan's SHA in its own sandbox; a stop is recorded in the result, never raised.
 
-    With `build_cache`, the arm the cache serves (the baseline: runners/build_cache.py decides) is reused when
-    built before under the same key, and stored once built, exactly as in a single-machine campaign."""
+    With `build_cache`, the arm is reused when built before as that arm under the same key (runners/build_cache.py
+    decides), and stored once built, exactly as in a single-machine campaign."""
     sha = plan.sha(arm)
     record = ArmBuild(campaign_id=plan.campaign_id, plan_sha256=plan_sha, arm=arm, sha=sha, artifact=None,
                       toolchain=None, determinism_patch_sha256=None, preflight_problems=[], exception_records=[],
@@ -214,7 +214,7 @@ def arm_build_main(argv: Sequence[str]) -> int:
     parser.add_argument("--work", help="parent of the scratch directory")
     parser.add_argument("--baseline", help="the baseline's arm directory (candidate only: verifies exceptions)")
     parser.add_argument("--build-cache", metavar="DIR",
-                        help="reuse and store baseline builds here (default: $KV_PARITY_BUILD_CACHE, else none)")
+                        help="reuse and store this arm's builds here (default: $KV_PARITY_BUILD_CACHE, else none)")
     add_sandbox_argument(parser)
     args = parser.parse_args(list(argv))
     try:
