@@ -367,8 +367,9 @@ class Sandbox:
         argv += ["--info-fd", str(run.info_fd)] if run.info_fd is not None else []
         argv += ["--block-fd", str(run.block_fd)] if run.block_fd is not None else []
         argv += _system_binds(NETWORK_ETC if run.network else ())
-        argv += ["--dev", "/dev"] if run.toolchain else [
-            arg for dev in ("/dev/null", "/dev/zero", "/dev/urandom") for arg in ("--dev-bind", dev, dev)]
+        # /dev made first and world-readable: a bind under it (a work directory in /dev/shm) must be reachable.
+        argv += ["--dev", "/dev"] if run.toolchain else ["--perms", "0755", "--dir", "/dev", *(
+            arg for dev in ("/dev/null", "/dev/zero", "/dev/urandom") for arg in ("--dev-bind", dev, dev))]
         argv += ["--proc", "/proc"] if run.proc else []
         argv += ["--perms", "1777", "--tmpfs", "/tmp"]
         binds: list[tuple[str, Path, Path]] = []
