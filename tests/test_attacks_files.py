@@ -60,9 +60,12 @@ def victim(tmp_path: Path) -> Path:
 
 def _tolerant(config: CampaignConfig) -> CampaignConfig:
     """A short performance gate that decides on a loaded shared machine: these tests are about files, not the
-    gate, so interference and the diagnostics do not block the row before its FAIL triggers attribution."""
+    gate, so interference and the diagnostics do not block the row before its FAIL triggers attribution. Twenty
+    pairs: the exact lower bound is then the sixth smallest ratio, so the FAIL holds with up to five pairs a
+    loaded machine spoils (at ten it was the second, and a `.ci/run` with 23 core-s stolen by the host spoiled
+    two)."""
     perf = config.perf.model_copy(update={
-        "pairs": 10, "warmups_per_arm": 1,
+        "pairs": 20, "warmups_per_arm": 1,
         "invalidation": config.perf.invalidation.model_copy(update={"max_interference_ms": 1e9}),
         "diagnostics": config.perf.diagnostics.model_copy(update={
             "max_abs_autocorr": 1.0, "min_trend_p": 1e-9, "min_order_effect_p": 1e-9, "min_telemetry_p": 1e-9}),
