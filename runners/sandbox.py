@@ -550,30 +550,48 @@ def _pasta_network(child: int, holder: Path, privileged: bool) -> Iterator[None]
         if privileged:
             # Lazy: pasta may still hold the file open for an instant after SIGTERM.
             subprocess.run(["umount", "--lazy", str(netns)], capture_output=True, check=False)
-        watchdog.communicate()  # closes its pipe: it finds pasta gone and the holder unmounted
+        watchdog.communicate(ENDED)  # and closes its pipe: it finds pasta gone and the holder unmounted
 
 
+ENDED = b"ended"
+"""What the bot writes to the watchdog before closing its pipe at a fetch's normal end."""
 PASTA_WATCHDOG = """
-import os, shutil, signal, subprocess, sys
+import os, shutil, signal, subprocess, sys, time
 holder, privileged = sys.argv[1], sys.argv[2] == "1"
-sys.stdin.buffer.read()
-try:
-    with open(os.path.join(holder, "pasta.pid"), encoding="ascii") as pid_file:
-        pid = int(pid_file.read().strip())
-    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-        if holder.encode() in cmdline.read():
-            os.kill(pid, signal.SIGTERM)
-except (OSError, ValueError):
-    pass
+ended = sys.stdin.buffer.read() == b"ended"
+def end_named_pastas():
+    found = 0
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                words = cmdline.read().split(b"\\0")
+        except (OSError, ValueError):
+            continue
+        if os.path.basename(words[0]) == b"pasta" and any(holder.encode() + b"/" in word for word in words):
+            try:
+                os.kill(int(entry), signal.SIGTERM)
+                found += 1
+            except (OSError, ValueError):
+                pass
+    return found
+quiet_since = time.monotonic()
+while True:
+    if end_named_pastas():
+        quiet_since = time.monotonic()
+    if ended or time.monotonic() - quiet_since > 0.5:
+        break
+    time.sleep(0.01)
 if privileged:
     subprocess.run(["umount", "--lazy", os.path.join(holder, "net")], capture_output=True)
 shutil.rmtree(holder, ignore_errors=True)
 """
-"""Ends a fetch's pasta when the bot's side of its pipe closes: normally after the fetch, or when the bot is
-killed (SIGKILL, scancel, a cancelled runner's process group), which would otherwise leave pasta (a daemon in its
-own session) and the namespace's bind mount behind for good. It runs in a session of its own so a group kill
-does not take it first, and kills only the pasta whose command line names this holder. It starts before pasta,
-so no moment exists where pasta runs unwatched."""
+"""Ends a fetch's pasta when the bot's side of its pipe closes: normally after the fetch (the bot writes `ENDED`
+first, and one look suffices), or when the bot is killed (SIGKILL, scancel, a cancelled runner's process
+group), which would otherwise leave pasta (a daemon in its own session) and the namespace's bind mount behind
+for good. A bot killed while pasta starts may die before pasta's daemon exists or has written its pid file, so
+then it ends every pasta whose command line names this holder until none has been seen for half a second. It
+runs in a session of its own so a group kill does not take it first, and ends only pastas that name this
+holder. It starts before pasta, so no moment exists where pasta runs unwatched."""
 
 
 NETLINK_FENCE = """
