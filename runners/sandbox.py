@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -36,7 +35,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -534,31 +533,24 @@ def _pasta_network(child: int, holder: Path, privileged: bool) -> Iterator[None]
         pasta_user = ["--userns", str(proc_ns / "user")]
         enter = ["nsenter", f"--user={proc_ns / 'user'}", f"--net={netns}", "--preserve-credentials", "--"]
         namespaces = [(str(proc_ns / "user"), _CLONE_NEWUSER), (str(netns), _CLONE_NEWNET)]
-    pid_file = holder / "pasta.pid"
     watchdog = subprocess.Popen([sys.executable, "-I", "-S", "-c", PASTA_WATCHDOG, str(holder),
-                                 "1" if privileged else "0"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+                                 "1" if privileged else "0", ENDED.decode()], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        _checked(["pasta", *PASTA_ARGS, *pasta_user, "--pid", str(pid_file), "--netns", str(netns)],
+        _checked(["pasta", *PASTA_ARGS, *pasta_user, "--pid", str(holder / "pasta.pid"), "--netns", str(netns)],
                  "pasta (the fetch's network)")
         _fence(enter, namespaces)
         yield
     finally:
-        if pid_file.is_file():
-            with suppress(ValueError, ProcessLookupError):
-                os.kill(int(pid_file.read_text(encoding="ascii").strip()), signal.SIGTERM)
-        if privileged:
-            # Lazy: pasta may still hold the file open for an instant after SIGTERM.
-            subprocess.run(["umount", "--lazy", str(netns)], capture_output=True, check=False)
-        watchdog.communicate(ENDED)  # and closes its pipe: it finds pasta gone and the holder unmounted
+        watchdog.communicate(ENDED)  # the one place that ends pasta, unmounts the namespace and removes the holder
 
 
 ENDED = b"ended"
 """What the bot writes to the watchdog before closing its pipe at a fetch's normal end."""
 PASTA_WATCHDOG = """
 import os, shutil, signal, subprocess, sys, time
-holder, privileged = sys.argv[1], sys.argv[2] == "1"
-ended = sys.stdin.buffer.read() == b"ended"
+holder, privileged, end_marker = sys.argv[1], sys.argv[2] == "1", sys.argv[3].encode()
+ended = sys.stdin.buffer.read() == end_marker
 def end_named_pastas():
     found = 0
     for entry in os.listdir("/proc"):
@@ -581,17 +573,18 @@ while True:
     if ended or time.monotonic() - quiet_since > 0.5:
         break
     time.sleep(0.01)
-if privileged:
+if privileged:  # lazy: pasta may still hold the file open for an instant after SIGTERM
     subprocess.run(["umount", "--lazy", os.path.join(holder, "net")], capture_output=True)
 shutil.rmtree(holder, ignore_errors=True)
 """
-"""Ends a fetch's pasta when the bot's side of its pipe closes: normally after the fetch (the bot writes `ENDED`
-first, and one look suffices), or when the bot is killed (SIGKILL, scancel, a cancelled runner's process
-group), which would otherwise leave pasta (a daemon in its own session) and the namespace's bind mount behind
-for good. A bot killed while pasta starts may die before pasta's daemon exists or has written its pid file, so
-then it ends every pasta whose command line names this holder until none has been seen for half a second. It
-runs in a session of its own so a group kill does not take it first, and ends only pastas that name this
-holder. It starts before pasta, so no moment exists where pasta runs unwatched."""
+"""Ends a fetch's pasta, unmounts its namespace and removes the holder when the bot's side of its pipe closes:
+normally after the fetch (the bot writes `ENDED` first, and one look suffices), or when the bot is killed
+(SIGKILL, scancel, a cancelled runner's process group), which would otherwise leave pasta (a daemon in its own
+session) and the namespace's bind mount behind for good. A bot killed while pasta starts may die before pasta's
+daemon exists or has written its pid file, so then it ends every pasta whose command line names this holder
+until none has been seen for half a second. It runs in a session of its own so a group kill does not take it
+first, and ends only pastas that name this holder. It starts before pasta, so no moment exists where pasta runs
+unwatched."""
 
 
 NETLINK_FENCE = """
