@@ -133,6 +133,12 @@ class HarnessBuilder:
             yield
 
 
+def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's directory, above each xdist worker's own: what is kept there all workers share."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path | None]:
     """One build cache for every campaign of the session ($KV_PARITY_BUILD_CACHE is CampaignRequest's default,
@@ -144,10 +150,7 @@ def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
     if BUILD_CACHE_ENV in os.environ:
         yield None
         return
-    session_root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        session_root = session_root.parent  # the session's directory, above each worker's own
-    directory = session_root / "build-cache"
+    directory = session_root(tmp_path_factory) / "build-cache"
     os.environ[BUILD_CACHE_ENV] = str(directory)
     yield directory
     del os.environ[BUILD_CACHE_ENV]
@@ -172,9 +175,18 @@ def campaign_config() -> CampaignConfig:
 
 @pytest.fixture(scope="session")
 def demo_trace(tmp_path_factory: pytest.TempPathFactory, campaign_config: CampaignConfig) -> Path:
-    path = tmp_path_factory.mktemp("trace") / "demo-trace.jsonl"
-    digest = generate_demo_trace(path, rows=campaign_config.trace.offset + campaign_config.trace.count)
-    assert digest == campaign_config.trace.sha256
+    """One file for the whole session, its workers included: a config naming it is the same text in every worker,
+    so the trees committing that config are the same and the session build cache builds them once
+    (tests/configs.py). Written once, under a lock, and renamed into place whole."""
+    root = session_root(tmp_path_factory)
+    path = root / "demo-trace.jsonl"
+    with (root / "demo-trace.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            partial = root / f"demo-trace.{os.getpid()}.partial"
+            digest = generate_demo_trace(partial, rows=campaign_config.trace.offset + campaign_config.trace.count)
+            assert digest == campaign_config.trace.sha256
+            partial.rename(path)
     return path
 
 

@@ -16,9 +16,10 @@ from bot.server import create_app, default_publisher
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, Store
 from runners.build_cache import configured_dir
-from runners.config import DEFAULT_CONFIG_PATH, PROFILES_DIR
+from runners.config import DEFAULT_CONFIG_PATH
 from runners.demo import commit_change, init_fixture_repo
 from runners.report import CampaignReport
+from tests.configs import config_text, one_row_config
 from tests.fakes.github_api import FakeGitHub
 from tests.installed import KvParity
 from tests.webhooks import (
@@ -31,15 +32,6 @@ from tests.webhooks import (
     serve_app,
     wait_until,
 )
-
-
-def _config_text(trace: Path) -> str:
-    """The demo profile, one row, a short performance gate, the trace at an absolute path on this node."""
-    text = (PROFILES_DIR / "demo.toml").read_text(encoding="utf-8")
-    text = text.replace('path = "demo-trace.jsonl"', f'path = "{trace}"')
-    text = text.replace("warmups_per_arm = 5", "warmups_per_arm = 1").replace("pairs = 60", "pairs = 10")
-    first_other_row = text.index("[[rows]]", text.index("[[rows]]") + 1)
-    return text[:first_other_row] + text[text.index("[perf]"):]
 
 
 def _settings(fake: FakeGitHub, tmp_path: Path, repo: Path, kv_parity: KvParity) -> Settings:
@@ -65,7 +57,8 @@ def test_labeled_pull_request_runs_the_fixture_campaign_and_publishes_once(
     monkeypatch.delenv("PYTHONPATH", raising=False)  # the campaign process imports only its own installation
     repo = tmp_path / "repo"
     init_fixture_repo(repo)
-    base = commit_change(repo, "add the campaign config", files={DEFAULT_CONFIG_PATH: _config_text(demo_trace)})
+    config = config_text(one_row_config(demo_trace))
+    base = commit_change(repo, "add the campaign config", files={DEFAULT_CONFIG_PATH: config})
     _git(repo, "checkout", "-q", "-b", "feature")
     head = commit_change(repo, "refactor: reword comments", touch_comment=True)
     _git(repo, "checkout", "-q", "main")
@@ -134,7 +127,8 @@ def test_parity_profile_attributes_the_candidates_added_work_and_publishes_it(
     monkeypatch.delenv("PYTHONPATH", raising=False)
     repo = tmp_path / "repo"
     init_fixture_repo(repo)
-    base = commit_change(repo, "add the campaign config", files={DEFAULT_CONFIG_PATH: _config_text(demo_trace)})
+    config = config_text(one_row_config(demo_trace))
+    base = commit_change(repo, "add the campaign config", files={DEFAULT_CONFIG_PATH: config})
     _git(repo, "checkout", "-q", "-b", "feature")
     head = commit_change(repo, "perf: more work in one place", knobs={"HOT_SPOT_WORK": 2.0})
     _git(repo, "checkout", "-q", "main")

@@ -40,45 +40,11 @@ from runners.doctor import row_cpus
 from runners.report import CampaignReport, CheckConclusion, DoctorStatus, PerfVerdict, SemanticVerdict
 from runners.trace import sha256_file
 from runners.verdicts import campaign_verdicts
+from tests.configs import config_text, quick
 from tests.test_doctor import CHECK_NAMES
 
 ROWS = ["vllm-agg", "sglang-agg"]
 CAMPAIGN_ID = "c-distributed-test"
-
-
-def quick(config: CampaignConfig) -> CampaignConfig:
-    """A short performance gate whose verdict is decided by the plumbing, not by this machine's noise.
-
-    Ten pairs make the dependence diagnostics and a 1.05 threshold a coin toss between two runs, and this test
-    compares two runs; loosening both keeps every verdict kind deterministic for identical revisions. The suite's
-    own workers load this 2-core machine, so competing load is not on trial here either (tests/test_perf.py
-    tries that rule on its own). Beside four workers an A/A pair's ratio reached 3.7 and the upper bound X(9) of
-    ten 2.198 (a 2.0 threshold made the Slurm service test INCONCLUSIVE in CI), so the threshold is 10.
-    """
-    diagnostics = config.perf.diagnostics.model_copy(update={
-        "max_abs_autocorr": 1.0, "min_trend_p": 1e-9, "min_order_effect_p": 1e-9, "min_telemetry_p": 1e-9})
-    invalidation = config.perf.invalidation.model_copy(update={"max_interference_ms": 1e6})
-    perf = config.perf.model_copy(update={"pairs": 10, "warmups_per_arm": 1, "threshold": 10.0,
-                                          "diagnostics": diagnostics, "invalidation": invalidation})
-    return config.model_copy(update={"perf": perf})
-
-
-def to_toml(data: dict[str, Any], prefix: str = "") -> list[str]:
-    """Just enough TOML for a dumped CampaignConfig: scalars and arrays first, then (arrays of) tables."""
-    lines: list[str] = []
-    tables: list[tuple[str, Any]] = []
-    for key, value in data.items():
-        if value is None:
-            continue
-        if isinstance(value, dict) or (isinstance(value, list) and value and isinstance(value[0], dict)):
-            tables.append((key, value))
-        else:
-            lines.append(f"{key} = {json.dumps(value)}")
-    for key, value in tables:
-        name = f"{prefix}{key}"
-        for item in value if isinstance(value, list) else [value]:
-            lines += [f"[[{name}]]" if isinstance(value, list) else f"[{name}]", *to_toml(item, f"{name}.")]
-    return lines
 
 
 def git(repo: Path, *args: str) -> str:
@@ -115,7 +81,7 @@ def campaigns(tmp_path_factory: pytest.TempPathFactory, campaign_config: Campaig
     repo = root / "repo"
     init_fixture_repo(repo)
     config = quick(campaign_config)
-    toml = "\n".join(to_toml(config.model_dump(mode="json"))) + "\n"
+    toml = config_text(config)
     base = commit_change(repo, "campaign config", files={DEFAULT_CONFIG_PATH: toml})
     git(repo, "checkout", "-q", "-b", "feature")
     head = commit_change(repo, "reword comments", touch_comment=True)

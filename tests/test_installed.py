@@ -25,13 +25,13 @@ from bot.cli import EXIT_FOR_CONCLUSION
 from runners import build_info
 from runners.build_info import BuildInfo, describe
 from runners.config import DEFAULT_CONFIG_PATH
-from runners.demo import commit_change, demo_config, init_fixture_repo
+from runners.demo import commit_change, init_fixture_repo
 from runners.report import CampaignReport, SemanticVerdict
 from runners.resources import package_dir
+from tests.configs import config_text, one_row_config
 from tests.fakes.github_api import FakeGitHub
 from tests.installed import ROOT, KvParity, clone_files, is_bytecode
 from tests.service_fixtures import widgets_history
-from tests.test_distributed import quick, to_toml
 from tests.webhooks import (
     REPO,
     SECRET,
@@ -192,13 +192,9 @@ def test_demo_then_report_verify_and_publish(installed_kv_parity: KvParity, outs
 @needs_bwrap
 def test_plan_build_manifest_row_merge(installed_kv_parity: KvParity, outside: Path, tmp_path: Path,
                                        demo_trace: Path) -> None:
-    config = quick(demo_config())
-    config = config.model_copy(update={"rows": config.rows[:1],
-                                       "trace": config.trace.model_copy(update={"path": str(demo_trace)})})
     repo = tmp_path / "repo"
     init_fixture_repo(repo)
-    base = commit_change(repo, "campaign config", files={
-        DEFAULT_CONFIG_PATH: "\n".join(to_toml(config.model_dump(mode="json"))) + "\n"})
+    base = commit_change(repo, "campaign config", files={DEFAULT_CONFIG_PATH: config_text(one_row_config(demo_trace))})
     head = commit_change(repo, "the candidate: comments reworded", touch_comment=True)
     plan, dist, merged = tmp_path / "plan", tmp_path / "dist", tmp_path / "report"
     steps = [

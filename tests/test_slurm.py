@@ -29,12 +29,12 @@ from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from runners.build_cache import configured_dir
 from runners.config import DEFAULT_CONFIG_PATH, SlurmRowConfig
-from runners.demo import Knob, commit_change, demo_config, init_fixture_repo
+from runners.demo import Knob, commit_change, init_fixture_repo
 from runners.report import CampaignReport
 from runners.slurm import STATE_FILE, SlurmClient, SlurmOptions, SlurmRun, job_script
+from tests.configs import config_text, one_row_config
 from tests.fakes.github_api import FakeGitHub
 from tests.service_fixtures import BOT, TOKEN, service
-from tests.test_distributed import quick, to_toml
 from tests.webhooks import REPO, SECRET, comment_event, post, pull_request_event, serve_app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,27 +104,15 @@ class Revisions:
     head: str
 
 
-def _revisions(root: Path, pairs: int | None = None, row_slurm: SlurmRowConfig | None = None,
+def _revisions(root: Path, trace: Path, pairs: int | None = None, row_slurm: SlurmRowConfig | None = None,
                knobs: dict[str, Knob] | None = None) -> Revisions:
     """The fixture harness with the demo's first row and fixtures committed as the base's config (a short gate
     this shared machine cannot block; `pairs` makes a row that runs for minutes), `knobs` a harness variant both
-    revisions carry, and a comment-only head."""
-    config = quick(demo_config())
-    # Eight people share this machine's two cores: no amount of foreign CPU time on the pinned core invalidates
-    # a pair here, so both backends reach the same verdict whatever the others run meanwhile.
-    invalidation = config.perf.invalidation.model_copy(update={"max_interference_ms": 1e9})
-    perf = config.perf.model_copy(update={"invalidation": invalidation, **({"pairs": pairs} if pairs else {})})
-    from runners.demo_trace import generate_demo_trace
-
-    trace = root / "demo-trace.jsonl"
-    generate_demo_trace(trace, rows=config.trace.offset + config.trace.count)
-    rows = [config.rows[0].model_copy(update={"slurm": row_slurm})]
-    config = config.model_copy(update={"rows": rows, "perf": perf,
-                                       "trace": config.trace.model_copy(update={"path": str(trace)})})
+    revisions carry, and a comment-only head: without options, the trees tests/configs.py shares."""
+    config = one_row_config(trace, pairs=pairs, row_slurm=row_slurm)
     repo = root / "repo"
     init_fixture_repo(repo)
-    text = "\n".join(to_toml(config.model_dump(mode="json"))) + "\n"
-    base = commit_change(repo, "campaign config", knobs=knobs, files={DEFAULT_CONFIG_PATH: text})
+    base = commit_change(repo, "campaign config", knobs=knobs, files={DEFAULT_CONFIG_PATH: config_text(config)})
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "head"], check=True)
     head = commit_change(repo, "the candidate", touch_comment=True)
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "main"], check=True)
@@ -132,15 +120,15 @@ def _revisions(root: Path, pairs: int | None = None, row_slurm: SlurmRowConfig |
 
 
 @pytest.fixture(scope="module")
-def quick_revisions(tmp_path_factory: pytest.TempPathFactory) -> Revisions:
-    return _revisions(tmp_path_factory.mktemp("slurm-quick"))
+def quick_revisions(tmp_path_factory: pytest.TempPathFactory, demo_trace: Path) -> Revisions:
+    return _revisions(tmp_path_factory.mktemp("slurm-quick"), demo_trace)
 
 
 @pytest.fixture(scope="module")
-def slow_revisions(tmp_path_factory: pytest.TempPathFactory) -> Revisions:
+def slow_revisions(tmp_path_factory: pytest.TempPathFactory, demo_trace: Path) -> Revisions:
     """A row of 20,000 pairs of a harness that waits half a second per timed invocation: it is still running when
     it is cancelled or reaches a one-minute limit, and the suite's other tests have the cores meanwhile."""
-    return _revisions(tmp_path_factory.mktemp("slurm-slow"), pairs=20_000, knobs={"IDLE_MS": 500.0})
+    return _revisions(tmp_path_factory.mktemp("slurm-slow"), demo_trace, pairs=20_000, knobs={"IDLE_MS": 500.0})
 
 
 def view(revisions: Revisions, root: Path, campaign_id: str, rows: list[str] | None = None) -> CampaignView:
@@ -254,10 +242,11 @@ def test_pending_jobs_say_why_and_where_they_are_in_the_queue(slurm_conf: Path, 
 
 
 def test_a_rows_own_slurm_table_reaches_sbatch_and_a_refused_submission_leaves_no_job(
-        slurm_conf: Path, tmp_path: Path) -> None:
+        slurm_conf: Path, tmp_path: Path, demo_trace: Path) -> None:
     """`[rows.slurm] partition` overrides the settings for that row's job: a partition this cluster lacks makes
     sbatch refuse the row, the start fails naming it, and the already submitted builds are cancelled."""
-    revisions = _revisions(tmp_path, row_slurm=SlurmRowConfig(partition="no-such-partition", time_limit="5"))
+    revisions = _revisions(tmp_path, demo_trace,
+                           row_slurm=SlurmRowConfig(partition="no-such-partition", time_limit="5"))
     campaign = view(revisions, tmp_path, "partition", rows=[ROW])
     with pytest.raises(StartError, match="sbatch kvp-partition-row-0-a1.sh failed: .*[Ii]nvalid partition"):
         backend(revisions, slurm_conf).start(campaign, "")

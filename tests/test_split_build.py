@@ -27,7 +27,7 @@ from runners.distributed.merge import merge_results
 from runners.report import CampaignReport, CheckConclusion, FixtureStatus, PerfVerdict, SemanticVerdict
 from runners.trace import sha256_file
 from runners.verify import verify_report
-from tests.test_distributed import quick, to_toml
+from tests.configs import config_text, one_row_config
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (the bubblewrap package)")
 
@@ -121,19 +121,11 @@ class Split:
         return self.dist / MANIFEST_NAME
 
 
-def _one_row_config(trace: Path) -> str:
-    """The demo profile's first row and every fixture, with a short gate this shared machine cannot block."""
-    config = quick(demo_config())
-    config = config.model_copy(update={"rows": config.rows[:1],
-                                       "trace": config.trace.model_copy(update={"path": str(trace)})})
-    return "\n".join(to_toml(config.model_dump(mode="json"))) + "\n"
-
-
 def _split(root: Path, trace: Path, *, knobs: dict[str, Knob] | None = None, rows: str = "",
            mode: str = "campaign") -> Split:
     repo = root / "repo"
     init_fixture_repo(repo)
-    base = commit_change(repo, "campaign config", files={DEFAULT_CONFIG_PATH: _one_row_config(trace)})
+    base = commit_change(repo, "campaign config", files={DEFAULT_CONFIG_PATH: config_text(one_row_config(trace))})
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "head"], check=True)
     head = commit_change(repo, "the candidate", knobs=knobs, touch_comment=not knobs)
     plan, dist = root / "plan", root / "dist"
@@ -389,12 +381,10 @@ def test_the_harness_patch_reaches_both_arm_builds_the_manifest_and_the_row(tmp_
     set_knobs(repo, {"EMIT_TIMING_FIELD": True})
     patch = subprocess.run(["git", "-C", str(repo), "diff"], capture_output=True, check=True).stdout
     subprocess.run(["git", "-C", str(repo), "checkout", "--", "."], check=True)
-    config = quick(demo_config())
-    config = config.model_copy(update={"rows": config.rows[:1],
-                                       "trace": config.trace.model_copy(update={"path": str(demo_trace)}),
-                                       "harness": config.harness.model_copy(update={"patch": "patches/timer.patch"})})
+    config = one_row_config(demo_trace)
+    config = config.model_copy(update={"harness": config.harness.model_copy(update={"patch": "patches/timer.patch"})})
     base = commit_change(repo, "config and the timer patch", files={
-        DEFAULT_CONFIG_PATH: "\n".join(to_toml(config.model_dump(mode="json"))) + "\n",
+        DEFAULT_CONFIG_PATH: config_text(config),
         "patches/timer.patch": patch.decode()})
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "head"], check=True)
     head = commit_change(repo, "the candidate", touch_comment=True)
