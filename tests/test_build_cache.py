@@ -74,15 +74,22 @@ def cache_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory: pytest.TempPathFactory, campaign_config: CampaignConfig) -> Iterator[tuple[Path, str]]:
-    """A cache holding one real baseline build of the fixture; yields (cache dir, the entry's digest)."""
+def stored(tmp_path_factory: pytest.TempPathFactory, campaign_config: CampaignConfig,
+           shared_build_cache: Path | None) -> Iterator[tuple[Path, str]]:
+    """A cache of this module's own holding one real baseline build of the fixture, by another campaign; yields
+    (cache dir, the entry's digest). The entry is the session cache's (tests/conftest.py), where most suites have
+    it already, copied: the fixture's base is not compiled once more for this module."""
     root = tmp_path_factory.mktemp("stored")
     repo = root / "repo"
     sha = init_fixture_repo(repo)
     directory = root / "build-cache"
-    artifact = build_baseline(repo, sha, campaign_config, root / "first", directory, "c-stored")
-    assert artifact.build_cache is not None and artifact.build_cache.reused_from is None
-    yield directory, artifact.build_cache.key_sha256
+    artifact = build_baseline(repo, sha, campaign_config, root / "first", shared_build_cache or directory, "c-stored")
+    assert artifact.build_cache is not None
+    digest = artifact.build_cache.key_sha256
+    if shared_build_cache is not None:
+        directory.mkdir(mode=0o700)
+        shutil.copytree(shared_build_cache / digest, directory / digest)
+    yield directory, digest
 
 
 def build_baseline(repo: Path, sha: str, config: CampaignConfig, out: Path, cache: Path, campaign_id: str,
@@ -103,7 +110,7 @@ def entry_key(directory: Path, digest: str) -> BuildKey:
 
 def seeded(stored: tuple[Path, str], cache: Path) -> CacheEntry:
     """`cache` (made here, the service's mode) holding a copy of the module's stored entry: a base tree another
-    campaign ("c-stored") built, without building it again."""
+    campaign built, without building it again."""
     directory, digest = stored
     cache.mkdir(parents=True)
     cache.chmod(0o700)
@@ -117,11 +124,11 @@ def seeded(stored: tuple[Path, str], cache: Path) -> CacheEntry:
 def test_each_arm_is_reused_only_as_that_arm_so_a_rerun_builds_nothing_and_a_candidate_never_serves_a_base(
         stored: tuple[Path, str], tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path,
         cache_dir: Path) -> None:
-    """The cache holds the base tree "c-stored" built (the module's first build, which fetched, compiled and
-    stored it). Another repository, another commit SHA for the same tree, and a candidate whose tree equals that
-    base: the baseline is reused; the candidate is built all the same (a baseline's entry serves no candidate)
-    and stored as a candidate. A rerun at the same head then builds nothing. Once the base's own entry is gone,
-    the candidate's build of that very tree does not serve it as a baseline (pull-request code produced it)."""
+    """The cache holds the base tree another campaign built (`first`: it fetched, compiled and stored it).
+    Another repository, another commit SHA for the same tree, and a candidate whose tree equals that base: the
+    baseline is reused; the candidate is built all the same (a baseline's entry serves no candidate) and stored
+    as a candidate. A rerun at the same head then builds nothing. Once the base's own entry is gone, the
+    candidate's build of that very tree does not serve it as a baseline (pull-request code produced it)."""
     first = seeded(stored, cache_dir)
     repo = tmp_path / "repo"
     base_sha = init_fixture_repo(repo)
@@ -129,7 +136,7 @@ def test_each_arm_is_reused_only_as_that_arm_so_a_rerun_builds_nothing_and_a_can
     second = prepared(repo, base_sha, same_tree, campaign_config, demo_trace, tmp_path / "c2", cache_dir,
                       "c-second")
     baseline, candidate = second.artifact("baseline"), second.artifact("candidate")
-    assert baseline.build_cache is not None and baseline.build_cache.reused_from == "c-stored"
+    assert baseline.build_cache is not None and baseline.build_cache.reused_from == first.campaign_id
     assert baseline.build_cache.key_sha256 == stored[1]
     assert baseline.sha == base_sha != first.artifact.sha
     assert baseline.binary_sha256 == first.artifact.binary_sha256
@@ -142,7 +149,7 @@ def test_each_arm_is_reused_only_as_that_arm_so_a_rerun_builds_nothing_and_a_can
         [stored[1], candidate.build_cache.key_sha256])
     binary = tmp_path / "c2" / "work" / "bin" / baseline.binary_name
     assert sha256_of(binary) == baseline.binary_sha256 and (binary.stat().st_mode & 0o777) == 0o555
-    assert "reused from campaign c-stored" in baseline.build_cache.summary()
+    assert f"reused from campaign {first.campaign_id}" in baseline.build_cache.summary()
 
     rerun = prepared(repo, base_sha, same_tree, campaign_config, demo_trace, tmp_path / "c3", cache_dir, "c-rerun")
     assert not rerun.sandbox.cargo("tree-", "build") and not rerun.sandbox.cargo("tree-", "fetch")
@@ -233,7 +240,8 @@ def test_a_rustflags_change_misses_the_entry_it_would_reuse(
     sha = init_fixture_repo(repo)
     sandbox = RecordingSandbox()
     same = look_up_baseline(repo, sha, campaign_config, tmp_path / "same", directory, "c-same", sandbox)
-    assert isinstance(same, Artifact) and same.build_cache is not None and same.build_cache.reused_from == "c-stored"
+    assert isinstance(same, Artifact) and same.build_cache is not None
+    assert same.build_cache.reused_from == entry(directory, digest).campaign_id
     assert not sandbox.cargo("tree-baseline", "fetch")
     monkeypatch.setenv("RUSTFLAGS", "-C debuginfo=1")
     flagged = look_up_baseline(repo, sha, campaign_config, tmp_path / "flagged", directory, "c-flagged", sandbox)
@@ -272,7 +280,7 @@ def test_a_tampered_cached_binary_is_detected_deleted_and_rebuilt(
     assert again.build_cache is not None and again.build_cache.reused_from is None
     assert again.build_cache.discarded is not None and tampered in again.build_cache.discarded
     assert first.artifact.binary_sha256 in again.build_cache.discarded
-    assert "c-stored" in again.build_cache.discarded
+    assert first.campaign_id in again.build_cache.discarded
     assert sandbox.cargo("tree-baseline", "build"), "rebuilt"
     assert "refused and deleted" in again.build_cache.summary()
     assert sha256_of(binary) == again.binary_sha256, "the fresh build replaced the deleted entry"
@@ -352,7 +360,7 @@ def test_the_cache_directory_is_never_visible_inside_a_sandbox(
     The cache already holds the baseline's entry, which the campaign reuses: the probe runs while it exists."""
     state = tmp_path / "state"
     cache = state / "build-cache"
-    seeded(stored, cache)
+    first = seeded(stored, cache)
     repo = tmp_path / "repo"
     base = init_fixture_repo(repo)
     probe = """
@@ -368,7 +376,7 @@ fn main() {
     head = commit_change(repo, "a build script probing for the cache", files={BUILD_RS: probe})
     built = prepared(repo, base, head, campaign_config, demo_trace, state / "c1" / "out", cache, "c-probe")
     record = built.artifact("baseline").build_cache
-    assert record is not None and record.reused_from == "c-stored" and (cache / record.key_sha256).is_dir()
+    assert record is not None and record.reused_from == first.campaign_id and (cache / record.key_sha256).is_dir()
     assert built.artifact("candidate").binary_sha256 and built.sandbox.cargo("tree-candidate", "build")
     for run in built.sandbox.starts:
         bound = (*run.writable, *run.read_only, *(host for host, _ in run.mounts))
@@ -406,7 +414,7 @@ def test_the_split_arm_build_reuses_a_baseline_another_campaign_built_and_stores
     plan = _plan(repo, base, head, "c-split", tmp_path / "plan")
     baseline = _arm_build(repo, plan, "baseline", tmp_path / "arm-b", cache_dir)
     candidate = _arm_build(repo, plan, "candidate", tmp_path / "arm-c", cache_dir)
-    assert baseline.build_cache is not None and baseline.build_cache.reused_from == "c-stored"
+    assert baseline.build_cache is not None and baseline.build_cache.reused_from == first.campaign_id
     assert baseline.sha == base and baseline.binary_sha256 == first.artifact.binary_sha256
     assert candidate.build_cache is not None and candidate.build_cache.reused_from is None
     assert entry_key(cache_dir, candidate.build_cache.key_sha256).arm == "candidate"
