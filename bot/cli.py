@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runners import build_info
-from runners.build_cache import BUILD_CACHE_ENV, configured_dir
+from runners.build_cache import BUILD_CACHE_ENV, BuildCache, BuildCacheError, configured_dir, human_bytes, parse_size
 from runners.campaign import CampaignRequest, run_campaign
 from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, parse_rows, resolve_config
 from runners.demo import SCENARIOS, demo_config, prepare_demo
@@ -178,6 +178,32 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    """The build cache's entries and bound; `--max-size` keeps a new bound in the cache and prunes to it now."""
+    directory = _build_cache(args)
+    if directory is None:
+        print(f"kv-parity cache: no cache named: pass --build-cache DIR or set ${BUILD_CACHE_ENV}", file=sys.stderr)
+        return EXIT_USAGE
+    cache = BuildCache(directory)
+    try:
+        deleted = cache.set_limit(args.max_size) if args.max_size is not None else []
+        usage = cache.usage()
+    except BuildCacheError as exc:
+        print(f"kv-parity cache: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for entry in deleted:
+        print(f"deleted {entry.name[:12]} ({entry.arm or 'unreadable'}, {human_bytes(entry.bytes)})")
+    print(usage.summary())
+    return 0
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _add_campaign_arguments(campaign: argparse.ArgumentParser) -> None:
     """The options `campaign` and `profile` share."""
     campaign.add_argument("--repo", required=True, help="local git repository holding both revisions")
@@ -257,6 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", help="output directory (default: beside the report)")
     report.set_defaults(func=cmd_report)
 
+    cache = sub.add_parser("cache", help="show the build cache's entries and bound, or set the bound")
+    _add_build_cache_argument(cache)
+    cache.add_argument("--max-size", type=_size, metavar="SIZE",
+                       help="keep the cache's entries under SIZE (bytes, or with K, M, G or T: powers of 1024), "
+                            "deleting the least recently used now and after every store (default bound 10G)")
+    cache.set_defaults(func=cmd_cache)
     sub.add_parser("serve", help="run the webhook service", add_help=False)
     sub.add_parser("publish", help="(re)publish a finished report to a pull request", add_help=False)
     sub.add_parser("event", help="Actions-only mode: act on one GitHub event file", add_help=False)

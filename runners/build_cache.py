@@ -23,6 +23,11 @@ so a planted link is refused, never followed. A lookup re-hashes the binary agai
 mismatch, a link or an unreadable entry is a miss that deletes the entry and is recorded in the artifact. A key
 is compiled under an flock on `.locks/<key digest>`, so campaigns that need the same build at once compile it
 once (`BuildCache.building`).
+
+The cache is bounded, as ccache is: `limit.json` in the cache holds the most its entries may take together
+(`kv-parity cache --max-size`; 10 GiB when none was set), and every store deletes the least recently used
+entries (stored or reused longest ago: a reuse touches its entry) until they fit, never the entry just stored.
+An entry deleted while another campaign is opening it is that campaign's miss, recorded, and its arm is built.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import fcntl
 import hashlib
 import io
 import os
+import re
 import shutil
 import stat
 import time
@@ -42,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runners.config import BuildConfig
 from runners.report import Arm, Artifact, BuildSettings
@@ -59,6 +65,10 @@ LOCKS = ".locks"
 """One lock file per key being compiled (`BuildCache.building`); entries are named by hex digests."""
 ENTRY = "entry.json"
 MAX_ENTRY_BYTES = 1 << 20
+LIMIT = "limit.json"
+"""The cache's own bound (`CacheLimit`), beside the entries; every store keeps to it."""
+DEFAULT_MAX_BYTES = 10 << 30
+"""The bound of a cache nobody set one for: 10 GiB, a few hundred builds of a replay benchmark."""
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -112,6 +122,63 @@ class CacheEntry(BaseModel):
     stored_unix: float
 
 
+class CacheLimit(BaseModel):
+    """`limit.json`: the most bytes the entries may hold together."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_bytes: int = Field(gt=0)
+
+
+@dataclass(frozen=True)
+class EntryUsage:
+    """One name in the cache as pruning sees it: its bytes, when it was last stored or reused, and the arm its
+    entry serves (None for anything that is not a readable entry, which is pruned like one)."""
+
+    name: str
+    bytes: int
+    used_unix: float
+    arm: Arm | None
+
+
+@dataclass(frozen=True)
+class CacheUsage:
+    """What `kv-parity cache` shows: every entry, least recently used first, and the bound."""
+
+    directory: Path
+    entries: list[EntryUsage]
+    max_bytes: int
+
+    def summary(self) -> str:
+        arms = [entry.arm for entry in self.entries]
+        counts = ", ".join(f"{arms.count(arm)} {arm}" for arm in ("baseline", "candidate"))
+        unreadable = len(arms) - arms.count("baseline") - arms.count("candidate")
+        extra = f", {unreadable} unreadable" if unreadable else ""
+        return (f"build cache {self.directory}: {len(self.entries)} entries ({counts}{extra}), "
+                f"{human_bytes(sum(entry.bytes for entry in self.entries))} of {human_bytes(self.max_bytes)}")
+
+
+def human_bytes(count: int) -> str:
+    """Bytes in the largest power-of-1024 unit that keeps the number at least 1."""
+    value, unit = float(count), 0
+    while value >= 1024 and unit < len(SIZE_UNITS) - 1:
+        value, unit = value / 1024, unit + 1
+    return f"{count} B" if unit == 0 else f"{value:.1f} {SIZE_UNITS[unit]}"
+
+
+SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+_SIZE = re.compile(r"(\d+)\s*(?:([KMGT])(?:i?B)?|B)?", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """`10G`, `512MiB`, `1000` (bytes): a positive size in powers of 1024; ValueError naming the forms."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None or int(match[1]) == 0:
+        raise ValueError(f"size {text!r}: expected a positive whole number of bytes, or one with K, M, G or T "
+                         "(powers of 1024), e.g. 10G")
+    return int(match[1]) << (10 * " KMGT".index((match[2] or " ").upper()))
+
+
 @dataclass
 class Lookup:
     """A hit (`entry` and its verified `binary`, open at offset 0) or a miss, with why an entry was dropped."""
@@ -154,9 +221,31 @@ class BuildCache:
             os.close(fd)
 
     def check(self) -> None:
-        """Create the directory if needed and refuse it unless it is ours alone (BuildCacheError)."""
-        with self._root():
-            pass
+        """Create the directory if needed and refuse it unless it is ours alone, or its bound is unreadable
+        (BuildCacheError): before a campaign builds anything, not when it stores."""
+        with self._root() as root:
+            self._max_bytes(root)
+
+    def usage(self) -> CacheUsage:
+        """Every entry, least recently used first, and the bound."""
+        with self._root() as root:
+            return CacheUsage(self.directory, self._entries(root), self._max_bytes(root))
+
+    def set_limit(self, max_bytes: int) -> list[EntryUsage]:
+        """Keep `max_bytes` as the cache's bound (in the cache, as ccache keeps its max_size) and prune to it
+        now; returns what was deleted."""
+        limit = CacheLimit(max_bytes=max_bytes).model_dump_json().encode()
+        staging = f".tmp-{uuid.uuid4().hex}"
+        with self._root() as root:
+            try:
+                _write_new(root, staging, io.BytesIO(limit), 0o444)
+                os.rename(staging, LIMIT, src_dir_fd=root, dst_dir_fd=root)
+            except OSError as exc:
+                raise BuildCacheError(f"cannot write {LIMIT} in build cache {self.directory}: "
+                                      f"{exc.strerror or exc}") from exc
+            finally:
+                _delete(root, staging)
+            return self._prune(root, max_bytes, keep=None)
 
     @contextmanager
     def lookup(self, key: BuildKey) -> Iterator[Lookup]:
@@ -177,6 +266,8 @@ class BuildCache:
                 yield Lookup(discarded=discarded)
                 return
             entry, binary = found
+            with suppress(OSError):  # pruning keeps what was reused lately; deleted meanwhile, this hit stands
+                os.utime(name, dir_fd=root, follow_symlinks=False)
             try:
                 yield Lookup(entry=entry, binary=binary)
             finally:
@@ -235,6 +326,55 @@ class BuildCache:
                                       f"{exc.strerror or exc}") from exc
             finally:
                 _delete(root, staging)
+            self._prune(root, self._max_bytes(root), keep=name)
+
+    def _max_bytes(self, root: int) -> int:
+        """The bound `limit.json` holds, or DEFAULT_MAX_BYTES without one."""
+        try:
+            os.stat(LIMIT, dir_fd=root, follow_symlinks=False)
+        except FileNotFoundError:
+            return DEFAULT_MAX_BYTES
+        try:
+            with _open_file(root, LIMIT) as handle:
+                return CacheLimit.model_validate_json(handle.read(MAX_ENTRY_BYTES)).max_bytes
+        except (_Refused, ValidationError, OSError) as exc:
+            detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+            raise BuildCacheError(f"build cache {self.directory}: {LIMIT} is not a bound ({detail}); set one with "
+                                  "`kv-parity cache --max-size SIZE`") from exc
+
+    def _entries(self, root: int) -> list[EntryUsage]:
+        """Every name but the bound and the dot-names (locks, entries being stored), least recently used first."""
+        entries = []
+        for name in os.listdir(root):
+            if name.startswith(".") or name == LIMIT:
+                continue
+            with suppress(FileNotFoundError):  # pruned or refused by another campaign meanwhile
+                info = os.stat(name, dir_fd=root, follow_symlinks=False)
+                size, arm = (_entry_size_and_arm(root, name) if stat.S_ISDIR(info.st_mode)
+                             else (info.st_size, None))
+                entries.append(EntryUsage(name, size, info.st_mtime, arm))
+        return sorted(entries, key=lambda entry: (entry.used_unix, entry.name))
+
+    def _prune(self, root: int, max_bytes: int, keep: str | None) -> list[EntryUsage]:
+        """Delete the least recently used names until the rest fit `max_bytes`; never `keep`."""
+        entries = self._entries(root)
+        total = sum(entry.bytes for entry in entries)
+        deleted = []
+        for entry in entries:
+            if total <= max_bytes:
+                break
+            if entry.name == keep:
+                continue
+            try:
+                _delete(root, entry.name)
+            except FileNotFoundError:
+                pass  # another campaign's store pruned it first
+            except OSError as exc:
+                raise BuildCacheError(f"cannot delete {entry.name[:12]} from build cache {self.directory}: "
+                                      f"{exc.strerror or exc}") from exc
+            total -= entry.bytes
+            deleted.append(entry)
+        return deleted
 
 
 class _Refused(Exception):
@@ -269,6 +409,26 @@ def _read_entry(root: int, name: str, key: BuildKey) -> tuple[CacheEntry, Binary
                            f"{entry.artifact.binary_sha256} (built by campaign {entry.campaign_id})")
         binary.seek(0)
         return entry, binary
+    finally:
+        os.close(directory)
+
+
+def _entry_size_and_arm(root: int, name: str) -> tuple[int, Arm | None]:
+    """The bytes of an entry's files (never following a link) and the arm its entry.json names, if readable."""
+    try:
+        directory = os.open(name, DIR_FLAGS, dir_fd=root)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return 0, None
+    try:
+        size = sum(os.stat(inner, dir_fd=directory, follow_symlinks=False).st_size for inner in os.listdir(directory))
+        try:
+            with _open_file(directory, ENTRY) as handle:
+                arm: Arm | None = CacheEntry.model_validate_json(handle.read(MAX_ENTRY_BYTES)).key.arm
+        except (_Refused, ValidationError, OSError):
+            arm = None
+        return size, arm
     finally:
         os.close(directory)
 

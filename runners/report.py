@@ -151,7 +151,7 @@ class Artifact(_Model):
     settings: BuildSettings | None = None
     """The toolchain and flags that applied to this arm (None in reports from before they were recorded)."""
     build_cache: BuildCacheRecord | None = None
-    """None: no cache was consulted (the candidate, a campaign without a cache, reports from before it)."""
+    """None: no cache was consulted (a campaign without a cache, reports from before it)."""
 
 
 class TraceEvidence(_Model):
