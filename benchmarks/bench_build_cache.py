@@ -2,7 +2,7 @@
 the suite-level effect on a test file (its wall time with the session-wide cache against without it).
 
     .venv/bin/python benchmarks/bench_build_cache.py [--rows vllm-agg] [--suite tests/test_campaign.py]
-                                                     [--only campaigns|together|suite] [--shared-first]
+                                                     [--only campaigns|together|suite|prune] [--shared-first]
 
 Each campaign is the demo's `identical` scenario in a fresh repository (so new base and head commit SHAs whose
 trees are the same), one row, sandboxed: uncached (no cache), cold (an empty cache: it builds and stores both
@@ -11,13 +11,17 @@ head is the same tree). The suite figure runs pytest on the file twice, `KV_PARI
 cache) against the conftest's session cache; both start without the session cache holding anything.
 `together` starts two such campaigns at once, as two processes (two pull requests on one base, labelled
 together), against one empty cache and against none: how many arm builds compiled, and the wall until both
-ended.
+ended. `prune` times a store (a 4 MiB binary) into caches already holding 0, 100 and 500 entries under a bound
+they fit: what keeping the bound (every store lists the entries and reads each entry.json) costs as a cache fills,
+against the empty cache's store.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,10 +30,11 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from runners.build_cache import BUILD_CACHE_ENV
+from runners.build_cache import BUILD_CACHE_ENV, BuildCache, BuildKey
 from runners.campaign import CampaignRequest, run_campaign
 from runners.demo import demo_config, prepare_demo
 from runners.progress import ProgressEvent
+from runners.report import Artifact, BuildSettings
 from runners.sandbox import check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", default="vllm-agg")
     parser.add_argument("--suite", default="tests/test_campaign.py")
-    parser.add_argument("--only", choices=("campaigns", "together", "suite"), help="run one part only")
+    parser.add_argument("--only", choices=("campaigns", "together", "suite", "prune"), help="run one part only")
     parser.add_argument("--shared-first", action="store_true",
                         help="run the suite with the shared cache first (swaps the order, to bracket load drift)")
     args = parser.parse_args()
@@ -109,6 +114,8 @@ def main() -> None:
         print(f"| {args.suite} ({' then '.join(order)}, load average {os.getloadavg()[0]:.1f}) | without cache "
               f"{walls['without']:.1f} s | shared session cache {walls['shared']:.1f} s | "
               f"ratio {walls['shared'] / walls['without']:.2f} |")
+    if args.only in (None, "prune"):
+        prune_cost()
 
 
 def campaigns(rows: list[str]) -> None:
@@ -125,6 +132,38 @@ def campaigns(rows: list[str]) -> None:
         cold, warm, uncached = (figures[name][index] for name in ("cold", "warm", "uncached"))
         print(f"{what}: warm / cold {warm / cold:.2f}; warm / uncached {warm / uncached:.2f}; "
               f"cold / uncached (cost of storing) {cold / uncached:.2f}")
+
+
+def _store(cache: BuildCache, binary: Path, number: int) -> float:
+    """Seconds one store of `binary` as entry `number` took (its fsyncs, the rename and the bound's pruning)."""
+    key = BuildKey(arm="baseline", tree=f"{number:040x}", patches={},
+                   settings=BuildSettings(rustc="rustc", cargo="cargo", rustflags_env=""), build_command=["cargo"],
+                   features=[], feature_closure=[], no_default_features=False, package="p", bench_target="b",
+                   workspace_dir=".")
+    artifact = Artifact(arm="baseline", sha=f"{number:040x}", features=[], feature_closure=[],
+                        no_default_features=False, build_command=["cargo"], binary_name=binary.name,
+                        binary_sha256=hashlib.sha256(binary.read_bytes()).hexdigest(),
+                        binary_size=binary.stat().st_size, text_size=0, build_seconds=0.0)
+    started = time.monotonic()
+    cache.store(key, artifact, binary, f"c-{number}")
+    return time.monotonic() - started
+
+
+def prune_cost() -> None:
+    root = Path(tempfile.mkdtemp(prefix="kv-parity-cache-prune-"))
+    small, binary = root / "small", root / "binary"
+    small.write_bytes(b"\0" * 4096)
+    binary.write_bytes(os.urandom(4 << 20))
+    print("| entries already stored | store of a 4 MiB binary, median of 7 (ms) | against the empty cache |\n"
+          "|---|---|---|")
+    empty = 0.0
+    for held in (0, 100, 500):
+        cache = BuildCache(root / f"cache-{held}")
+        for number in range(held):
+            _store(cache, small, number)
+        median = statistics.median(_store(cache, binary, held + 1 + trial) for trial in range(7))
+        empty = empty or median
+        print(f"| {held} | {median * 1000:.1f} | {median / empty:.2f} |")
 
 
 if __name__ == "__main__":
