@@ -168,6 +168,11 @@ def test_demo_then_report_verify_and_publish(installed_kv_parity: KvParity, outs
     assert "<!DOCTYPE html>" in (pages / "report.html").read_text(encoding="utf-8")
     verified = run(installed_kv_parity, ["verify", str(report_path)], outside)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    cache = run(installed_kv_parity, ["cache"], outside)  # the session's ($KV_PARITY_BUILD_CACHE), read only
+    assert cache.returncode == 0, cache.stderr
+    counts = re.fullmatch(r"build cache \S+: (\d+) entries \((\d+) baseline, (\d+) candidate\), .+ of 10\.0 GiB\n",
+                          cache.stdout)
+    assert counts is not None and int(counts[2]) >= 1 and int(counts[3]) >= 1, "the demo's arms are stored"
 
     baseline, candidate = (revision.sha for revision in report.revisions)
     with FakeGitHub() as fake:
