@@ -284,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     cache = sub.add_parser("cache", help="show the build cache's entries and bound, or set the bound")
-    _add_build_cache_argument(cache)
+    cache.add_argument("--build-cache", metavar="DIR",
+                       help=f"the cache campaigns use with the same option (default: ${BUILD_CACHE_ENV})")
     cache.add_argument("--max-size", type=_size, metavar="SIZE",
                        help="keep the cache's entries under SIZE (bytes, or with K, M, G or T: powers of 1024), "
                             "deleting the least recently used now and after every store (default bound 10G)")
