@@ -28,6 +28,7 @@ The cache is bounded, as ccache is: `limit.json` in the cache holds the most its
 (`kv-parity cache --max-size`; 10 GiB when none was set), and every store deletes the least recently used
 entries (stored or reused longest ago: a reuse touches its entry) until they fit, never the entry just stored.
 An entry deleted while another campaign is opening it is that campaign's miss, recorded, and its arm is built.
+What a writer killed mid-store left (`.tmp-*`, an hour old) is deleted too.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ LIMIT = "limit.json"
 """The cache's own bound (`CacheLimit`), beside the entries; every store keeps to it."""
 DEFAULT_MAX_BYTES = 10 << 30
 """The bound of a cache nobody set one for: 10 GiB, a few hundred builds of a replay benchmark."""
+STAGING = ".tmp-"
+"""An entry (or the bound) being written: renamed into place whole, or deleted by the writer."""
+STALE_STAGING_SECONDS = 3600
+"""A staging name older than this was left by a writer killed mid-store (a store takes seconds): pruning deletes
+it, or a killed campaign's partial binary would stay for ever."""
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -235,7 +241,7 @@ class BuildCache:
         """Keep `max_bytes` as the cache's bound (in the cache, as ccache keeps its max_size) and prune to it
         now; returns what was deleted."""
         limit = CacheLimit(max_bytes=max_bytes).model_dump_json().encode()
-        staging = f".tmp-{uuid.uuid4().hex}"
+        staging = f"{STAGING}{uuid.uuid4().hex}"
         with self._root() as root:
             try:
                 _write_new(root, staging, io.BytesIO(limit), 0o444)
@@ -301,7 +307,7 @@ class BuildCache:
         """Add the entry atomically; one another campaign stored meanwhile is kept (the same key)."""
         name = key.digest()
         entry = CacheEntry(key=key, artifact=artifact, campaign_id=campaign_id, stored_unix=round(time.time(), 3))
-        staging = f".tmp-{uuid.uuid4().hex}"
+        staging = f"{STAGING}{uuid.uuid4().hex}"
         with self._root() as root:
             try:
                 os.mkdir(staging, 0o700, dir_fd=root)
@@ -356,7 +362,13 @@ class BuildCache:
         return sorted(entries, key=lambda entry: (entry.used_unix, entry.name))
 
     def _prune(self, root: int, max_bytes: int, keep: str | None) -> list[EntryUsage]:
-        """Delete the least recently used names until the rest fit `max_bytes`; never `keep`."""
+        """Delete stale staging names, then the least recently used names until the rest fit `max_bytes`; never
+        `keep`."""
+        for name in os.listdir(root):
+            if name.startswith(STAGING):
+                with suppress(FileNotFoundError):
+                    if time.time() - os.stat(name, dir_fd=root, follow_symlinks=False).st_mtime > STALE_STAGING_SECONDS:
+                        _delete(root, name)
         entries = self._entries(root)
         total = sum(entry.bytes for entry in entries)
         deleted = []

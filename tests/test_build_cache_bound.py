@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from bot.cli import main as cli_main
 from runners.build_cache import (
     DEFAULT_MAX_BYTES,
     LIMIT,
+    STAGING,
+    STALE_STAGING_SECONDS,
     BuildCache,
     BuildCacheError,
     BuildKey,
@@ -104,6 +107,20 @@ def test_pruning_deletes_a_planted_link_itself_never_what_it_points_to(tmp_path:
     deleted = cache.set_limit(cache.usage().entries[1].bytes)
     assert [entry.name for entry in deleted] == [link.name]
     assert not os.path.lexists(link) and (victim / "binary").is_file() and names(cache) == [kept]
+
+
+def test_a_store_deletes_what_a_writer_killed_an_hour_ago_left_and_nothing_being_written(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path / "cache")
+    stored(cache, tmp_path, 1)
+    abandoned, writing = cache.directory / f"{STAGING}abandoned", cache.directory / f"{STAGING}writing"
+    for staging in (abandoned, writing):
+        staging.mkdir(mode=0o700)
+        (staging / "binary").write_bytes(b"\0" * BINARY_BYTES)
+    old = time.time() - STALE_STAGING_SECONDS - 60
+    os.utime(abandoned, (old, old))
+    assert len(cache.usage().entries) == 1, "a staging name is not an entry"
+    stored(cache, tmp_path, 2)
+    assert not abandoned.exists() and (writing / "binary").is_file()
 
 
 @pytest.mark.parametrize(("content", "why"), [
