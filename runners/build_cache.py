@@ -160,8 +160,13 @@ class CacheUsage:
         counts = ", ".join(f"{arms.count(arm)} {arm}" for arm in ("baseline", "candidate"))
         unreadable = len(arms) - arms.count("baseline") - arms.count("candidate")
         extra = f", {unreadable} unreadable" if unreadable else ""
-        return (f"build cache {self.directory}: {len(self.entries)} entries ({counts}{extra}), "
+        entries = f"{len(self.entries)} {'entry' if len(self.entries) == 1 else 'entries'}"
+        return (f"build cache {self.directory}: {entries} ({counts}{extra}), "
                 f"{human_bytes(sum(entry.bytes for entry in self.entries))} of {human_bytes(self.max_bytes)}")
+
+
+SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+_SIZE = re.compile(r"(\d+)\s*(?:([KMGT])(?:i?B)?|B)?", re.IGNORECASE)
 
 
 def human_bytes(count: int) -> str:
@@ -170,10 +175,6 @@ def human_bytes(count: int) -> str:
     while value >= 1024 and unit < len(SIZE_UNITS) - 1:
         value, unit = value / 1024, unit + 1
     return f"{count} B" if unit == 0 else f"{value:.1f} {SIZE_UNITS[unit]}"
-
-
-SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-_SIZE = re.compile(r"(\d+)\s*(?:([KMGT])(?:i?B)?|B)?", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:

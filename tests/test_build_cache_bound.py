@@ -90,6 +90,7 @@ def test_the_entry_just_stored_stays_even_alone_over_the_bound(tmp_path: Path) -
     assert [entry.name for entry in cache.set_limit(1)] == [first] and names(cache) == []
     second = stored(cache, tmp_path, 2)
     assert names(cache) == [second], "nothing else to delete; the newest entry is kept for the next campaign"
+    assert "1 entry (1 baseline, 0 candidate), " in cache.usage().summary()
 
 
 def test_pruning_deletes_a_planted_link_itself_never_what_it_points_to(tmp_path: Path) -> None:
