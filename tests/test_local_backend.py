@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from bot.dispatch.base import PollResult
-from bot.dispatch.local import CAMPAIGN_ENV, CLONE_DIR, UNSANDBOXED, LocalBackend, SandboxRequired
+from bot.dispatch.local import CAMPAIGN_ENV, CLONE_DIR, UNSANDBOXED, LocalBackend, SandboxRequired, group_running
 from bot.store.campaigns import CampaignState, CampaignView
 from tests.webhooks import commit, free_port, git, wait_until
 
@@ -231,3 +232,17 @@ def test_a_restarted_attempt_gets_a_clean_clone(tmp_path: Path, repo: tuple[Path
     _, record = _run(backend, planter.model_copy(update={"id": "kvp-again"}))
     assert record["checkout"][0] == 0 and git(clone, "config", "core.hooksPath") == "/dev/null"
     assert not (tmp_path / "work" / "hook-ran").exists()
+
+
+def test_a_process_group_runs_until_its_last_member_has_died() -> None:
+    """What cancel and a finished campaign wait for after SIGKILL: no member running; a zombie has died."""
+    leader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        assert group_running(leader.pid)
+        os.killpg(leader.pid, signal.SIGKILL)
+        os.waitid(os.P_PID, leader.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: a zombie
+        assert not group_running(leader.pid), "a zombie does not count"
+    finally:
+        leader.kill()
+        leader.wait()
+    assert not group_running(leader.pid), "reaped: no such group"

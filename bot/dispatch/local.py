@@ -148,6 +148,29 @@ def _start_token(pid: int) -> str | None:
     return stat[1] if stat else None
 
 
+def group_running(pgid: int) -> bool:
+    """A process of group `pgid` is still running (a zombie has already died and does not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not Path("/proc/self/stat").exists():
+        return True
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
 def process_alive(pid: int, token: str | None) -> bool:
     """The process we started is still there (not a zombie, not another process that reused the pid)."""
     if Path("/proc/self/stat").exists():
@@ -322,7 +345,7 @@ class LocalBackend:
             if code is None:
                 return PollResult(running=True, progress=progress)
             del self._children[campaign.id]
-            self._kill_group(pid, signal.SIGKILL)  # whatever the runner left behind
+            self._end_group(pid)  # whatever the runner left behind
             exit_code: int | None = code
         elif process_alive(pid, handle.token):
             return PollResult(running=True, progress=progress)
@@ -372,8 +395,21 @@ class LocalBackend:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
 
+    def _end_group(self, pgid: int) -> None:
+        """SIGKILL to the group, then wait until none of it runs: SIGKILL is final but not instant, and the next
+        campaign must never start (or pin its CPUs) beside this one's leftovers. One stuck in the kernel past the
+        grace period is logged, not waited for."""
+        self._kill_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + self.cancel_grace_seconds
+        while group_running(pgid):
+            if time.monotonic() > deadline:
+                log.warning("process group %d still has a process %.0f s after SIGKILL", pgid,
+                            self.cancel_grace_seconds)
+                return
+            time.sleep(0.01)
+
     def cancel(self, campaign: CampaignView, handle: RunHandle) -> None:
-        """SIGTERM to the process group, SIGKILL after the grace period; returns once the leader is gone."""
+        """SIGTERM to the process group, SIGKILL after the grace period; returns once none of the group runs."""
         pid = int(handle.ref)
         process = self._children.pop(campaign.id, None)
         self._offsets.pop(campaign.id, None)
@@ -386,11 +422,9 @@ class LocalBackend:
             except subprocess.TimeoutExpired:
                 self._kill_group(pid, signal.SIGKILL)
                 process.wait()
-            self._kill_group(pid, signal.SIGKILL)
+            self._end_group(pid)
             return
         deadline = time.monotonic() + self.cancel_grace_seconds
         while process_alive(pid, handle.token) and time.monotonic() < deadline:
             time.sleep(0.05)
-        self._kill_group(pid, signal.SIGKILL)
-        while process_alive(pid, handle.token):
-            time.sleep(0.05)
+        self._end_group(pid)
