@@ -367,8 +367,9 @@ class BuildCache:
         `keep`."""
         for name in os.listdir(root):
             if name.startswith(STAGING):
-                with suppress(FileNotFoundError):
-                    if time.time() - os.stat(name, dir_fd=root, follow_symlinks=False).st_mtime > STALE_STAGING_SECONDS:
+                with suppress(FileNotFoundError):  # its writer renamed or removed it meanwhile
+                    age = time.time() - os.stat(name, dir_fd=root, follow_symlinks=False).st_mtime
+                    if age > STALE_STAGING_SECONDS:
                         _delete(root, name)
         entries = self._entries(root)
         total = sum(entry.bytes for entry in entries)
@@ -380,8 +381,6 @@ class BuildCache:
                 continue
             try:
                 _delete(root, entry.name)
-            except FileNotFoundError:
-                pass  # another campaign's store pruned it first
             except OSError as exc:
                 raise BuildCacheError(f"cannot delete {entry.name[:12]} from build cache {self.directory}: "
                                       f"{exc.strerror or exc}") from exc
@@ -430,10 +429,10 @@ def _entry_size_and_arm(root: int, name: str) -> tuple[int, Arm | None]:
     """The bytes of an entry's files (never following a link) and the arm its entry.json names, if readable."""
     try:
         directory = os.open(name, DIR_FLAGS, dir_fd=root)
-    except FileNotFoundError:
-        raise
-    except OSError:
-        return 0, None
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise  # gone meanwhile: no longer a name in the cache
+        return 0, None  # not a directory this user can read: pruned like any other name
     try:
         size = sum(os.stat(inner, dir_fd=directory, follow_symlinks=False).st_size for inner in os.listdir(directory))
         try:
@@ -474,15 +473,13 @@ def _write_new(directory: int, name: str, source: BinaryIO, mode: int) -> str:
 
 
 def _delete(root: int, name: str) -> None:
-    """Remove `name` from the cache directory: a link itself, or a directory tree without following links."""
-    try:
-        info = os.stat(name, dir_fd=root, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(name, dir_fd=root)
-    else:
-        os.unlink(name, dir_fd=root)
+    """Remove `name` from the cache directory: a link itself, or a directory tree without following links. A name
+    that is gone, or goes while it is removed (another campaign's store pruning the same entry), is removed."""
+    with suppress(FileNotFoundError):
+        if stat.S_ISDIR(os.stat(name, dir_fd=root, follow_symlinks=False).st_mode):
+            shutil.rmtree(name, dir_fd=root)
+        else:
+            os.unlink(name, dir_fd=root)
 
 
 @dataclass(frozen=True)
