@@ -37,7 +37,7 @@ from runners.config import InvalidationRules, PerfConfig
 from runners.demo import demo_config
 from runners.demo_trace import generate_demo_trace
 from runners.harness import row_args
-from runners.perf import evaluate, make_schedule, run_performance, schedule_seed
+from runners.perf import SampleHooks, disclosing_name, evaluate, make_schedule, run_performance, schedule_seed
 from runners.placement import perf_placement
 from runners.report import Arm, PerfResult, PerfVerdict
 from runners.stats import PairObservation, decide
@@ -136,6 +136,7 @@ def run_campaigns(out: Path, campaigns: int, max_interference_ms: float | None) 
                     timing_field=config.harness.timing_field,
                     placement=placement,
                     workdir=staged / "perf",
+                    hooks=SampleHooks(disclosed_name=disclosing_name("drift")),  # the noise reads the position
                 )
                 target.parent.mkdir(parents=True, exist_ok=True)
                 temporary = target.with_suffix(".tmp")

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runners.containment import UNCONTAINED, Containment, host_containment
 from runners.placement import (
     PROC,
     SYS,
@@ -84,6 +85,20 @@ def check_sandbox(kind: SandboxKind) -> DoctorCheck:
     record = sandbox.record()
     return DoctorCheck(name="sandbox", status=DoctorStatus.PASS,
                        detail=f"bubblewrap started a sandboxed `id -u` as uid {record.uid}: {record.note}")
+
+
+def check_containment(kind: SandboxKind, containment: Containment | None = None) -> DoctorCheck:
+    """Which mechanism keeps a pinned harness start, and all it forks, on the row's CPUs and in the accounting."""
+    if kind == "none":
+        return DoctorCheck(name="containment", status=DoctorStatus.WARN, detail=UNCONTAINED.detail,
+                           fix="install bubblewrap and drop --sandbox none")
+    found = containment or host_containment()
+    if found.uses_cgroup:
+        return DoctorCheck(name="containment", status=DoctorStatus.PASS, detail=found.detail)
+    return DoctorCheck(name="containment", status=DoctorStatus.WARN, detail=found.detail,
+                       fix="run the bot as root where cgroup v2 offers the cpuset controller (or v1 mounts cpuset "
+                           "and cpuacct): a harness that forks or moves a thread to another CPU fails its pinned "
+                           "runs under the seccomp program")
 
 
 def check_profilers(search_path: str | None = None) -> DoctorCheck:
@@ -352,6 +367,7 @@ def run_doctor(cpus: Sequence[int] | None = None, *, sandbox: SandboxKind = "bwr
             before, window_started = busy_snapshot(pinned, proc_root), time.monotonic()
         checks = [
             check_sandbox(sandbox),
+            check_containment(sandbox),
             check_profilers(search_path),
             check_governor(pinned, sys_root),
             check_boost(sys_root),

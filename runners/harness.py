@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from runners.config import CampaignConfig, RowConfig
-from runners.placement import pinned_argv
 from runners.report import Arm, ProcessRecord
 from runners.sandbox import Sandbox
 
@@ -61,7 +60,8 @@ def run_pinned(
     binary: Path, args: list[str], cpu_set: list[int], *, arm: Arm, purpose: str, timeout_s: float = 3600,
     sandbox: Sandbox | None = None,
 ) -> tuple[ProcessRecord, subprocess.CompletedProcess[str]]:
-    """One fresh sandboxed harness process pinned to `cpu_set`; returns the record and the raw result.
+    """One fresh sandboxed harness process pinned to `cpu_set` and contained there (everything it forks stays
+    on those CPUs, runners/containment.py); returns the record and the raw result.
 
     Sandbox rules (Sandbox.harness_run): existing absolute paths in `args` are read-only, the directory of an
     output path that does not exist yet is writable, so give every process its own output directory.
@@ -71,7 +71,7 @@ def run_pinned(
     argv = [str(binary), *args]
     started = time.monotonic()
     try:
-        completed = sandbox.run(sandbox.harness_run(argv), timeout=timeout_s, launcher=pinned_argv(cpu_set, []))
+        completed = sandbox.run(sandbox.harness_run(argv, cpu_set=cpu_set), timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         record = ProcessRecord(
             arm=arm, purpose=purpose, argv=argv, cpu_set=cpu_set, exit_code=None,

@@ -13,12 +13,13 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, nullcontext, suppress
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -84,6 +85,10 @@ class SampleHooks:
 
     after_start: Callable[[int | None, int, int, int], None] | None = None
     around_sample: Callable[[int | None, int, int], AbstractContextManager[object]] | None = None
+    disclosed_name: Callable[[SampleKind, Arm, int | None, int, int], str] | None = None
+    """Names a sample's own directory (in its `--timings-jsonl` path) and logs from (kind, arm, pair, attempt,
+    position) instead of an opaque random token: the fixture's noise study reads its campaign position there.
+    Production never discloses it, so a harness cannot tell a probe, a warmup or a measured pair apart."""
 
 
 @dataclass(frozen=True)
@@ -480,12 +485,9 @@ mounts, setpriv, prlimit); spinning on sched_yield through it cost 5.5 ms of CPU
 rows' work, sleeping between looks 0.9 ms, and the harness runs meanwhile either way."""
 
 
-def _sandboxed_child(info: int, binary: str) -> int | None:
-    """The outer pid of the sandboxed harness, once it is the harness (pinned and running); None if it is gone.
-
-    bwrap reports the pid of its child (which becomes the harness via setpriv) on the info pipe. Affinity is
-    inherited from taskset through bwrap and setpriv, and read from this process: the one that actually runs.
-    """
+def _reported_child(info: int) -> int | None:
+    """The outer pid of the sandboxed process that becomes the harness, as bwrap reports it on its info pipe (it
+    closes the pipe then); None if bwrap ended first."""
     data = b""
     try:
         while chunk := os.read(info, 4096):
@@ -493,9 +495,14 @@ def _sandboxed_child(info: int, binary: str) -> int | None:
     finally:
         os.close(info)
     try:
-        child = int(json.loads(data)["child-pid"])
+        return int(json.loads(data)["child-pid"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _await_binary(child: int, binary: str) -> int | None:
+    """`child` once it is the harness (pinned and running: affinity is inherited from taskset through bwrap and
+    setpriv, and read from this process, the one that actually runs); None if it is gone."""
     target = os.path.realpath(binary)
     while True:
         try:
@@ -504,6 +511,22 @@ def _sandboxed_child(info: int, binary: str) -> int | None:
         except OSError:
             return None
         time.sleep(EXEC_POLL_S)
+
+
+def disclosing_name(row_id: str) -> Callable[[SampleKind, Arm, int | None, int, int], str]:
+    """For `SampleHooks.disclosed_name`: `<row>-<kind>-<arm>-p<pair>-a<attempt>-<position>`, the name the fixture's
+    position-dependent knobs read (the NOISE_* study, CRASH_MODE "measured_only"); tests and benchmarks only."""
+
+    def name(kind: SampleKind, arm: Arm, pair: int | None, attempt: int, position: int) -> str:
+        return f"{row_id}-{kind}-{arm}-p{pair}-a{attempt}-{position}"
+
+    return name
+
+
+def _opaque_name(kind: SampleKind, arm: Arm, pair: int | None, attempt: int, position: int) -> str:
+    """A sample's directory and log name: random and of one length, so the path a harness is handed says nothing
+    of what the sample is (the bot keeps the mapping in the Sample it records)."""
+    return secrets.token_hex(8)
 
 
 def _open_descriptors() -> list[int]:
@@ -559,28 +582,30 @@ class _Sampler:
     def run(
         self, kind: SampleKind, arm: Arm, pair: int | None, attempt: int, position: int
     ) -> Sample:
-        tag = f"{self.row_id}-{kind}-{arm}-p{pair}-a{attempt}-{position}"
-        own = self.timings / tag
+        name = (self.hooks.disclosed_name or _opaque_name)(kind, arm, pair, attempt, position)
+        own = self.timings / name
         shutil.rmtree(own, ignore_errors=True)
         own.mkdir()
         timing_path = own / "timing.jsonl"
-        stdout_path, stderr_path = self.logs / f"{tag}.out", self.logs / f"{tag}.err"
+        stdout_path, stderr_path = self.logs / f"{name}.out", self.logs / f"{name}.err"
         harness = [str(self.binaries[arm]), *self.harness_args, "--iterations", "1", "--timings-jsonl",
                    str(timing_path)]
         argv = pinned_argv(self.cpu_set, harness)
         sandboxed = self.sandbox.kind != "none"
-        info_read, info_write = os.pipe() if sandboxed else (-1, -1)
-        run = self.sandbox.harness_run(harness, as_pid_1=True, info_fd=3 if sandboxed else None)
+        containment = self.sandbox.containment
+        run = self.sandbox.harness_run(harness, as_pid_1=True, info_fd=INFO_FD if sandboxed else None,
+                                       cpu_set=self.cpu_set)
+        if containment.uses_cgroup:
+            run = replace(run, block_fd=BLOCK_FD)
         command, env = self.sandbox.command(run)
         spawn_argv = pinned_argv(self.cpu_set, command)
         launcher = os.path.realpath(spawn_argv[0])
-        spawn_actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, info_write, 3)] if sandboxed else []
-        passed = {3, *self.sandbox.passed_fds(run)} if sandboxed else set()
-        spawn_actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _open_descriptors() if fd not in passed]
         around = (
             self.hooks.around_sample(pair, attempt, position) if self.hooks.around_sample else nullcontext()
         )
-        with around:
+        cgroup_scope = containment.cgroup(self.cpu_set) if containment.uses_cgroup else nullcontext(None)
+        with around, cgroup_scope as cgroup, _Pipes(sandboxed, cgroup is not None) as pipes:
+            passed = {*pipes.mapped, *self.sandbox.passed_fds(run)}
             busy_before = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
             started_unix, started = time.time(), time.monotonic()
             pid = os.posix_spawn(
@@ -591,15 +616,21 @@ class _Sampler:
                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                     (os.POSIX_SPAWN_OPEN, 1, str(stdout_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
                     (os.POSIX_SPAWN_OPEN, 2, str(stderr_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
-                    *spawn_actions,
+                    *pipes.spawn_actions(),
+                    *[(os.POSIX_SPAWN_CLOSE, fd) for fd in _open_descriptors() if fd not in passed],
                 ],
             )
             reaped = False
             try:
                 harness_pid: int | None = pid
                 if sandboxed:
-                    os.close(info_write)
-                    harness_pid = _sandboxed_child(info_read, str(self.binaries[arm]))
+                    child = pipes.reported_child()
+                    if cgroup is not None and child is not None:
+                        # bwrap's child waits on the block pipe: everything the harness starts is born inside
+                        cgroup.join(pid, child)
+                        busy_before = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
+                    pipes.release()
+                    harness_pid = None if child is None else _await_binary(child, str(self.binaries[arm]))
                 else:
                     _await_exec(pid, launcher)
                 if self.hooks.after_start is not None:
@@ -616,6 +647,11 @@ class _Sampler:
                     os.waitpid(pid, 0)
             elapsed = time.monotonic() - started
             ended_unix = time.time()
+            if cgroup is not None:
+                cgroup.drain()
+                own_cpu_ms = cgroup.cpu_ms()
+            else:
+                own_cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000.0
             busy_after = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
         exit_code = os.waitstatus_to_exitcode(status)
         record, problem = read_timing_file(timing_path, self.timings)
@@ -623,7 +659,6 @@ class _Sampler:
         if record is None and exit_code == 0 and printed:
             problem = f"{problem}; stdout: {printed[-1][:200]}"
         meaning = classify(exit_code, record, problem, self.timing_field, elapsed * 1000.0, probe=kind == "probe")
-        own_cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000.0
         expected = sorted(self.cpu_set)
         return Sample(
             kind=kind,
@@ -650,6 +685,63 @@ class _Sampler:
             telemetry=cpu_telemetry(self.cpu_set[0]),
             kernel_cpu_ms=own_cpu_ms,
         )
+
+
+INFO_FD, BLOCK_FD = 3, 4
+"""Where a sandboxed sample's child sees bwrap's info pipe and, when a cgroup contains it, its block pipe."""
+
+
+class _Pipes:
+    """A sample's pipes to bwrap: the info pipe it reports its child on and, with a cgroup, the block pipe it waits
+    on before the command runs (so the bot can move the child into the cgroup first). Every end is closed on
+    exit, whatever happened; closing the block pipe unblocks bwrap, which then runs or exits."""
+
+    def __init__(self, sandboxed: bool, blocked: bool) -> None:
+        self.sandboxed, self.blocked = sandboxed, blocked
+        self._open: list[int] = []
+        self.info = self._pipe() if sandboxed else None
+        self.block = self._pipe() if blocked else None
+        self.mapped = ({INFO_FD} if sandboxed else set()) | ({BLOCK_FD} if blocked else set())
+
+    def _pipe(self) -> tuple[int, int]:
+        ends = os.pipe()
+        self._open.extend(ends)
+        return ends
+
+    def __enter__(self) -> _Pipes:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for fd in self._open:
+            self._close(fd)
+
+    def _close(self, fd: int) -> None:
+        if fd in self._open:
+            self._open.remove(fd)
+            os.close(fd)
+
+    def spawn_actions(self) -> list[tuple[int, ...]]:
+        actions: list[tuple[int, ...]] = []
+        if self.info is not None:
+            actions.append((os.POSIX_SPAWN_DUP2, self.info[1], INFO_FD))
+        if self.block is not None:
+            actions.append((os.POSIX_SPAWN_DUP2, self.block[0], BLOCK_FD))
+        return actions
+
+    def reported_child(self) -> int | None:
+        """After the spawn: the bot's copies of the child's ends go, then bwrap's report is read."""
+        assert self.info is not None
+        self._close(self.info[1])
+        if self.block is not None:
+            self._close(self.block[0])
+        self._open.remove(self.info[0])
+        return _reported_child(self.info[0])
+
+    def release(self) -> None:
+        if self.block is not None:
+            with suppress(BrokenPipeError):  # bwrap already ended: the sample records how
+                os.write(self.block[1], b"1")
+            self._close(self.block[1])
 
 
 def _invalidate(members: list[Sample], rules: InvalidationRules) -> tuple[list[Sample], Invalidation | None]:
@@ -749,15 +841,17 @@ def run_performance(
         if not os.access(binaries[arm], os.X_OK):
             raise FileNotFoundError(f"{arm} binary {binaries[arm]} is missing or not executable")
     workdir.mkdir(parents=True, exist_ok=True)
+    sandbox = sandbox or Sandbox.default()
     seed = schedule_seed(perf.seed, row_id)
     plan = make_schedule(seed, perf.pairs)
     schedule_path = persist_schedule(workdir, row_id, perf.seed, seed, plan)
     evidence = PerfResult(
         timing_field=timing_field,
         timing_scope=f"`{timing_field}` from the harness timing record of one fresh pinned process per "
-        "sample (--iterations 1, unique --timings-jsonl, no canonical or report output); process wall "
-        "time is kept per sample as elapsed_s and its CPU time from wait4 rusage as kernel_cpu_ms, both gated "
-        "as corroboration; setup time is kept as setup_ms when reported",
+        "sample (--iterations 1, an opaque --timings-jsonl of its own, no canonical or report output); process "
+        "wall time is kept per sample as elapsed_s and the CPU time of its whole process tree as kernel_cpu_ms "
+        "(from the sample's cgroup, else wait4 rusage), both gated as corroboration; setup time is kept as "
+        "setup_ms when reported",
         placement=placement,
         schedule_seed=seed,
         schedule=plan,
@@ -775,6 +869,7 @@ def run_performance(
         interference_resolution_ms=2 * stat_tick_ms(),
         sampling_assumption=SAMPLING_ASSUMPTION,
         kernel_corroborated=True,
+        containment=sandbox.containment.kind,
     )
     if _unmeasurable_rule(perf, evidence.interference_resolution_ms) is not None:
         return finalize(evidence, perf)
@@ -786,7 +881,7 @@ def run_performance(
         placement=placement,
         workdir=workdir,
         hooks=hooks,
-        sandbox=sandbox or Sandbox.default(),
+        sandbox=sandbox,
     )
     probes: list[Sample] = []
     series: tuple[list[Sample], list[Sample], list[Invalidation]] = ([], [], [])

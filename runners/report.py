@@ -354,6 +354,10 @@ class PairPlan(_Model):
     order: Literal["baseline_first", "candidate_first"]
 
 
+ContainmentKind = Literal["cgroup2", "cgroup1", "seccomp", "none"]
+"""cgroup v2 or v1 (cpuset + CPU accounting), the confined seccomp program, or nothing (`--sandbox none`)."""
+
+
 SampleKind = Literal["probe", "warmup", "measured"]
 """`probe`: the one timer check per arm before any warmup (same argv as a sample); never a measurement."""
 
@@ -387,8 +391,9 @@ class Sample(_Model):
     interference_ms: float | None
     telemetry: dict[str, float] = Field(default_factory=dict)
     kernel_cpu_ms: float | None = None
-    """User + system CPU time of the whole process tree from `wait4` rusage: the kernel's figure, not the
-    harness's (None in reports from before the kernel-corroborated gate)."""
+    """User + system CPU time of the whole process tree, the kernel's figure, not the harness's: from the sample's
+    cgroup (every task, reaped by anyone) or, without one, `wait4` rusage (`PerfResult.containment` says which;
+    None in reports from before the kernel-corroborated gate)."""
 
 
 class Invalidation(_Model):
@@ -568,6 +573,10 @@ class PerfResult(_Model):
     """The reported figures' gate alone, before corroboration (None when the series never completed)."""
     probes: list[Sample] = Field(default_factory=list)
     """One timing-mode invocation per arm before any warmup: a missing or non-numeric timer blocks here."""
+    containment: ContainmentKind | None = None
+    """How every sample's whole process tree was kept on the row's CPUs and counted (runners/containment.py):
+    under a cgroup each sample's `kernel_cpu_ms` is the cgroup's CPU time of every task, else wait4's rusage;
+    None in reports from before containment."""
 
 
 # --- Sizes, rows, campaign ----------------------------------------------------------------------------------
@@ -745,6 +754,14 @@ class SandboxRecord(_Model):
     """Whether sandboxed code could inherit descriptors beyond stdin/stdout/stderr (False: closed before exec)."""
     fetch_network: str = ""
     """What the dependency fetch's network could reach."""
+    keyrings: bool = True
+    """Whether sandboxed code could reach the kernel keyrings, which outlive a process (False: seccomp refuses
+    add_key, keyctl and request_key)."""
+    containment_kind: ContainmentKind | None = None
+    """How a pinned harness start was kept on its CPUs with its every task counted (runners/containment.py); None
+    in reports from before containment."""
+    containment: str = ""
+    """That mechanism in words: where its cgroups were, or why only the seccomp program was available."""
 
 
 class Verdicts(_Model):

@@ -34,12 +34,14 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from runners.containment import UNCONTAINED, Containment, host_containment
+from runners.placement import pinned_argv
 from runners.report import Arm, SandboxRecord
 
 SANDBOX_UID = 65534
@@ -87,43 +89,71 @@ class Limits:
     memory_bytes: int = 16 << 30
 
 
-_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWUSER, _CLONE_THREAD = 0x10000000, 0x00010000
 _SECCOMP_RET_ALLOW = 0x7FFF0000
 _SECCOMP_RET_ERRNO = 0x00050000
 _EPERM, _ENOSYS = 1, 38
-_SYSCALLS = {"x86_64": (0xC000003E, {"clone": 56, "unshare": 272, "clone3": 435}),
-             "aarch64": (0xC00000B7, {"clone": 220, "unshare": 97, "clone3": 435})}
+_SYSCALLS: dict[str, tuple[int, dict[str, int]]] = {
+    "x86_64": (0xC000003E, {"clone": 56, "unshare": 272, "clone3": 435, "fork": 57, "vfork": 58,
+                            "sched_setaffinity": 203, "add_key": 248, "request_key": 249, "keyctl": 250}),
+    "aarch64": (0xC00000B7, {"clone": 220, "unshare": 97, "clone3": 435, "sched_setaffinity": 122,
+                             "add_key": 217, "request_key": 218, "keyctl": 219}),
+}
+KEYRING_SYSCALLS = ("add_key", "request_key", "keyctl")
+"""Refused in every sandbox, as container runtimes' default profiles do: keyrings are not namespaced, so the sandbox
+uid's keyring would carry state from a warmup into a sample, between the "fresh" determinism processes, and
+between pull requests' campaigns."""
+CONFINED_SYSCALLS = ("fork", "vfork", "sched_setaffinity")
+"""Also refused in a pinned start where no cgroup confines it (`Containment` "seccomp"), with `clone` lacking
+CLONE_THREAD: without a cgroup, a process the harness forks could move to another core and be reaped where
+`wait4` never counts it. aarch64 has no fork or vfork system call (libc uses clone)."""
 
 
-def no_user_namespaces_filter(machine: str | None = None) -> bytes:
-    """A classic-BPF seccomp program: `unshare`/`clone` with CLONE_NEWUSER fail with EPERM, `clone3` (whose flags
-    a filter cannot read) with ENOSYS so libc falls back to `clone`; any other ABI (x32, i386) gets ENOSYS."""
+def seccomp_program(machine: str | None = None, *, confined: bool = False) -> bytes:
+    """A classic-BPF seccomp program for a sandboxed start: new user namespaces (`unshare`/`clone` with
+    CLONE_NEWUSER) and the kernel keyrings fail with EPERM; `clone3`, whose flags a filter cannot read, with ENOSYS
+    so libc falls back to `clone`; any other ABI (x32, i386) gets ENOSYS. `confined` adds CONFINED_SYSCALLS and
+    process creation by `clone` (threads, with CLONE_THREAD, stay allowed)."""
     machine = machine or platform.machine()
     if machine not in _SYSCALLS:
         raise SandboxUnavailable(f"no seccomp syscall table for {machine}; run on x86_64 or aarch64, or pass "
                                  "--sandbox none (unsafe)")
     arch, numbers = _SYSCALLS[machine]
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    program: list[tuple[int, int | str, int | str, int]] = [
-        (ld, 0, 0, 4),                                   # 0 arch
-        (jeq, 0, "other_abi", arch),                     # 1
-        (ld, 0, 0, 0),                                   # 2 syscall number
-        (jge, "other_abi", 0, 0x40000000),               # 3 x32 numbers
-        (jeq, "enosys", 0, numbers["clone3"]),           # 4
-        (jeq, "flags", 0, numbers["unshare"]),           # 5
-        (jeq, "flags", "allow", numbers["clone"]),       # 6
-        (ld, 0, 0, 16),                                  # 7 flags: low 32 bits of args[0]
-        (jset, "eperm", "allow", _CLONE_NEWUSER),        # 8
+    refused = [*KEYRING_SYSCALLS, *(CONFINED_SYSCALLS if confined else ())]
+    # A label (str) marks the next instruction; an instruction is (opcode, jump if true, jump if false, k), a jump
+    # naming a label or 0 for the next instruction.
+    code: list[str | tuple[int, int | str, int | str, int]] = [
+        (ld, 0, 0, 4),                                     # arch
+        (jeq, 0, "enosys", arch),
+        (ld, 0, 0, 0),                                     # syscall number
+        (jge, "enosys", 0, 0x40000000),                    # x32 numbers
+        (jeq, "enosys", 0, numbers["clone3"]),
+        *[(jeq, "eperm", 0, numbers[name]) for name in refused if name in numbers],
+        (jeq, "unshare", 0, numbers["unshare"]),
+        (jeq, "clone", "allow", numbers["clone"]),
+        "unshare", (ld, 0, 0, 16),                         # flags: the low 32 bits of args[0]
+        (jset, "eperm", "allow", _CLONE_NEWUSER),
+        "clone", (ld, 0, 0, 16),
+        (jset, "eperm", 0 if confined else "allow", _CLONE_NEWUSER),
+        *([(jset, "allow", "eperm", _CLONE_THREAD)] if confined else []),
+        "allow", (ret, 0, 0, _SECCOMP_RET_ALLOW),
+        "eperm", (ret, 0, 0, _SECCOMP_RET_ERRNO | _EPERM),
+        "enosys", (ret, 0, 0, _SECCOMP_RET_ERRNO | _ENOSYS),
     ]
-    labels = {"allow": 9, "eperm": 10, "enosys": 11, "other_abi": 11, "flags": 7}
-    tail = [(ret, 0, 0, _SECCOMP_RET_ALLOW), (ret, 0, 0, _SECCOMP_RET_ERRNO | _EPERM),
-            (ret, 0, 0, _SECCOMP_RET_ERRNO | _ENOSYS)]
+    labels: dict[str, int] = {}
+    program: list[tuple[int, int | str, int | str, int]] = []
+    for item in code:
+        if isinstance(item, str):
+            labels[item] = len(program)
+        else:
+            program.append(item)
 
     def offset(index: int, target: int | str) -> int:
         return target if isinstance(target, int) else labels[target] - index - 1
 
-    code = [struct.pack("<HBBI", op, offset(i, jt), offset(i, jf), k) for i, (op, jt, jf, k) in enumerate(program)]
-    return b"".join(code + [struct.pack("<HBBI", *row) for row in tail])
+    return b"".join(struct.pack("<HBBI", op, offset(i, jt), offset(i, jf), k)
+                    for i, (op, jt, jf, k) in enumerate(program))
 
 
 SANDBOX_EXEC = """
@@ -150,11 +180,11 @@ preflight, determinism and parity processes, regression tests), each with a desc
 (`_filter_descriptor`): 10 ms of CPU a start instead of 23."""
 
 
-def _filter_descriptor() -> int:
-    """A fresh memfd holding the no-user-namespaces program at offset 0: one per start, so starts from several
+def _filter_descriptor(*, confined: bool = False) -> int:
+    """A fresh memfd holding the start's seccomp program at offset 0: one per start, so starts from several
     threads (the two arms' builds) never share a read offset."""
     program = os.memfd_create("kv-parity-seccomp", 0)
-    os.write(program, no_user_namespaces_filter())
+    os.write(program, seccomp_program(confined=confined))
     os.lseek(program, 0, os.SEEK_SET)
     return program
 
@@ -236,6 +266,9 @@ class Run:
     seccomp_fd: int | None = None
     """A descriptor holding the seccomp program, at offset 0, for this start alone (Sandbox.run makes one): bwrap
     loads it and `prlimit` sets the limits, natively, as for a sampled start, instead of the exec shim."""
+    cpu_set: tuple[int, ...] = ()
+    """A pinned harness start: `taskset` to these CPUs before the sandbox, and contained there
+    (runners/containment.py: its own cgroup, or the confined seccomp program)."""
 
 
 PIN_RACY_NS = 1_000_000_000
@@ -254,9 +287,11 @@ def _stat_identity(path: Path) -> tuple[int, ...] | None:
 class Sandbox:
     """Turns a `Run` into the argv and environment that start it contained (or, for `none`, as-is)."""
 
-    def __init__(self, kind: SandboxKind = "bwrap", limits: Limits | None = None) -> None:
+    def __init__(self, kind: SandboxKind = "bwrap", limits: Limits | None = None,
+                 containment: Containment | None = None) -> None:
         self.kind = kind
         self.limits = limits or Limits()
+        self._containment = UNCONTAINED if kind == "none" else containment
         self._filter_fd: int | None = None
         self.privileged = os.geteuid() == 0
         self._toolchain: Toolchain | None = None
@@ -267,6 +302,13 @@ class Sandbox:
     @classmethod
     def default(cls) -> Sandbox:
         return cls("bwrap")
+
+    @property
+    def containment(self) -> Containment:
+        """How a pinned harness start is kept on its CPUs and counted whole (the host's, found once)."""
+        if self._containment is None:
+            self._containment = host_containment()
+        return self._containment
 
     @property
     def toolchain(self) -> Toolchain:
@@ -318,10 +360,11 @@ class Sandbox:
                 for name in (*dirs, *files):
                     os.chown(os.path.join(root, name), SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
 
-    def harness_run(self, argv: list[str], *, as_pid_1: bool = False, info_fd: int | None = None) -> Run:
+    def harness_run(self, argv: list[str], *, as_pid_1: bool = False, info_fd: int | None = None,
+                    cpu_set: Sequence[int] = ()) -> Run:
         """A harness process: every existing absolute path in argv read-only (binary, trace), the directory of
         every path that does not exist yet writable (its outputs). Callers give each process its own output
-        directory, so no process can touch another's evidence."""
+        directory, so no process can touch another's evidence. `cpu_set` pins and contains it."""
         read_only: list[Path] = []
         writable: list[Path] = []
         for word in argv:
@@ -335,7 +378,7 @@ class Sandbox:
         self.hand_over(*writable)
         # /proc of the sandbox's own pid namespace: harnesses read their own CPU time and RSS there.
         return Run(argv=argv, read_only=tuple(read_only), writable=tuple(writable), proc=True, as_pid_1=as_pid_1,
-                   info_fd=info_fd)
+                   info_fd=info_fd, cpu_set=tuple(cpu_set))
 
     # --- commands -----------------------------------------------------------------------------------------
 
@@ -396,7 +439,7 @@ class Sandbox:
             limits = [f"--nproc={self.limits.processes}", f"--as={self.limits.memory_bytes}"]
             return argv + ["prlimit", *limits, "--", *run.argv]
         shim = [str(SYSTEM_PYTHON), "-I", "-S", "-c", SANDBOX_EXEC, str(self.limits.processes),
-                str(self.limits.memory_bytes), no_user_namespaces_filter().hex()]
+                str(self.limits.memory_bytes), seccomp_program().hex()]
         return argv + shim + run.argv
 
     def _sampled_filter_fd(self) -> int:
@@ -407,7 +450,7 @@ class Sandbox:
         descriptor in the child (`passed_fds` names the ones a start needs), and bwrap closes this one. Samples
         start one at a time, so one offset suffices."""
         if self._filter_fd is None:
-            created = _filter_descriptor()
+            created = _filter_descriptor(confined=self.containment.kind == "seccomp")
             # Far above the descriptors a spawn maps (the sampler dup2s its info pipe onto 3).
             self._filter_fd = fcntl.fcntl(created, fcntl.F_DUPFD, 100)
             os.close(created)
@@ -423,18 +466,27 @@ class Sandbox:
             return {self._sampled_filter_fd()}
         return {run.seccomp_fd} if run.seccomp_fd is not None else set()
 
-    def run(self, run: Run, *, timeout: float | None = None, text: bool = True,
-            launcher: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
-        """Start `run` and wait; the caller reads exit status and output (never through a shell). `launcher`
-        goes before the sandbox (taskset pinning a harness process: bwrap and the command inherit the affinity).
+    def run(self, run: Run, *, timeout: float | None = None, text: bool = True) -> subprocess.CompletedProcess[str]:
+        """Start `run` and wait; the caller reads exit status and output (never through a shell).
 
-        A networked `run` gets its own network namespace: bwrap blocks before the command until pasta is
-        attached and the fence routes are in, so the command never sees the namespace unfenced."""
-        if run.network and self.kind == "bwrap":
-            return self._run_networked(run, timeout)
-        program = _filter_descriptor() if self.kind == "bwrap" and not run.as_pid_1 else None
+        A pinned `run` (`cpu_set`) starts under `taskset` (bwrap and the command inherit the affinity) and is
+        contained (runners/containment.py): in a cgroup of its own, joined while bwrap blocks before the command,
+        or under the confined seccomp program. A networked `run` gets its own network namespace: bwrap blocks
+        before the command until pasta is attached and the fence routes are in, so the command never sees the
+        namespace unfenced."""
+        launcher = pinned_argv(list(run.cpu_set), []) if run.cpu_set else []
+        if self.kind == "none":
+            argv, env = self.command(run)
+            return subprocess.run([*launcher, *argv], env=env, cwd=run.cwd, capture_output=True, text=text,
+                                  check=False, timeout=timeout)
+        confined = bool(run.cpu_set) and self.containment.kind == "seccomp"
+        program = _filter_descriptor(confined=confined) if not run.as_pid_1 else None
         start = run if program is None else replace(run, seccomp_fd=program)
         try:
+            if run.network:
+                return self._run_blocked(start, launcher, timeout, text, _pasta_attached(self.privileged))
+            if run.cpu_set and self.containment.uses_cgroup:
+                return self._run_blocked(start, launcher, timeout, text, self._cgroup_joined(list(run.cpu_set)))
             argv, env = self.command(start)
             return subprocess.run([*launcher, *argv], env=env, cwd=run.cwd, capture_output=True, text=text,
                                   check=False, timeout=timeout, pass_fds=tuple(self.passed_fds(start)))
@@ -442,29 +494,51 @@ class Sandbox:
             if program is not None:
                 os.close(program)
 
-    def _run_networked(self, run: Run, timeout: float | None) -> subprocess.CompletedProcess[str]:
+    def _cgroup_joined(self, cpus: list[int]) -> BeforeCommand:
+        """Moves the started bwrap and its child into a fresh cgroup of `cpus` while the child blocks; once the
+        start has ended, kills what it left and removes the cgroup."""
+
+        @contextmanager
+        def joined(outer: int, child: int) -> Iterator[None]:
+            with self.containment.cgroup(cpus) as cgroup:
+                cgroup.join(outer, child)
+                try:
+                    yield
+                finally:
+                    cgroup.drain()
+
+        return joined
+
+    def _run_blocked(self, run: Run, launcher: list[str], timeout: float | None, text: bool,
+                     before_command: BeforeCommand) -> subprocess.CompletedProcess[str]:
+        """Start `run` with bwrap blocking before the command until `before_command(outer pid, child pid)` has
+        entered; it stays entered until the start has ended."""
         info_read, info_write = os.pipe()
         block_read, block_write = os.pipe()
         try:
             argv, env = self.command(replace(run, info_fd=info_write, block_fd=block_read))
-            process = subprocess.Popen(argv, env=env, cwd=run.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True, pass_fds=(info_write, block_read))
+            process = subprocess.Popen([*launcher, *argv], env=env, cwd=run.cwd, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=text,
+                                       pass_fds=(info_write, block_read, *self.passed_fds(run)))
         finally:
             os.close(info_write)
             os.close(block_read)
         try:
             with os.fdopen(info_read, "rb") as info, os.fdopen(block_write, "wb") as release:
                 child = _child_pid(info.fileno())
-                with tempfile.TemporaryDirectory(prefix="kvp-netns-") as holder, \
-                        _pasta_network(child, Path(holder), self.privileged):
+                with before_command(process.pid, child):
                     release.write(b"1")
                     release.close()
                     out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as expired:
+            process.kill()
+            expired.output, expired.stderr = process.communicate()
+            raise
         except BaseException:
             process.kill()
             process.communicate()
             raise
-        return subprocess.CompletedProcess(argv, process.returncode, out, err)
+        return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
     def record(self) -> SandboxRecord:
         """What the report says about how pull-request code ran on this node."""
@@ -472,6 +546,7 @@ class Sandbox:
             return SandboxRecord(kind="none", uid=os.geteuid(), user_switch=False, network=True,
                                  read_only=["/"], writable=["everything this user can write"],
                                  environment=["PATH", "HOME", "RUSTUP_HOME", "CARGO_HOME", "RUSTFLAGS", "LANG"],
+                                 containment_kind="none", containment=UNCONTAINED.detail,
                                  note="sandbox disabled by --sandbox none: pull-request code ran as the bot")
         return SandboxRecord(
             kind="bwrap",
@@ -486,6 +561,9 @@ class Sandbox:
             memory_limit_bytes=self.limits.memory_bytes,
             user_namespaces=False,
             inherited_fds=False,
+            keyrings=False,
+            containment_kind=self.containment.kind,
+            containment=self.containment.detail,
             fetch_network=FETCH_NETWORK,
             note=("bubblewrap with new pid/net/ipc/uts/cgroup namespaces; setpriv to uid 65534 with no "
                   "capabilities" if self.privileged else
@@ -513,6 +591,22 @@ def _checked(argv: list[str], what: str) -> str:
         raise SandboxUnavailable(f"{what} failed (exit {completed.returncode}): {completed.stderr.strip()[-300:]}; "
                                  "the fetch needs pasta (package passt) and iproute2")
     return completed.stdout
+
+
+BeforeCommand = Callable[[int, int], AbstractContextManager[None]]
+"""What a blocked start does between bwrap's report of its child and the command: (outer pid, child pid)."""
+
+
+def _pasta_attached(privileged: bool) -> BeforeCommand:
+    """The fetch's network, attached to the child's namespace, for as long as the start runs."""
+
+    @contextmanager
+    def attached(outer: int, child: int) -> Iterator[None]:
+        with tempfile.TemporaryDirectory(prefix="kvp-netns-") as holder, _pasta_network(child, Path(holder),
+                                                                                        privileged):
+            yield
+
+    return attached
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from bot.cli import main
 from bot.publish import render
 from bot.publish.html_report import report_html
 from bot.publish.render import Links
+from runners.containment import detect
 from runners.doctor import (
     EXIT_FOR_STATUS,
     PROFILERS,
@@ -27,6 +28,7 @@ from runners.doctor import (
     check_affinity,
     check_aslr,
     check_boost,
+    check_containment,
     check_governor,
     check_isolation,
     check_load,
@@ -45,8 +47,8 @@ from runners.report import CampaignReport, DoctorCheck, DoctorReport, DoctorStat
 from tests.report_factory import make_report
 from tests.test_placement import _write, fake_sys
 
-CHECK_NAMES = ["sandbox", "profilers", "frequency governor", "turbo/boost", "cpuset and affinity", "SMT siblings",
-               "isolated CPUs", "NUMA layout", "ASLR", "perf_event_paranoid", "load on the pinned CPUs"]
+CHECK_NAMES = ["sandbox", "containment", "profilers", "frequency governor", "turbo/boost", "cpuset and affinity",
+               "SMT siblings", "isolated CPUs", "NUMA layout", "ASLR", "perf_event_paranoid", "load on the pinned CPUs"]
 
 
 def fake_proc(root: Path, *, cmdline: str = "quiet", aslr: str | None = "2", paranoid: str | None = "2",
@@ -140,6 +142,19 @@ def test_sandbox_real_probe_passes_missing_bwrap_fails_none_warns(monkeypatch: p
     failed = check_sandbox("bwrap")
     assert failed.status == DoctorStatus.FAIL
     assert "bubblewrap (bwrap) is not installed" in failed.detail
+
+
+def test_containment_names_the_mechanism_and_warns_without_a_cgroup(tmp_path: Path) -> None:
+    """This node mounts cgroup v1's cpuset and cpuacct (the CI machines too): the doctor says so. A node without
+    a cgroup hierarchy falls back to the seccomp program, which the doctor names with the reason."""
+    here = check_containment("bwrap")
+    assert here.status == DoctorStatus.PASS and here.detail.startswith("cgroup v"), here.detail
+    mounts = tmp_path / "mounts"
+    mounts.write_text("proc /proc proc rw 0 0\n", encoding="utf-8")
+    fallback = check_containment("bwrap", detect(mounts=mounts))
+    assert fallback.status == DoctorStatus.WARN
+    assert "refuses fork" in fallback.detail and "no cgroup v1 cpuset hierarchy is mounted" in fallback.detail
+    assert check_containment("none").status == DoctorStatus.WARN
 
 
 def test_profilers_present_pass_missing_warn_naming_them(tmp_path: Path) -> None:

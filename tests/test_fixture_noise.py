@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from runners.config import InvalidationRules, PerfConfig
-from runners.perf import run_performance
+from runners.perf import SampleHooks, disclosing_name, run_performance
 from runners.placement import perf_placement
 from tests.conftest import HarnessBuilder
 
@@ -82,7 +82,8 @@ def test_busy_work_follows_the_campaign_position(
 def test_the_performance_runner_names_samples_the_way_the_noise_reads_them(
     harness: HarnessBuilder, demo_row_args: list[str], tmp_path: Path
 ) -> None:
-    """Through the real sampler: every measured sample's work matches its pair and position in the schedule."""
+    """Through the real sampler, naming samples as the noise study does (production names are opaque): every
+    measured sample's work matches its pair and position in the schedule."""
     total = _units(harness.binary(), demo_row_args, tmp_path / "plain-measured-baseline-p0-a0-0.jsonl")
     noisy = harness.binary(**KNOBS)
     result = run_performance(
@@ -98,6 +99,7 @@ def test_the_performance_runner_names_samples_the_way_the_noise_reads_them(
         timing_field="replay_execution_ms",
         placement=perf_placement(),
         workdir=tmp_path / "perf",
+        hooks=SampleHooks(disclosed_name=disclosing_name("noise")),
     )
     measured = [s for s in result.samples if s.kind == "measured"]
     assert len(measured) == 20

@@ -39,10 +39,12 @@ import pytest
 
 from bot.publish.html_report import row_charts
 from runners.config import DiagnosticsThresholds, InvalidationRules, PerfConfig
+from runners.containment import SECCOMP_ONLY
 from runners.perf import (
     SampleHooks,
     arm_order,
     classify,
+    disclosing_name,
     make_schedule,
     persist_schedule,
     read_timing_file,
@@ -52,6 +54,7 @@ from runners.perf import (
 from runners.placement import perf_placement, pinned_argv
 from runners.progress import ProgressEvent
 from runners.report import KERNEL_CLOCK_LABELS, PerfResult, PerfVerdict, Placement
+from runners.sandbox import Sandbox
 from runners.verify import verify_performance
 
 if TYPE_CHECKING:
@@ -231,6 +234,7 @@ def _campaign(
     field: str = CPU_FIELD,
     hooks: SampleHooks | None = None,
     events: list[ProgressEvent] | None = None,
+    sandbox: Sandbox | None = None,
 ) -> PerfResult:
     staged = tmp / "bin"
     staged.mkdir(parents=True, exist_ok=True)
@@ -247,6 +251,7 @@ def _campaign(
         workdir=tmp / "work",
         progress=events.append if events is not None else None,
         hooks=hooks,
+        sandbox=sandbox,
     )
 
 
@@ -517,6 +522,7 @@ def test_a_crashing_sample_fails_the_row_and_is_kept(
         placement,
         perf=SHORT_PERF,
         field=PROTOCOL_FIELD,
+        hooks=SampleHooks(disclosed_name=disclosing_name("crash")),  # the knob reads the sample's kind there
     )
     assert result.verdict == PerfVerdict.FAIL
     assert result.reason.startswith("product failure in candidate in measured pair 0 attempt 0")
@@ -547,6 +553,8 @@ def _rerun_of(result: PerfResult, pair: int) -> tuple[list[str], list[str]]:
 def test_an_affinity_violation_invalidates_the_pair_and_reruns_it_in_order(
     tmp_path: Path, baseline: Path, demo_row_args: list[str], placement: Placement
 ) -> None:
+    """Where no cgroup confines a sample (the seccomp program only keeps the harness itself from moving), a move
+    from outside is still caught and the pair rerun."""
     elsewhere = sorted(os.sched_getaffinity(0) - set(placement.cpu_set) - set(placement.siblings_excluded))
     if not elsewhere:
         pytest.skip("needs a second allowed CPU to move the child to")
@@ -565,6 +573,7 @@ def test_an_affinity_violation_invalidates_the_pair_and_reruns_it_in_order(
         perf=perf,
         field=PROTOCOL_FIELD,
         hooks=SampleHooks(after_start=move_away),
+        sandbox=Sandbox(containment=SECCOMP_ONLY),
     )
     first = result.invalidations[0]
     assert (first.pair, first.attempt, first.reason) == (0, 0, "affinity violation")
