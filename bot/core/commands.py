@@ -59,7 +59,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
             "queued or running one for the same rows), optionally only for the named rows of the base "
             "branch's config. `sha=` makes the request apply only if the head is still that commit; for a "
             "pull request from a fork it approves exactly that head. Without `sha=`, a fork's head is "
-            "approved only if the bot had seen it before the comment was written."
+            "approved only if it was the head when the comment was written and no other head was seen since "
+            "(Actions-only mode keeps no record of heads: there a fork needs `sha=`)."
         ),
         who="collaborators with at least the configured permission (default write)",
         example="rerun rows=vllm-disagg,sglang-disagg",
