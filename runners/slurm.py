@@ -34,6 +34,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runners.build_cache import BuildCache, BuildCacheError
 from runners.config import CampaignMode, SlurmRowConfig
 from runners.distributed.artifacts import load_manifest
 from runners.distributed.common import FIXTURES_ROW, MANIFEST_NAME, REPORT_NAME, DistributedError, write_json
@@ -326,7 +327,9 @@ class SlurmCampaign:
         self.options = options
         self.sandbox = sandbox
         self.build_cache = build_cache
-        """Builds reused and stored by the two build jobs, each as its own arm (on a file system every node shares)."""
+        """Builds reused and stored by the two build jobs, each as its own arm, and the candidate by the manifest
+        job once its size gate passed; on a file system every node shares, so `submit` declares it shared (every
+        key then holds the build node's CPU)."""
         self.client = client or SlurmClient(options.slurm_conf)
         self.kv_parity = options.kv_parity or default_kv_parity()
         self._shown: str | None = None
@@ -377,14 +380,15 @@ class SlurmCampaign:
     def _argv(self, role: str, row: str | None, trace: Path | None, attempt: int) -> list[str]:
         kvp, sandbox, scratch = self.kv_parity, self.sandbox, self.options.node_scratch
         trace_args = ["--trace", str(trace)] if trace is not None else []
+        cache = ["--build-cache", str(self.build_cache)] if self.build_cache else []
         if role.startswith("build-"):
             arm = role.removeprefix("build-")
-            cache = ["--build-cache", str(self.build_cache)] if self.build_cache else []
             return [kvp, "build", "--plan", str(self.plan_dir), "--repo", str(self.work / f"repo-{arm}"),
                     "--arm", arm, "--out", str(self._arm_dir(arm)), "--work", scratch, "--sandbox", sandbox, *cache]
         if role == "manifest":
             return [kvp, "manifest", "--plan", str(self.plan_dir), "--baseline", str(self._arm_dir("baseline")),
-                    "--candidate", str(self._arm_dir("candidate")), *trace_args, "--out", str(self.dist_dir)]
+                    "--candidate", str(self._arm_dir("candidate")), *trace_args, "--out", str(self.dist_dir),
+                    *cache]
         assert row is not None
         return [kvp, "row", "--manifest", str(self.dist_dir / MANIFEST_NAME), "--row", row, "--out",
                 str(self._row_dir(row, attempt)), *trace_args, "--work", scratch, "--sandbox", sandbox]
@@ -425,6 +429,7 @@ class SlurmCampaign:
         """Plan here (trusted: reads the config at the trusted ref, runs no pull-request code), clone each arm,
         then submit the whole pipeline at once, each stage `afterok` the one it needs."""
         self.work.mkdir(parents=True, exist_ok=True)
+        self._declare_cache_shared()
         plan = make_plan(spec.repo, spec.config_ref, spec.base_sha, spec.head_sha, spec.rows, spec.campaign_id,
                          spec.profile, spec.mode, self.plan_dir)
         write_json(self.plan_dir / PLAN_NAME, plan.model_dump_json(indent=2))
@@ -449,6 +454,18 @@ class SlurmCampaign:
             self.cancel()  # no half-submitted pipeline is left behind
             raise
         return run
+
+    def _declare_cache_shared(self) -> None:
+        """The build jobs run on whichever node the scheduler picks: their cache is shared across nodes, and is
+        declared so in its `limit.json` before any job uses it (a cache that cannot be used refuses the submit)."""
+        if self.build_cache is None:
+            return
+        cache = BuildCache(self.build_cache)
+        try:
+            if not cache.check().shared:
+                cache.declare_shared(True)
+        except BuildCacheError as exc:
+            raise SlurmError(str(exc)) from exc
 
     # ------------------------------------------------------------------ follow
 
