@@ -34,7 +34,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runners.build_cache import BuildCache, BuildCacheError
 from runners.config import CampaignMode, SlurmRowConfig
 from runners.distributed.artifacts import load_manifest
 from runners.distributed.common import FIXTURES_ROW, MANIFEST_NAME, REPORT_NAME, DistributedError, write_json
@@ -328,8 +327,8 @@ class SlurmCampaign:
         self.sandbox = sandbox
         self.build_cache = build_cache
         """Builds reused and stored by the two build jobs, each as its own arm, and the candidate by the manifest
-        job once its size gate passed; on a file system every node shares, so `submit` declares it shared (every
-        key then holds the build node's CPU)."""
+        job once its size gate passed; on a file system every node shares (declare it so, `kv-parity cache
+        --shared`, for every key to hold the build node's CPU; a build asking for `native` holds it anyway)."""
         self.client = client or SlurmClient(options.slurm_conf)
         self.kv_parity = options.kv_parity or default_kv_parity()
         self._shown: str | None = None
@@ -429,7 +428,6 @@ class SlurmCampaign:
         """Plan here (trusted: reads the config at the trusted ref, runs no pull-request code), clone each arm,
         then submit the whole pipeline at once, each stage `afterok` the one it needs."""
         self.work.mkdir(parents=True, exist_ok=True)
-        self._declare_cache_shared()
         plan = make_plan(spec.repo, spec.config_ref, spec.base_sha, spec.head_sha, spec.rows, spec.campaign_id,
                          spec.profile, spec.mode, self.plan_dir)
         write_json(self.plan_dir / PLAN_NAME, plan.model_dump_json(indent=2))
@@ -454,18 +452,6 @@ class SlurmCampaign:
             self.cancel()  # no half-submitted pipeline is left behind
             raise
         return run
-
-    def _declare_cache_shared(self) -> None:
-        """The build jobs run on whichever node the scheduler picks: their cache is shared across nodes, and is
-        declared so in its `limit.json` before any job uses it (a cache that cannot be used refuses the submit)."""
-        if self.build_cache is None:
-            return
-        cache = BuildCache(self.build_cache)
-        try:
-            if not cache.check().shared:
-                cache.declare_shared(True)
-        except BuildCacheError as exc:
-            raise SlurmError(str(exc)) from exc
 
     # ------------------------------------------------------------------ follow
 

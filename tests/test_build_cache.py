@@ -546,10 +546,3 @@ def test_a_cache_declared_shared_keys_every_build_on_its_host(
     assert started.key.host == build_cache.host_facts()
     assert started.key.model_copy(update={"host": None}) == entry_key(cache_dir, stored[1])
 
-
-def test_slurm_declares_its_cache_shared_before_any_job_uses_it(tmp_path: Path) -> None:
-    from runners.slurm import SlurmCampaign, SlurmOptions
-
-    campaign = SlurmCampaign(tmp_path / "work", SlurmOptions(), build_cache=tmp_path / "cache")
-    campaign._declare_cache_shared()
-    assert BuildCache(tmp_path / "cache").check().shared
