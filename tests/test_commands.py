@@ -175,6 +175,19 @@ def test_the_approval_command_parses_back_to_exactly_that_head_and_refuses_a_pre
         "<details>\n\n```\n</details>\n```\n\n/parity rerun",
         "<details>\n\n    </details>\n\n/parity rerun",
         "<details>\n\n<!-- </details> -->\n\n/parity rerun",
+        # A browser ends a comment where CommonMark may not: an empty `<!-->`, or `--!>`.
+        "<!--> <details>\n\n/parity rerun",
+        "<!---> <details>\n\n/parity rerun",
+        "a <!-- x --!> <details> -->\n\n/parity rerun",
+        # Tags as a browser reads them: not inside an attribute value or a bogus comment; markup left open at the end
+        # of an HTML block runs on over what follows.
+        '<details>\n<img alt="</details>">\n\n/parity rerun',
+        "<details>\n<img alt='\n\n</details>'>\n\n/parity rerun",
+        "<details>\n<!DOCTYPE </details>\n\n/parity rerun",
+        "<details>\n<?x </details>\n\n/parity rerun",
+        '<div title="\n\n/parity rerun',
+        "<details\n\n/parity rerun",
+        "<div>\n<!-- open\n--!>\n<details>\n\n/parity rerun",
         "<details>\n\n\\</details>\n\n/parity rerun",
         # A <details> opened inside a paragraph, a list item or a quote folds what follows it too.
         "text <details>\n\n/parity rerun",
@@ -212,6 +225,10 @@ def test_markdown_that_hides_shows_or_quotes_a_command_is_not_one(body: str) -> 
         ("`<details>` is folded by default\n/parity rerun", [RERUN]),
         ("`<!--` opens a comment\n/parity rerun", [RERUN]),
         ("<details>\n\n> </details>\n\n/parity rerun", [RERUN]),
+        ('<details title="a>b">\n\n</details title="x">\n\n/parity rerun', [RERUN]),
+        ("<DETAILS>\n\n</Details >\n\n/parity rerun", [RERUN]),
+        ("<details-card>\n\n/parity rerun", [RERUN]),
+        ("a < b and <3\n\n<div>x</div>\n\n/parity rerun", [RERUN]),
         # A hard break ends a line as a soft one does; an indented line continues a paragraph (no code block).
         ("first line\\\n/parity rerun", [RERUN]),
         ("first line  \n/parity rerun", [RERUN]),

@@ -121,9 +121,17 @@ class UnknownCommand:
     reason: str
 
 
-_HTML_COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.DOTALL)
-"""A comment inside HTML (closed, or running to the end of the block, as an unclosed one does)."""
-_DETAILS = re.compile(r"<(/?)details(?=[\s/>])[^>]*>", re.IGNORECASE)
+_HTML_MARKUP = re.compile(
+    r"<!--(?:-?>|.*?--!?>)"  # a comment as a browser ends it: `<!-->` and `<!--->` are empty, `--!>` closes one
+    r"|<[!?][^>]*>|</(?![A-Za-z])[^>]*>"  # what a browser reads as a bogus comment (<!DOCTYPE, <?php, </ x>)
+    r"""|<(/?)([A-Za-z][^\s/>]*)(?:[^>"']|"[^"]*"|'[^']*')*>""",  # a tag, its quoted attribute values included
+    re.DOTALL,
+)
+"""Raw HTML as a browser's tokenizer reads it, so a `</details>` inside a comment or an attribute value is no tag."""
+_MARKUP_START = re.compile(r"<(?:[!?]|/?[A-Za-z])")
+"""Where markup starts: one that `_HTML_MARKUP` cannot close runs on into what follows, hidden."""
+_TO_THE_END = 1 << 30
+"""A `<details>` depth nothing closes again: raw HTML left open (a tag, quote or comment) swallows the rest."""
 _LINE_BREAKS = ("softbreak", "hardbreak")
 _MARKUP = {"link_open": "[", "link_close": "]", "image": "![]"}
 """Inline tokens whose markup markdown-it leaves empty, written as they start in the source, so a link or image
@@ -143,10 +151,20 @@ def _markdown() -> MarkdownIt:
 
 
 def _details_depth(html: str, depth: int) -> int:
-    """The number of `<details>` open after raw HTML: every tag outside HTML comments counts, however it is spelled
-    (a closing tag with none open is ignored, as a browser ignores it)."""
-    for tag in _DETAILS.finditer(_HTML_COMMENT.sub(" ", html)):
-        depth = max(depth - 1, 0) if tag.group(1) else depth + 1
+    """The number of `<details>` open after raw HTML, its tags found as a browser finds them, however spelled (a
+    closing tag with none open is ignored, as a browser ignores it). Markup left open at the end (an unclosed tag,
+    attribute value or comment) runs on over whatever follows, so it hides the rest of the comment."""
+    position = html.find("<")
+    while position >= 0:
+        markup = _HTML_MARKUP.match(html, position)
+        if markup is None:
+            if _MARKUP_START.match(html, position):
+                return _TO_THE_END
+            position = html.find("<", position + 1)
+            continue
+        if (markup.group(2) or "").lower() == "details":
+            depth = max(depth - 1, 0) if markup.group(1) else depth + 1
+        position = html.find("<", markup.end())
     return depth
 
 
@@ -177,11 +195,8 @@ def _prose_lines(body: str) -> list[str]:
                 continue
             shown = depth == 0
             if child.type == "html_inline":
-                if child.content.startswith("<!--"):
-                    text = " "
-                else:
-                    depth = _details_depth(child.content, depth)
-                    text = child.content if shown and depth == 0 else " "
+                depth = _details_depth(child.content, depth)
+                text = child.content if shown and depth == 0 and not child.content.startswith("<!--") else " "
             elif child.type == "code_inline":
                 text = f"{child.markup}{child.content}{child.markup}"
             else:
