@@ -179,7 +179,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    """The build cache's entries and bound; `--max-size` keeps a new bound in the cache and prunes to it now."""
+    """The build cache's entries and bound; `--max-size` keeps a new bound in the cache and prunes to it now,
+    `--shared` / `--no-shared` keeps whether it is shared across nodes (every key then holds the build host)."""
     directory = _build_cache(args)
     if directory is None:
         print(f"kv-parity cache: no cache named: pass --build-cache DIR or set ${BUILD_CACHE_ENV}", file=sys.stderr)
@@ -187,6 +188,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
     cache = BuildCache(directory)
     try:
         deleted = cache.set_limit(args.max_size) if args.max_size is not None else []
+        if args.shared is not None:
+            cache.declare_shared(args.shared)
         usage = cache.usage()
     except BuildCacheError as exc:
         print(f"kv-parity cache: {exc}", file=sys.stderr)
@@ -283,12 +286,16 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", help="output directory (default: beside the report)")
     report.set_defaults(func=cmd_report)
 
-    cache = sub.add_parser("cache", help="show the build cache's entries and bound, or set the bound")
+    cache = sub.add_parser("cache", help="show the build cache's entries and bound, or set the bound and sharing")
     cache.add_argument("--build-cache", metavar="DIR",
                        help=f"the cache campaigns use with the same option (default: ${BUILD_CACHE_ENV})")
     cache.add_argument("--max-size", type=_size, metavar="SIZE",
                        help="keep the cache's entries under SIZE (bytes, or with K, M, G or T: powers of 1024), "
                             "deleting the least recently used now and after every store (default bound 10G)")
+    cache.add_argument("--shared", action=argparse.BooleanOptionalAction, default=None,
+                       help="declare the cache shared across nodes (kept in the cache): every build's key then "
+                            "holds the host's machine and CPU, so no build serves another CPU (a build asking for "
+                            "`native` holds it anyway)")
     cache.set_defaults(func=cmd_cache)
     sub.add_parser("serve", help="run the webhook service", add_help=False)
     sub.add_parser("publish", help="(re)publish a finished report to a pull request", add_help=False)

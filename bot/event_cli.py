@@ -8,8 +8,11 @@ There is no database between events, so the ledger (`RunTitleLedger`) is what la
   `cancel`, the label's removal or closing, are superseded by a newer head, and make a second request for the
   same head, rows and mode a duplicate; a new request of the same head and mode with other rows replaces the
   live one (a campaign and a profile of the same head run side by side: their own checks and concurrency groups).
-- Fork approval is the authorised label or command itself and approves the head SHA of that moment: the
-  campaign is dispatched with exactly that SHA, and a push to a fork pull request never dispatches.
+- Fork approval is the authorised label (the head its delivery names) or `rerun sha=<full SHA>`: the campaign
+  is dispatched with exactly that SHA, and a push to a fork pull request never dispatches. A plain `rerun` on a
+  fork approves nothing: without a record of the heads nothing tells whether the head of the moment is the one
+  the maintainer reviewed (the author may have pushed between the review and the event), so it is answered with
+  the `sha=` command that names the current head.
 - Refusals are answered every time (there is no record of having answered before).
 """
 
@@ -33,6 +36,7 @@ from bot.dispatch.actions import LIVE_STATUSES, RunTitle, dispatch_inputs, parse
 from bot.github.gateway import ACTIONS_BOT, BotIdentity, GitHubError, WorkflowRunInfo
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import CampaignState, CampaignView
+from bot.store.people import HeadSeen
 from runners.config import CampaignMode
 
 ACTIONS_BOT_LOGIN = ACTIONS_BOT.login
@@ -247,8 +251,8 @@ class RunTitleLedger:
     def see_head(self, pr: int, head_sha: str, at: float, source: str) -> None:
         """Nothing to record (`records_heads` is False)."""
 
-    def head_first_seen(self, pr: int, head_sha: str) -> float | None:
-        return None
+    def heads_since(self, pr: int, at: float) -> list[HeadSeen]:
+        return []
 
     def answered_refusal(self, pr: int, login: str, since: float) -> str | None:
         return None

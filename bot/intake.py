@@ -5,8 +5,9 @@ What the store lets the service remember, and Actions-only mode cannot (`bot.eve
 - every campaign, completed ones too: adding the label again to a head whose campaign completed is answered with
   that campaign, not run again; a rerun replaces a queued or running campaign of the same rows instead;
 - fork approvals (`Store.approve_head`): a push of an approved head starts by itself;
-- when each head was first seen (from every pull_request delivery and every pull request fetch), so a plain
-  `/parity rerun` on a fork approves its head only if the bot had seen it by the time the comment was written;
+- what each pull request's head was and when (from every pull_request delivery and every pull request fetch), so
+  a plain `/parity rerun` on a fork approves its head only if it was the head when the comment was written and
+  no other head was seen since;
 - answered refusals: one answer per person per pull request per `refusal_window_seconds`.
 A duplicate *delivery* (same X-GitHub-Delivery) is never acted on twice.
 """
@@ -22,6 +23,7 @@ from bot.core.ledger import CampaignRequest
 from bot.core.ports import CampaignDriver, Publisher, RepoServices
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Delivery, NewCampaign, Store
+from bot.store.people import HeadSeen
 
 
 class StoreLedger:
@@ -106,8 +108,8 @@ class StoreLedger:
     def see_head(self, pr: int, head_sha: str, at: float, source: str) -> None:
         self.store.see_head(self.repo, pr, head_sha, at, source)
 
-    def head_first_seen(self, pr: int, head_sha: str) -> float | None:
-        return self.store.head_first_seen(self.repo, pr, head_sha)
+    def heads_since(self, pr: int, at: float) -> list[HeadSeen]:
+        return self.store.heads_since(self.repo, pr, at)
 
     def answered_refusal(self, pr: int, login: str, since: float) -> str | None:
         recent = self.store.answered_refusal(self.repo, pr, login, since)

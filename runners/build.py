@@ -12,7 +12,9 @@ the pinned SHA, never through the worktree, so a committed symlink is never foll
 from cargo's JSON messages (never by globbing `target/`), must lie inside the worktree, and is copied by the
 trusted process into the campaign store (root-owned, mode 0555, never bound writable into a sandbox) before it is
 hashed. With a build cache (runners/build_cache.py) the arm's key is computed once its settings and feature
-closure are known, before any fetch: a hit copies the cached binary in and no fetch or compile runs.
+closure are known, before any fetch: a hit copies the cached binary in and no fetch or compile runs. A baseline
+is stored once built; a candidate only once its size gate passed (`store_candidate`), so a pull request's
+bloated binary never reaches the cache.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import BinaryIO
 
 from runners.build_cache import BuildKey, CampaignCache, Lookup, build_key
 from runners.config import BuildConfig
-from runners.report import Arm, Artifact, BuildCacheRecord, BuildSettings, Toolchain
+from runners.report import Arm, Artifact, BuildCacheRecord, BuildSettings, GateVerdict, SizeGate, Toolchain
 from runners.revisions import RevisionError, git, git_dir_of, revision_file
 from runners.sandbox import Run, Sandbox, SandboxUnavailable, sha256_of, toml_rustflags
 from runners.sizes import text_size
@@ -48,6 +50,8 @@ CARGO_HOME_CONFIG_KEY = "$CARGO_HOME/config.toml"
 """The bot's cargo-home config in `settings.cargo_config_sha256`, next to the worktree's own configs."""
 CARGO_HOME_UNEXPECTED = ("config", "credentials", "credentials.toml")
 """Files in a cargo home that cargo would read as configuration or tokens: none may appear."""
+CANDIDATE_AWAITS_SIZE_GATE = "a candidate is stored only once its size gate passed, and the gate had not run"
+"""A candidate's `not_stored` from its compile until `store_candidate` says what became of it."""
 
 
 class BuildError(RuntimeError):
@@ -193,6 +197,13 @@ class ArmBuild:
         """A file of this arm's revision as git objects held it (a committed symlink reads as absent)."""
         return self.files[relative.as_posix()]
 
+    def cargo_config_texts(self) -> list[str]:
+        """Every cargo config of the workspace and its parents inside the tree, as text (for `native`)."""
+        names = {(directory / name).as_posix() for directory in [self.workspace_path, *self.workspace_path.parents]
+                 for name in CARGO_CONFIG_NAMES}
+        return [data.decode("utf-8", "replace") for name, data in sorted(self.files.items())
+                if name in names and data is not None]
+
     def feature_closure(self) -> list[str]:
         """Check every configured feature exists in the package manifest and expand what it enables."""
         config = self.config
@@ -317,8 +328,9 @@ def start_build(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Pa
         command = list(config.command)
         if not any(word.startswith("--message-format") for word in command):
             command.append("--message-format=json-render-diagnostics")
-        key = None if cache is None else build_key(arm, build.tree_sha, cache.patches, settings, command, closure,
-                                                   config)
+        key = None if cache is None else build_key(
+            arm, build.tree_sha, cache.patches, settings, command, closure, config,
+            cache.host_for(settings.rustflags_env, *build.cargo_config_texts(), config.model_dump_json()))
         discarded = None
         if cache is not None and key is not None:
             with cache.cache.lookup(key) as found:
@@ -333,9 +345,10 @@ def start_build(tree: Path, arm: Arm, sha: str, config: BuildConfig, out_dir: Pa
 
 def finish_build(started: StartedBuild | Artifact) -> Artifact:
     """The compile, alone (its seconds are the campaign floor's, so never beside another arm's start), then the
-    executable stored, described and, with a cache, stored there. A start the cache answered is already the
-    artifact. With a cache the arm compiles holding its key: a campaign that needs the same build meanwhile
-    waits, then reuses what this one stored, instead of compiling it a second time beside it."""
+    executable stored, described and, with a cache, a baseline stored there (a candidate waits for its size gate:
+    `store_candidate`). A start the cache answered is already the artifact. With a cache the arm compiles
+    holding its key: a campaign that needs the same build meanwhile waits, then reuses what this one stored,
+    instead of compiling it a second time beside it."""
     if isinstance(started, Artifact):
         return started
     if started.cache is None or started.key is None:
@@ -347,9 +360,26 @@ def finish_build(started: StartedBuild | Artifact) -> Artifact:
                 shutil.rmtree(started.build.cargo_home, ignore_errors=True)
                 return reused
         artifact = _compiled(started)
-        cache.store(key, artifact, started.target, started.cache.campaign_id)
-    artifact.build_cache = BuildCacheRecord(key_sha256=key.digest(), discarded=started.discarded or found.discarded)
+        not_stored = (cache.store(key, artifact, started.target, started.cache.campaign_id)
+                      if key.arm == "baseline" else CANDIDATE_AWAITS_SIZE_GATE)
+    artifact.build_cache = BuildCacheRecord(key_sha256=key.digest(), discarded=started.discarded or found.discarded,
+                                            not_stored=not_stored, host=_host(key))
     return artifact
+
+
+def store_candidate(cache: CampaignCache | None, key: BuildKey | None, artifact: Artifact, binary: Path,
+                    sizes: SizeGate | None) -> None:
+    """A candidate compiled under `key` enters the cache only once its size gate passed: a binary the gate
+    refused never takes a place in the cache, let alone evicts the baselines. Records what happened in the
+    artifact's `build_cache`. A candidate the cache served, or a campaign without a cache, has nothing to do."""
+    record = artifact.build_cache
+    if cache is None or key is None or record is None or record.reused_from is not None:
+        return
+    if sizes is None or sizes.verdict != GateVerdict.PASS:
+        verdict = "did not run" if sizes is None else f"is {sizes.verdict}"
+        record.not_stored = f"a candidate is stored only once its size gate passed, and the gate {verdict}"
+        return
+    record.not_stored = cache.cache.store(key, artifact, binary, cache.campaign_id)
 
 
 def _compiled(started: StartedBuild) -> Artifact:
@@ -398,8 +428,12 @@ def _reused(found: Lookup, key: BuildKey, sha: str, target: Path) -> Artifact | 
     if actual != cached.binary_sha256:
         raise BuildError(f"the binary copied from the build cache has SHA-256 {actual}, not the recorded "
                          f"{cached.binary_sha256}; refusing it")
-    record = BuildCacheRecord(key_sha256=key.digest(), reused_from=found.entry.campaign_id)
+    record = BuildCacheRecord(key_sha256=key.digest(), reused_from=found.entry.campaign_id, host=_host(key))
     return cached.model_copy(update={"sha": sha, "binary_name": target.name, "build_cache": record})
+
+
+def _host(key: BuildKey) -> str | None:
+    return key.host.describe() if key.host is not None else None
 
 
 def store_binary(executable: Path | BinaryIO, target: Path) -> Path:

@@ -14,6 +14,10 @@ applied in that arm's worktree, the build command, features and feature closure,
 applied, and RUSTFLAGS and every cargo config digest (all of `BuildSettings`, the facts the report records).
 Commits that differ only in their metadata share a tree, so they share an entry. The binary is reused byte for
 byte; paths it embeds are those of the campaign that built it, which the report names (`Artifact.build_cache`).
+The build host (`HostFacts`: the machine and the CPU model and flags of /proc/cpuinfo) joins the key when the
+build asks for `native` anywhere (RUSTFLAGS, a cargo config, the campaign's build config: `target-cpu=native`
+builds for the CPU it compiles on), and always in a cache declared shared across nodes (`kv-parity cache
+--shared`, kept in `limit.json`), so a binary built for one CPU never serves a build on another.
 
 Layout: `<dir>/<key digest>/binary` (0555) and `entry.json` (`CacheEntry`), in a directory owned by the bot's
 user with mode 0700 that no sandbox ever binds. An entry is written by the bot (a copy of the binary it already
@@ -25,10 +29,16 @@ is compiled under an flock on `.locks/<key digest>`, so campaigns that need the 
 once (`BuildCache.building`).
 
 The cache is bounded, as ccache is: `limit.json` in the cache holds the most its entries may take together
-(`kv-parity cache --max-size`; 10 GiB when none was set), and every store deletes the least recently used
-entries (stored or reused longest ago: a reuse touches its entry) until they fit, never the entry just stored.
-An entry deleted while another campaign is opening it is that campaign's miss, recorded, and its arm is built.
-What a writer killed mid-store left (`.tmp-*`, an hour old) is deleted too.
+(`kv-parity cache --max-size`; 10 GiB when none was set). An entry larger than 1/`ENTRY_SHARE_OF_BOUND` of the
+bound is not stored (the arm stays uncached, and the report says why), so one store can delete at most that
+share of the cache and the cache never holds fewer than that many entries' worth. Every store then deletes
+entries until the rest fit, never the entry just stored: names that are no readable entry first, then
+candidates, then baselines (the merge bases every pull request on them reuses), least recently used first within
+each (stored or reused longest ago: a reuse touches its entry). A candidate is stored only after its size gate
+passed (`runners.build.store_candidate`), so a bloated pull request never reaches the cache at all. An entry
+deleted while another campaign is opening it is that campaign's miss, recorded, and its arm is built. What a
+writer killed mid-store left (`.tmp-*`, an hour old) is deleted too. A cache on a file system without `flock`
+stops the campaign naming the directory (`BuildCache.building`), never with a bare OSError.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import fcntl
 import hashlib
 import io
 import os
+import platform
 import re
 import shutil
 import stat
@@ -55,8 +66,9 @@ from runners.config import BuildConfig
 from runners.report import Arm, Artifact, BuildSettings
 from runners.sandbox import SandboxKind
 
-KEY_SCHEMA = 2
-"""Bumped whenever what determines a build changes meaning, so older entries stop matching (2: the arm)."""
+KEY_SCHEMA = 3
+"""Bumped whenever what determines a build changes meaning, so older entries stop matching (2: the arm, 3: the
+build host for `native` builds and shared caches)."""
 BUILD_CACHE_ENV = "KV_PARITY_BUILD_CACHE"
 """The cache directory a campaign uses when none is given (`--build-cache`); unset: no cache."""
 UNSANDBOXED_NO_CACHE = ("build cache not used: with --sandbox none pull-request code runs as the bot and could "
@@ -70,16 +82,77 @@ LIMIT = "limit.json"
 """The cache's own bound (`CacheLimit`), beside the entries; every store keeps to it."""
 DEFAULT_MAX_BYTES = 10 << 30
 """The bound of a cache nobody set one for: 10 GiB, a few hundred builds of a replay benchmark."""
+ENTRY_SHARE_OF_BOUND = 8
+"""An entry may take at most 1/8 of the bound: one store then deletes at most an eighth of the cache, never every
+baseline, and the bound always holds eight entries' worth (a merge base and a candidate for four pull requests
+at once). A replay benchmark's binary is tens of MiB, so the default bound takes one of up to 1.25 GiB."""
+CPUINFO = Path("/proc/cpuinfo")
+NATIVE = re.compile(r"(?<![\w-])native(?![\w-])")
+"""`native` as a word of its own (`target-cpu=native`, `-Ctarget-cpu=native`, `tune-cpu=native`)."""
 STAGING = ".tmp-"
 """An entry (or the bound) being written: renamed into place whole, or deleted by the writer."""
 STALE_STAGING_SECONDS = 3600
 """A staging name older than this was left by a writer killed mid-store (a store takes seconds): pruning deletes
 it, or a killed campaign's partial binary would stay for ever."""
+PRUNED_FIRST: tuple[Arm | None, ...] = (None, "candidate", "baseline")
+"""The order pruning deletes in: names that are no readable entry, then candidates, then baselines."""
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class BuildCacheError(RuntimeError):
     """The cache directory cannot be used safely (not ours, open to others, a link) or cannot be written."""
+
+
+class HostFacts(BaseModel):
+    """What a build for `native` depends on: the machine, and the CPU as /proc/cpuinfo describes every core (a
+    hybrid CPU's kinds of core each count)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    machine: str
+    """`platform.machine()`: x86_64, aarch64, ..."""
+    cpu_model: str
+    """Every distinct `model name` (x86) or `CPU implementer`/`CPU part` (Arm) line, sorted and joined."""
+    cpu_flags_sha256: str
+    """SHA-256 of every distinct `flags` (x86) or `Features` (Arm) set, each sorted: the instructions `native`
+    may use."""
+
+    def describe(self) -> str:
+        return f"{self.machine}, {self.cpu_model}, CPU flags {self.cpu_flags_sha256[:12]}"
+
+
+def host_facts(cpuinfo: Path | None = None) -> HostFacts:
+    """This host's `HostFacts` (from `cpuinfo`, default CPUINFO). Where it cannot be read, the host's name stands
+    in for the CPU, so the key matches nothing built on another host rather than any host with the same machine."""
+    cpuinfo = cpuinfo or CPUINFO
+    models: set[str] = set()
+    flags: set[str] = set()
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        text = ""
+        models.add(f"unknown ({cpuinfo}: {exc.strerror or exc}) on host {platform.node()}")
+    for block in text.split("\n\n"):
+        fields = [line.partition(":") for line in block.splitlines()]
+        values = {name.strip().lower(): value.strip() for name, _, value in fields}
+        model = values.get("model name") or " ".join(
+            f"{name} {values[name]}" for name in ("cpu implementer", "cpu part", "cpu variant") if name in values)
+        if model:
+            models.add(model)
+        found = values.get("flags", values.get("features"))
+        if found is not None:
+            flags.add(" ".join(sorted(found.split())))
+    if not models:
+        models.add(f"unknown (no model in {cpuinfo}) on host {platform.node()}")
+    digest = hashlib.sha256("\n".join(sorted(flags)).encode()).hexdigest()
+    return HostFacts(machine=platform.machine(), cpu_model=" | ".join(sorted(models)), cpu_flags_sha256=digest)
+
+
+def asks_for_native(*texts: str) -> bool:
+    """Whether any of the build's inputs (RUSTFLAGS, a cargo config's text, the build config) names `native`: such
+    a build targets the CPU it compiles on. A word `native` anywhere counts, a comment included (a cache miss
+    across hosts costs a build; a hit from another CPU would cost a wrong binary)."""
+    return any(NATIVE.search(text) for text in texts)
 
 
 class BuildKey(BaseModel):
@@ -103,18 +176,20 @@ class BuildKey(BaseModel):
     package: str
     bench_target: str
     workspace_dir: str
+    host: HostFacts | None = None
+    """The build host, when the build asks for `native` or the cache is shared across nodes (else None)."""
 
     def digest(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
 
 
 def build_key(arm: Arm, tree: str, patches: dict[str, str], settings: BuildSettings, command: list[str],
-              closure: list[str], config: BuildConfig) -> BuildKey:
-    """The key of a build, from the same facts its `Artifact` records."""
+              closure: list[str], config: BuildConfig, host: HostFacts | None = None) -> BuildKey:
+    """The key of a build, from the same facts its `Artifact` records (and the host, where it matters)."""
     return BuildKey(arm=arm, tree=tree, patches=patches, settings=settings, build_command=command,
                     features=list(config.features), feature_closure=closure,
                     no_default_features=config.no_default_features, package=config.package,
-                    bench_target=config.bench_target, workspace_dir=config.workspace_dir)
+                    bench_target=config.bench_target, workspace_dir=config.workspace_dir, host=host)
 
 
 class CacheEntry(BaseModel):
@@ -129,11 +204,18 @@ class CacheEntry(BaseModel):
 
 
 class CacheLimit(BaseModel):
-    """`limit.json`: the most bytes the entries may hold together."""
+    """`limit.json`: the most bytes the entries may hold together, and whether the cache is shared across nodes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_bytes: int = Field(gt=0)
+    max_bytes: int | None = Field(default=None, gt=0)
+    """None: DEFAULT_MAX_BYTES (a cache only declared shared)."""
+    shared: bool = False
+    """Declared shared across nodes (`kv-parity cache --shared`): every key then holds the build host."""
+
+    @property
+    def bound(self) -> int:
+        return self.max_bytes if self.max_bytes is not None else DEFAULT_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -154,6 +236,7 @@ class CacheUsage:
     directory: Path
     entries: list[EntryUsage]
     max_bytes: int
+    shared: bool = False
 
     def summary(self) -> str:
         arms = [entry.arm for entry in self.entries]
@@ -161,8 +244,10 @@ class CacheUsage:
         unreadable = len(arms) - arms.count("baseline") - arms.count("candidate")
         extra = f", {unreadable} unreadable" if unreadable else ""
         entries = f"{len(self.entries)} {'entry' if len(self.entries) == 1 else 'entries'}"
+        shared = ", shared across nodes (every key holds the build host)" if self.shared else ""
         return (f"build cache {self.directory}: {entries} ({counts}{extra}), "
-                f"{human_bytes(sum(entry.bytes for entry in self.entries))} of {human_bytes(self.max_bytes)}")
+                f"{human_bytes(sum(entry.bytes for entry in self.entries))} of {human_bytes(self.max_bytes)}"
+                f"{shared}")
 
 
 SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -227,32 +312,42 @@ class BuildCache:
         finally:
             os.close(fd)
 
-    def check(self) -> None:
+    def check(self) -> CacheLimit:
         """Create the directory if needed and refuse it unless it is ours alone, or its bound is unreadable
-        (BuildCacheError): before a campaign builds anything, not when it stores."""
+        (BuildCacheError): before a campaign builds anything, not when it stores. Returns its `limit.json`."""
         with self._root() as root:
-            self._max_bytes(root)
+            return self._limit(root)
 
     def usage(self) -> CacheUsage:
         """Every entry, least recently used first, and the bound."""
         with self._root() as root:
-            return CacheUsage(self.directory, self._entries(root), self._max_bytes(root))
+            limit = self._limit(root)
+            return CacheUsage(self.directory, self._entries(root), limit.bound, limit.shared)
 
     def set_limit(self, max_bytes: int) -> list[EntryUsage]:
         """Keep `max_bytes` as the cache's bound (in the cache, as ccache keeps its max_size) and prune to it
         now; returns what was deleted."""
-        limit = CacheLimit(max_bytes=max_bytes).model_dump_json().encode()
-        staging = f"{STAGING}{uuid.uuid4().hex}"
         with self._root() as root:
-            try:
-                _write_new(root, staging, io.BytesIO(limit), 0o444)
-                os.rename(staging, LIMIT, src_dir_fd=root, dst_dir_fd=root)
-            except OSError as exc:
-                raise BuildCacheError(f"cannot write {LIMIT} in build cache {self.directory}: "
-                                      f"{exc.strerror or exc}") from exc
-            finally:
-                _delete(root, staging)
-            return self._prune(root, max_bytes, keep=None)
+            limit = self._limit(root).model_copy(update={"max_bytes": max_bytes})
+            self._write_limit(root, limit)
+            return self._prune(root, limit.bound, keep=None)
+
+    def declare_shared(self, shared: bool) -> None:
+        """Keep in `limit.json` whether the cache is shared across nodes (its bound stays as it is): a shared
+        cache keys every build on the host that built it."""
+        with self._root() as root:
+            self._write_limit(root, self._limit(root).model_copy(update={"shared": shared}))
+
+    def _write_limit(self, root: int, limit: CacheLimit) -> None:
+        staging = f"{STAGING}{uuid.uuid4().hex}"
+        try:
+            _write_new(root, staging, io.BytesIO(limit.model_dump_json(exclude_defaults=True).encode()), 0o444)
+            os.rename(staging, LIMIT, src_dir_fd=root, dst_dir_fd=root)
+        except OSError as exc:
+            raise BuildCacheError(f"cannot write {LIMIT} in build cache {self.directory}: "
+                                  f"{exc.strerror or exc}") from exc
+        finally:
+            _delete(root, staging)
 
     @contextmanager
     def lookup(self, key: BuildKey) -> Iterator[Lookup]:
@@ -299,17 +394,33 @@ class BuildCache:
                 raise BuildCacheError(f"cannot open the lock of {name[:12]} in build cache {self.directory} (a "
                                       f"link is refused): {exc.strerror or exc}") from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                raise BuildCacheError(
+                    f"build cache {self.directory} cannot be locked (flock on {LOCKS}/{name[:12]}: "
+                    f"{exc.strerror or exc}): its file system does not support flock, which keeps two campaigns "
+                    "from compiling the same build at once; put the cache on a file system that does (a local "
+                    "disk; NFSv4, or Lustre mounted with `flock`), or run without a build cache") from exc
             yield
         finally:
             os.close(fd)
 
-    def store(self, key: BuildKey, artifact: Artifact, binary: Path, campaign_id: str) -> None:
-        """Add the entry atomically; one another campaign stored meanwhile is kept (the same key)."""
+    def store(self, key: BuildKey, artifact: Artifact, binary: Path, campaign_id: str) -> str | None:
+        """Add the entry atomically (one another campaign stored meanwhile is kept: the same key), then prune to
+        the bound. Returns why it was not stored (larger than its share of the bound), or None once stored."""
         name = key.digest()
         entry = CacheEntry(key=key, artifact=artifact, campaign_id=campaign_id, stored_unix=round(time.time(), 3))
+        entry_json = entry.model_dump_json(indent=1).encode()
         staging = f"{STAGING}{uuid.uuid4().hex}"
         with self._root() as root:
+            bound = self._limit(root).bound
+            size = artifact.binary_size + len(entry_json)  # the binary's own, or the digest below refuses it
+            if size > bound // ENTRY_SHARE_OF_BOUND:
+                return (f"the entry would take {human_bytes(size)}, more than 1/{ENTRY_SHARE_OF_BOUND} of the build "
+                        f"cache's bound of {human_bytes(bound)} (storing it could delete that much of the cache); "
+                        f"a bound of at least {human_bytes(size * ENTRY_SHARE_OF_BOUND)} (`kv-parity cache "
+                        "--max-size`) caches it")
             try:
                 os.mkdir(staging, 0o700, dir_fd=root)
                 inner = os.open(staging, DIR_FLAGS, dir_fd=root)
@@ -319,7 +430,7 @@ class BuildCache:
                     if digest != artifact.binary_sha256:
                         raise BuildCacheError(f"{binary} changed while it was stored in the build cache "
                                               f"(SHA-256 {digest}, recorded {artifact.binary_sha256})")
-                    _write_new(inner, ENTRY, io.BytesIO(entry.model_dump_json(indent=1).encode()), 0o444)
+                    _write_new(inner, ENTRY, io.BytesIO(entry_json), 0o444)
                     os.fsync(inner)
                 finally:
                     os.close(inner)
@@ -333,17 +444,18 @@ class BuildCache:
                                       f"{exc.strerror or exc}") from exc
             finally:
                 _delete(root, staging)
-            self._prune(root, self._max_bytes(root), keep=name)
+            self._prune(root, bound, keep=name)
+        return None
 
-    def _max_bytes(self, root: int) -> int:
-        """The bound `limit.json` holds, or DEFAULT_MAX_BYTES without one."""
+    def _limit(self, root: int) -> CacheLimit:
+        """What `limit.json` holds, or the defaults (DEFAULT_MAX_BYTES, not shared) without one."""
         try:
             os.stat(LIMIT, dir_fd=root, follow_symlinks=False)
         except FileNotFoundError:
-            return DEFAULT_MAX_BYTES
+            return CacheLimit()
         try:
             with _open_file(root, LIMIT) as handle:
-                return CacheLimit.model_validate_json(handle.read(MAX_ENTRY_BYTES)).max_bytes
+                return CacheLimit.model_validate_json(handle.read(MAX_ENTRY_BYTES))
         except (_Refused, ValidationError, OSError) as exc:
             detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
             raise BuildCacheError(f"build cache {self.directory}: {LIMIT} is not a bound ({detail}); set one with "
@@ -363,8 +475,8 @@ class BuildCache:
         return sorted(entries, key=lambda entry: (entry.used_unix, entry.name))
 
     def _prune(self, root: int, max_bytes: int, keep: str | None) -> list[EntryUsage]:
-        """Delete stale staging names, then the least recently used names until the rest fit `max_bytes`; never
-        `keep`."""
+        """Delete stale staging names, then names until the rest fit `max_bytes`, never `keep`: what is no readable
+        entry first, then candidates, then baselines, least recently used first within each."""
         for name in os.listdir(root):
             if name.startswith(STAGING):
                 with suppress(FileNotFoundError):  # its writer renamed or removed it meanwhile
@@ -374,7 +486,7 @@ class BuildCache:
         entries = self._entries(root)
         total = sum(entry.bytes for entry in entries)
         deleted = []
-        for entry in entries:
+        for entry in sorted(entries, key=lambda entry: PRUNED_FIRST.index(entry.arm)):  # stable: LRU within each
             if total <= max_bytes:
                 break
             if entry.name == keep:
@@ -484,11 +596,13 @@ def _delete(root: int, name: str) -> None:
 
 @dataclass(frozen=True)
 class CampaignCache:
-    """One campaign's use of a cache: its id (an entry's `campaign_id`) and the patches its builds apply."""
+    """One campaign's use of a cache: its id (an entry's `campaign_id`), the patches its builds apply, and
+    whether the cache is declared shared across nodes (every key then holds the build host)."""
 
     cache: BuildCache
     campaign_id: str
     patches: dict[str, str] = field(default_factory=dict)
+    shared: bool = False
 
     @classmethod
     def for_campaign(cls, directory: Path | None, campaign_id: str, sandbox: SandboxKind) -> CampaignCache | None:
@@ -496,5 +610,8 @@ class CampaignCache:
         if directory is None or sandbox == "none":
             return None
         cache = BuildCache(directory)
-        cache.check()
-        return cls(cache, campaign_id)
+        return cls(cache, campaign_id, shared=cache.check().shared)
+
+    def host_for(self, *inputs: str) -> HostFacts | None:
+        """The host facts a build's key holds: always in a shared cache, else when an input asks for `native`."""
+        return host_facts() if self.shared or asks_for_native(*inputs) else None

@@ -17,7 +17,15 @@ from pathlib import Path
 
 from runners import build_info
 from runners.attribution import attribute_regression, sandbox_launcher
-from runners.build import BuildError, ProtocolMismatch, finish_build, start_build, toolchain
+from runners.build import (
+    BuildError,
+    ProtocolMismatch,
+    StartedBuild,
+    finish_build,
+    start_build,
+    store_candidate,
+    toolchain,
+)
 from runners.build_cache import UNSANDBOXED_NO_CACHE, BuildCacheError, CampaignCache, configured_dir
 from runners.config import CampaignConfig, LifecycleFixture, RowConfig
 from runners.coverage import CoverageError, check_evidence, count_evidence
@@ -34,6 +42,7 @@ from runners.progress import ProgressSink, emit
 from runners.report import (
     ARMS,
     Arm,
+    Artifact,
     CampaignReport,
     CoverageCheck,
     CoverageResult,
@@ -288,13 +297,19 @@ def prepare(request: CampaignRequest, report: CampaignReport, work: Path,
                 with _build_stops():
                     trees[arm] = trees_open.enter_context(worktree(request.repo, shas[arm], work / f"tree-{arm}"))
                     applied[arm] = _apply_patches(report, trees[arm], patches)
-            binaries = _build_arms(request, report, shas, trees, applied, cache, work, progress)
+            binaries, candidate = _build_arms(request, report, shas, trees, applied, cache, work, progress)
             # The first row's doctor window opens now; what the bot does until that row starts stays off its CPUs.
             load_window = open_load_window(row_cpus())
             off_the_pinned_cpus.enter_context(kept_off(list(load_window.cpus)))
             exceptions = _exceptions(report, trees["candidate"], binaries, trace, progress, request.sandbox,
                                      request.repo)
         help_texts, differences = _preflight_and_sizes(request, report, binaries, shas, progress)
+        if isinstance(candidate, StartedBuild):
+            with _build_stops():
+                store_candidate(candidate.cache, candidate.key, report.artifact("candidate"), candidate.target,
+                                report.sizes)
+        if (record := report.artifact("candidate").build_cache) is not None and record.reused_from is None:
+            emit(progress, "build", f"candidate: {record.summary()}")
     return Prepared(binaries=binaries, shas=shas, trace=trace, exceptions=exceptions,
                     build_differences=differences, help_texts=help_texts, load_window=load_window)
 
@@ -332,10 +347,10 @@ def _apply_patches(report: CampaignReport, tree: Path, patches: dict[str, Path |
 
 def _build_arms(request: CampaignRequest, report: CampaignReport, shas: dict[Arm, str], trees: dict[Arm, Path],
                 applied: dict[Arm, dict[str, str]], cache: CampaignCache | None, work: Path,
-                progress: ProgressSink | None) -> dict[Arm, Path]:
-    """One build per revision; the binaries, pinned. Both arms' sandbox starts before the compiles (cargo
-    metadata, versions, the cache lookup, the fetch) run side by side; the compiles then run one at a time, so
-    each one's seconds are its own."""
+                progress: ProgressSink | None) -> tuple[dict[Arm, Path], StartedBuild | Artifact]:
+    """One build per revision; the binaries, pinned, and the candidate's start (stored in the cache only once its
+    size gate passed). Both arms' sandbox starts before the compiles (cargo metadata, versions, the cache lookup,
+    the fetch) run side by side; the compiles then run one at a time, so each one's seconds are its own."""
     with _build_stops(), ThreadPoolExecutor(max_workers=len(ARMS)) as pool:
         starting = {arm: pool.submit(start_build, trees[arm], arm, shas[arm], request.config.build, work / "bin",
                                      sandbox=request.sandbox, cache=cache and replace(cache, patches=applied[arm]))
@@ -346,7 +361,7 @@ def _build_arms(request: CampaignRequest, report: CampaignReport, shas: dict[Arm
         with _build_stops():
             artifact = finish_build(started[arm])
             moved = worktree_head(request.repo, trees[arm])
-        if artifact.build_cache is not None:
+        if artifact.build_cache is not None and (arm == "baseline" or artifact.build_cache.reused_from):
             emit(progress, "build", f"{arm}: {artifact.build_cache.summary()}")
         if moved != shas[arm]:
             raise CampaignStop("build", f"{arm} checkout moved off {shas[arm]} to {moved} during its build; "
@@ -354,7 +369,7 @@ def _build_arms(request: CampaignRequest, report: CampaignReport, shas: dict[Arm
         report.artifacts.append(artifact)
         binaries[arm] = work / "bin" / artifact.binary_name
         request.sandbox.pin(binaries[arm], arm, artifact.binary_sha256)
-    return binaries
+    return binaries, started["candidate"]
 
 
 @contextmanager

@@ -122,13 +122,21 @@ class BuildCacheRecord(_Model):
     discarded: str | None = None
     """Why an entry for this key was refused and deleted (a binary that no longer matches its recorded
     SHA-256, a planted link) before the arm was built fresh."""
+    not_stored: str | None = None
+    """Why this build was not stored in the cache (a candidate whose size gate did not pass, an entry larger than
+    its share of the cache's bound); None: stored (or reused)."""
+    host: str | None = None
+    """The build host the key holds (machine, CPU model, CPU flags digest): a build for `native`, or a cache
+    shared across nodes; None: the key holds no host."""
 
     def summary(self) -> str:
         """One line for every surface that shows the build."""
-        key = f"build cache key {self.key_sha256[:12]}"
+        key = f"build cache key {self.key_sha256[:12]}" + (f", host {self.host}" if self.host else "")
         if self.reused_from is not None:
             return f"reused from campaign {self.reused_from} ({key}): not built again"
         refused = f"; a cache entry was refused and deleted: {self.discarded}" if self.discarded else ""
+        if self.not_stored is not None:
+            return f"built here, not stored ({key}): {self.not_stored}{refused}"
         return f"built here and stored ({key}){refused}"
 
 

@@ -326,7 +326,9 @@ class SlurmCampaign:
         self.options = options
         self.sandbox = sandbox
         self.build_cache = build_cache
-        """Builds reused and stored by the two build jobs, each as its own arm (on a file system every node shares)."""
+        """Builds reused and stored by the two build jobs, each as its own arm, and the candidate by the manifest
+        job once its size gate passed; on a file system every node shares (declare it so, `kv-parity cache
+        --shared`, for every key to hold the build node's CPU; a build asking for `native` holds it anyway)."""
         self.client = client or SlurmClient(options.slurm_conf)
         self.kv_parity = options.kv_parity or default_kv_parity()
         self._shown: str | None = None
@@ -377,14 +379,15 @@ class SlurmCampaign:
     def _argv(self, role: str, row: str | None, trace: Path | None, attempt: int) -> list[str]:
         kvp, sandbox, scratch = self.kv_parity, self.sandbox, self.options.node_scratch
         trace_args = ["--trace", str(trace)] if trace is not None else []
+        cache = ["--build-cache", str(self.build_cache)] if self.build_cache else []
         if role.startswith("build-"):
             arm = role.removeprefix("build-")
-            cache = ["--build-cache", str(self.build_cache)] if self.build_cache else []
             return [kvp, "build", "--plan", str(self.plan_dir), "--repo", str(self.work / f"repo-{arm}"),
                     "--arm", arm, "--out", str(self._arm_dir(arm)), "--work", scratch, "--sandbox", sandbox, *cache]
         if role == "manifest":
             return [kvp, "manifest", "--plan", str(self.plan_dir), "--baseline", str(self._arm_dir("baseline")),
-                    "--candidate", str(self._arm_dir("candidate")), *trace_args, "--out", str(self.dist_dir)]
+                    "--candidate", str(self._arm_dir("candidate")), *trace_args, "--out", str(self.dist_dir),
+                    *cache]
         assert row is not None
         return [kvp, "row", "--manifest", str(self.dist_dir / MANIFEST_NAME), "--row", row, "--out",
                 str(self._row_dir(row, attempt)), *trace_args, "--work", scratch, "--sandbox", sandbox]

@@ -4,6 +4,8 @@ change to what determines the build misses; no sandbox ever sees the cache."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import shutil
@@ -15,11 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from runners.build import StartedBuild, build_artifact, finish_build, start_build
+from runners import build_cache
+from runners.build import CANDIDATE_AWAITS_SIZE_GATE, StartedBuild, build_artifact, finish_build, start_build
 from runners.build_cache import BuildCache, BuildCacheError, BuildKey, CacheEntry, CampaignCache
 from runners.campaign import CampaignRequest, CampaignStop, new_report, prepare
 from runners.config import CampaignConfig
 from runners.demo import commit_change, init_fixture_repo
+from runners.distributed.artifacts import load_manifest
 from runners.report import Arm, Artifact, CampaignReport
 from runners.revisions import worktree
 from runners.sandbox import Run, Sandbox, sha256_of
@@ -221,12 +225,13 @@ def test_any_change_to_what_determines_the_build_misses(stored: tuple[Path, str]
 
 
 def look_up_baseline(repo: Path, sha: str, config: CampaignConfig, out: Path, cache: Path, campaign_id: str,
-                     sandbox: Sandbox, patches: dict[str, str] | None = None) -> StartedBuild | Artifact:
+                     sandbox: Sandbox, patches: dict[str, str] | None = None,
+                     shared: bool = False) -> StartedBuild | Artifact:
     """A baseline build up to its compile (`start_build`): the cache's answer, an artifact on a hit. A miss is
     what a build then compiles (the tampered-entry test compiles one for real), so none is compiled here."""
     with worktree(repo, sha, out / "tree-baseline") as tree:
         started = start_build(tree, "baseline", sha, config.build, out / "bin", sandbox=sandbox,
-                              cache=CampaignCache(BuildCache(cache), campaign_id, patches or {}))
+                              cache=CampaignCache(BuildCache(cache), campaign_id, patches or {}, shared))
     if isinstance(started, StartedBuild):
         shutil.rmtree(started.build.cargo_home)
     return started
@@ -402,10 +407,11 @@ def _arm_build(repo: Path, plan: Path, arm: str, out: Path, cache: Path) -> Arti
     return built.artifact
 
 
-def test_the_split_arm_build_reuses_a_baseline_another_campaign_built_and_stores_its_candidate_as_one(
-        stored: tuple[Path, str], tmp_path: Path, cache_dir: Path) -> None:
+def test_the_split_arm_build_reuses_a_baseline_another_campaign_built_and_the_manifest_stores_its_candidate(
+        stored: tuple[Path, str], tmp_path: Path, cache_dir: Path, demo_trace: Path) -> None:
     """`kv-parity build --plan --arm ARM --build-cache` (the Slurm build jobs, a self-hosted runner with
-    $KV_PARITY_BUILD_CACHE) follows the same rule as a single-machine campaign."""
+    $KV_PARITY_BUILD_CACHE) follows the same rule as a single-machine campaign: the candidate is stored only
+    where its size gate runs, by `kv-parity manifest --build-cache`, once it passed."""
     first = seeded(stored, cache_dir)
     repo = tmp_path / "repo"
     base = init_fixture_repo(repo)
@@ -417,7 +423,21 @@ def test_the_split_arm_build_reuses_a_baseline_another_campaign_built_and_stores
     assert baseline.build_cache is not None and baseline.build_cache.reused_from == first.campaign_id
     assert baseline.sha == base and baseline.binary_sha256 == first.artifact.binary_sha256
     assert candidate.build_cache is not None and candidate.build_cache.reused_from is None
+    assert candidate.build_cache.not_stored == CANDIDATE_AWAITS_SIZE_GATE
+    assert not (cache_dir / candidate.build_cache.key_sha256).exists(), "not before its size gate"
+    from bot.cli import main as cli_main
+
+    dist = tmp_path / "dist"
+    assert cli_main(["manifest", "--plan", str(plan), "--baseline", str(tmp_path / "arm-b"), "--candidate",
+                     str(tmp_path / "arm-c"), "--trace", str(demo_trace), "--out", str(dist), "--build-cache",
+                     str(cache_dir)]) == 0
+    manifest = load_manifest(dist / "manifest.json")
+    assert manifest.report.stopped is None and manifest.report.sizes is not None
+    assert manifest.report.sizes.verdict == "PASS"
+    record = manifest.report.artifact("candidate").build_cache
+    assert record is not None and record.not_stored is None and "built here and stored" in record.summary()
     assert entry_key(cache_dir, candidate.build_cache.key_sha256).arm == "candidate"
+    assert entry(cache_dir, candidate.build_cache.key_sha256).campaign_id == "c-split"
 
 
 def test_slurm_passes_the_cache_to_both_build_jobs(tmp_path: Path) -> None:
@@ -428,4 +448,101 @@ def test_slurm_passes_the_cache_to_both_build_jobs(tmp_path: Path) -> None:
     candidate = campaign._argv("build-candidate", None, None, 1)
     assert baseline[baseline.index("--build-cache") + 1] == str(tmp_path / "cache")
     assert candidate[candidate.index("--build-cache") + 1] == str(tmp_path / "cache")
+    manifest = campaign._argv("manifest", None, None, 1)
+    assert manifest[manifest.index("--build-cache") + 1] == str(tmp_path / "cache"), "it stores the candidate"
     assert "--build-cache" not in SlurmCampaign(tmp_path / "w2", SlurmOptions())._argv("build-baseline", None, None, 1)
+
+
+# --- what is stored, and under which host ---------------------------------------------------------------------
+
+
+def test_a_candidate_that_fails_its_size_gate_is_never_stored(
+        stored: tuple[Path, str], tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path,
+        cache_dir: Path) -> None:
+    """The attack's first half: a bloated candidate used to be stored before the size gate ran, and pruning for
+    it deleted baselines. It now never reaches the cache; the baseline's entry is untouched."""
+    first = seeded(stored, cache_dir)
+    repo = tmp_path / "repo"
+    base = init_fixture_repo(repo)
+    bloated = commit_change(repo, "64 more kernels", knobs={"TEXT_BLOAT": True})
+    built = prepared(repo, base, bloated, campaign_config, demo_trace, tmp_path / "c1", cache_dir, "c-bloat")
+    assert built.report.sizes is not None and built.report.sizes.verdict == "FAIL"
+    record = built.artifact("candidate").build_cache
+    assert record is not None and record.reused_from is None
+    assert record.not_stored == "a candidate is stored only once its size gate passed, and the gate is FAIL"
+    assert f"built here, not stored (build cache key {record.key_sha256[:12]}): " in record.summary()
+    assert sorted(path.name for path in cache_dir.iterdir() if not path.name.startswith(".")) == [stored[1]]
+    assert entry(cache_dir, stored[1]).campaign_id == first.campaign_id
+
+
+def test_a_cache_that_cannot_be_locked_stops_the_campaign_naming_it(
+        tmp_path: Path, campaign_config: CampaignConfig, demo_trace: Path, cache_dir: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system without flock (an NFS mount without its lock service answers ENOLCK; stood in for here):
+    a recorded, blocking stop of the build stage that names the cache and what to do, before any compile."""
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    repo = tmp_path / "repo"
+    base = init_fixture_repo(repo)
+    sandbox = RecordingSandbox()
+    request = CampaignRequest(repo=repo, base=base, head=base, config=campaign_config, config_source="test",
+                              out_dir=tmp_path / "out", trace_path=demo_trace, sandbox=sandbox, build_cache=cache_dir)
+    (tmp_path / "out" / "work").mkdir(parents=True)
+    with pytest.raises(CampaignStop) as stop:
+        prepare(request, new_report(request), tmp_path / "out" / "work", None)
+    assert (stop.value.record.stage, stop.value.record.blocking) == ("build", True)
+    assert stop.value.record.reason.startswith(f"build cache {cache_dir} cannot be locked")
+    assert "does not support flock" in stop.value.record.reason
+    assert not sandbox.cargo("tree-", "build"), "nothing compiled without the lock"
+
+
+def test_a_native_build_is_keyed_on_its_host_from_rustflags_or_a_cargo_config_of_the_tree(
+        stored: tuple[Path, str], tmp_path: Path, campaign_config: CampaignConfig,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`target-cpu=native` builds for the CPU it compiles on: the key holds that CPU, so the entry a node with
+    another CPU stored is not this build's (and this one is not the other's)."""
+    directory, digest = stored
+    repo = tmp_path / "repo"
+    sha = init_fixture_repo(repo)
+    plain = look_up_baseline(repo, sha, campaign_config, tmp_path / "plain", directory, "c-plain", RecordingSandbox())
+    assert isinstance(plain, Artifact) and plain.build_cache is not None and plain.build_cache.host is None
+
+    monkeypatch.setenv("RUSTFLAGS", "-C target-cpu=native")
+    flagged = look_up_baseline(repo, sha, campaign_config, tmp_path / "flagged", directory, "c-flag",
+                               RecordingSandbox())
+    assert isinstance(flagged, StartedBuild) and flagged.key is not None
+    assert flagged.key.host == build_cache.host_facts()
+    other_cpu = tmp_path / "cpuinfo"
+    other_cpu.write_text("model name\t: Another CPU\nflags\t\t: sse2\n")
+    monkeypatch.setattr(build_cache, "CPUINFO", other_cpu)
+    elsewhere = look_up_baseline(repo, sha, campaign_config, tmp_path / "elsewhere", directory, "c-else",
+                                 RecordingSandbox())
+    assert isinstance(elsewhere, StartedBuild) and elsewhere.key is not None
+    assert elsewhere.key.host is not None and elsewhere.key.host.cpu_model == "Another CPU"
+    assert elsewhere.key.digest() != flagged.key.digest()
+
+    monkeypatch.delenv("RUSTFLAGS")
+    native_config = commit_change(repo, "build for this CPU", files={
+        ".cargo/config.toml": '[build]\nrustflags = ["-C", "target-cpu=native"]\n'})
+    configured = look_up_baseline(repo, native_config, campaign_config, tmp_path / "configured", directory,
+                                  "c-config", RecordingSandbox())
+    assert isinstance(configured, StartedBuild) and configured.key is not None
+    assert configured.key.host is not None and configured.key.host.cpu_model == "Another CPU"
+
+
+def test_a_cache_declared_shared_keys_every_build_on_its_host(
+        stored: tuple[Path, str], tmp_path: Path, campaign_config: CampaignConfig, cache_dir: Path) -> None:
+    """Slurm's build nodes share one cache: what one node built (keyed without its host before the cache was
+    declared shared) is not served to a build that now holds its host."""
+    seeded(stored, cache_dir)
+    BuildCache(cache_dir).declare_shared(True)
+    repo = tmp_path / "repo"
+    sha = init_fixture_repo(repo)
+    started = look_up_baseline(repo, sha, campaign_config, tmp_path / "b", cache_dir, "c-shared", RecordingSandbox(),
+                               shared=True)
+    assert isinstance(started, StartedBuild) and started.key is not None
+    assert started.key.host == build_cache.host_facts()
+    assert started.key.model_copy(update={"host": None}) == entry_key(cache_dir, stored[1])
+

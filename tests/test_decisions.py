@@ -9,6 +9,7 @@ says so with one expectation per ledger; everything else must come out the same 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -18,8 +19,9 @@ from typing import Any, cast
 
 import pytest
 
-from bot.core.commands import ParsedCommand, parse_commands
+from bot.core.commands import ParsedCommand, approval_command, parse_commands
 from bot.core.decisions import Decisions
+from bot.core.events import parse_event
 from bot.core.ledger import Ledger
 from bot.core.ports import RepoServices
 from bot.core.triggers import Cancel, Intent, NeedsApproval, Refuse, Rerun, Start, Status
@@ -31,7 +33,7 @@ from bot.intake import StoreLedger
 from bot.lifecycle import Lifecycle
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
-from tests.webhooks import CONFIG_TOML, REPO, RecordingPublisher
+from tests.webhooks import CONFIG_TOML, REPO, RecordingPublisher, pull_request_event
 
 S = CampaignState
 HEAD, HEAD2, FORK, FORK2, LEGACY = "a" * 40, "b" * 40, "c" * 40, "d" * 40, "e" * 40
@@ -119,6 +121,16 @@ class Spy:
         return self._ledger.launch(campaign)
 
 
+@dataclass(frozen=True)
+class Pushed:
+    """A table step that is a delivery, not an intent: the head of fork pull request #2 became `head`, and the
+    bot received the `pull_request` delivery saying so at `at` (the ledger records heads from it)."""
+
+    head: str
+    at: datetime
+    action: str = "synchronize"
+
+
 @dataclass
 class Mode:
     """One ledger implementation and what it acts through; `act` builds a fresh ledger per event, as both
@@ -135,8 +147,18 @@ class Mode:
         ledger = cast(Ledger, Spy(self.new_ledger(), self.effects))
         return Decisions(ledger, self.github, self.publisher, self.settings, clock=NOW.timestamp)
 
-    def act(self, intent: Intent) -> str:
-        return self.decisions().act(intent)
+    def act(self, step: Intent | Pushed) -> str:
+        if isinstance(step, Pushed):
+            return self.push(step)
+        return self.decisions().act(step)
+
+    def push(self, pushed: Pushed) -> str:
+        """The fork's author makes `head` the head of #2 (what a fetch now sees) and its delivery arrives at `at`."""
+        self.github.pulls[2] = self.github.pulls[2].model_copy(update={"head_sha": pushed.head})
+        payload = pull_request_event(pushed.action, number=2, head_sha=pushed.head, base_sha=TIP, fork=True,
+                                     sender="contributor", labels=("kv-parity",))
+        event = parse_event("pull_request", json.dumps(payload).encode())
+        return self.decisions().handle(event, bot_id=ACTIONS_BOT.id, received_at=pushed.at.timestamp())
 
     def replies(self) -> list[dict[str, Any]]:
         return self.publisher.of("reply")
@@ -198,6 +220,8 @@ def cancel(trigger: str) -> Cancel:
     return Cancel(1, "maintainer", trigger, f"cancel by @maintainer ({trigger})")
 
 
+PLAIN_FORK_RERUN_REFUSED = (r"invalid: a plain `/parity rerun` cannot approve the head of a fork pull request here: "
+                            "nothing records which head the comment was written about")
 REFUSE = Refuse(1, "reader", "read", "@reader has 'read' permission; a `/parity` command needs 'write'")
 LAUNCHED = r"(dispatched )?campaign kvp-[0-9a-f]{12}"
 
@@ -214,7 +238,7 @@ class Expect:
 @dataclass(frozen=True)
 class Case:
     name: str
-    setup: tuple[Intent, ...]
+    setup: tuple[Intent | Pushed, ...]
     intent: Intent
     expect: Expect | dict[str, Expect]
     """One expectation for both ledgers, or one per ledger where the modes differ on purpose."""
@@ -284,12 +308,51 @@ CASES = [
         Expect([], ["refused"], r"invalid: the head moved from d{12} to c{12}"),
     ),
     Case(
-        "a plain rerun of a fork head first seen after the comment (Actions: the command approves the head)",
+        "a plain rerun of a fork head first seen after the comment (Actions: no record of heads, asks for sha=)",
         (),
         rerun(2, written_at=WRITTEN),
         {
-            "sqlite": Expect([], ["refused"], r"invalid: the head of this fork pull request is c{12}"),
-            "runs": Expect([("launch", "fork all campaign")], [], LAUNCHED),
+            "sqlite": Expect([], ["refused"], r"invalid: the head of this fork pull request is c{12}, but when the "
+                                              r"comment was written \(.*\) the bot had recorded no head"),
+            "runs": Expect([], ["refused"], PLAIN_FORK_RERUN_REFUSED),
+        },
+    ),
+    Case(
+        "a plain rerun of the fork head that was the head when the comment was written (Actions: asks for sha=)",
+        (Pushed(FORK2, WRITTEN - timedelta(minutes=3), "opened"), Pushed(FORK, WRITTEN - timedelta(minutes=2))),
+        rerun(2, written_at=WRITTEN),
+        {
+            "sqlite": Expect([("launch", "fork all campaign")], [], LAUNCHED),
+            "runs": Expect([], ["refused"], PLAIN_FORK_RERUN_REFUSED),
+        },
+    ),
+    Case(
+        "A-B-A: the author pushes BAD, then GOOD, the maintainer reviews GOOD and comments a plain rerun, the "
+        "author pushes BAD again before the comment is handled: BAD is not approved",
+        (
+            Pushed(FORK2, WRITTEN - timedelta(minutes=3), "opened"),
+            Pushed(FORK, WRITTEN - timedelta(minutes=2)),
+            Pushed(FORK2, WRITTEN + timedelta(minutes=1)),
+        ),
+        rerun(2, written_at=WRITTEN),
+        {
+            "sqlite": Expect([], ["refused"], r"invalid: the head of this fork pull request is d{12}, but when the "
+                                              r"comment was written \(.*\) the bot had recorded c{12} as its head"),
+            "runs": Expect([], ["refused"], PLAIN_FORK_RERUN_REFUSED),
+        },
+    ),
+    Case(
+        "the reviewed head pushed away and back after the comment is not approved by a plain rerun either",
+        (
+            Pushed(FORK, WRITTEN - timedelta(minutes=2), "opened"),
+            Pushed(FORK2, WRITTEN + timedelta(minutes=1)),
+            Pushed(FORK, WRITTEN + timedelta(minutes=2)),
+        ),
+        rerun(2, written_at=WRITTEN),
+        {
+            "sqlite": Expect([], ["refused"], r"invalid: the head of this fork pull request moved after the comment "
+                                              r"was written \(.*\): to d{12} at .* \(pull_request synchronize\)"),
+            "runs": Expect([], ["refused"], PLAIN_FORK_RERUN_REFUSED),
         },
     ),
     Case(
@@ -334,6 +397,26 @@ def test_decision_table(case: Case, mode: Mode) -> None:
     assert re.match(expect.outcome, outcome), outcome
     assert mode.effects == expect.effects
     assert [reply["kind"] for reply in mode.replies()[replied:]] == expect.replies
+
+
+def test_a_b_a_approves_nothing_and_the_reply_names_the_current_head_by_the_one_hint_writer(mode: Mode) -> None:
+    """The swapped-back head is neither run nor approved; the answer is the `sha=` command of the current head,
+    written by `approval_command`, and commenting it back approves exactly that head."""
+    for step in (Pushed(FORK2, WRITTEN - timedelta(minutes=3), "opened"), Pushed(FORK, WRITTEN - timedelta(minutes=2)),
+                 Pushed(FORK2, WRITTEN + timedelta(minutes=1))):
+        mode.act(step)
+    replied = len(mode.replies())
+    mode.effects.clear()
+    mode.act(rerun(2, written_at=WRITTEN))
+    [reply] = mode.replies()[replied:]
+    assert reply["kind"] == "refused" and mode.effects == []
+    assert not mode.new_ledger().is_approved(2, FORK2) and not mode.new_ledger().is_approved(2, FORK)
+    [hinted] = re.findall(r"`([^`]*)`", reply["context"]["fix"])
+    assert hinted == approval_command("/parity", FORK2)
+    [command] = parse_commands(hinted)
+    assert isinstance(command, ParsedCommand)
+    outcome = mode.act(rerun(2, sha=command.sha, written_at=WRITTEN + timedelta(minutes=6)))
+    assert re.match(LAUNCHED, outcome) and mode.effects == [("launch", "fork2 all campaign")]
 
 
 # ----------------------------------------------------------------- what only one ledger remembers

@@ -238,6 +238,23 @@ def test_the_approval_hint_for_a_fork_push_when_commented_back_dispatches_exactl
     assert len(actions.replies(2)) == 1, "the hinted command is accepted, not refused"
 
 
+def test_a_plain_rerun_on_a_fork_dispatches_nothing_and_answers_with_the_current_heads_sha_command(
+    actions: Actions,
+) -> None:
+    """Without a record of heads nothing tells which head the maintainer reviewed: after BAD, GOOD and BAD again
+    (A-B-A), a plain rerun written while GOOD was the head would otherwise dispatch BAD."""
+    fork2 = actions.history.fork2
+    actions.fake.add_pull(REPO, 2, fork2, "fork", "main", head_repo_full_name="contributor/widgets")
+    assert actions.comment("/parity rerun", number=2) == 0
+    assert actions.dispatches() == []
+    [reply] = actions.replies(2)
+    assert "nothing records which head the comment was written about" in reply
+    assert re.findall(r"`(/parity rerun sha=[^`]*)`", reply) == [f"/parity rerun sha={fork2}"], reply
+    assert actions.comment(f"/parity rerun sha={fork2}", number=2) == 0
+    [dispatch] = actions.dispatches()
+    assert assert_valid_dispatch(dispatch)["head_sha"] == fork2
+
+
 def test_a_maintainers_label_on_a_fork_approves_and_dispatches_exactly_that_head(actions: Actions) -> None:
     assert actions.label(2, actions.history.fork1, fork=True) == 0
     [dispatch] = actions.dispatches()

@@ -10,6 +10,7 @@ No sleeps for synchronisation: every wait is `wait_until(condition)` with a boun
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from bot.core.commands import approval_command
 from bot.dispatch.local import process_alive
 from bot.store.campaigns import CampaignState
 from runners.report import CampaignReport
@@ -151,11 +153,13 @@ def test_a_pull_request_branched_from_an_old_config_is_judged_by_the_tips(env: E
 # ----------------------------------------------------------------- fork approval names the head
 
 
-def test_fork_approval_by_full_sha_and_by_a_plain_rerun_only_of_a_head_seen_before_the_comment(env: Env) -> None:
+def test_fork_approval_by_full_sha_and_by_a_plain_rerun_only_of_the_head_when_the_comment_was_written(
+        env: Env) -> None:
     with service(env.settings(hold=True)) as svc:
         post(svc.url, "pull_request", _fork_event(env, "opened", env.fork1), delivery="opened")
         assert svc.wait_delivery("opened").startswith("ignored:")
-        assert svc.store.head_first_seen(REPO, 2, env.fork1) is not None, "the bot saw fork1 when it was opened"
+        seen = svc.store.heads_since(REPO, 2, time.time())
+        assert [head.head_sha for head in seen] == [env.fork1], "the bot saw fork1 when it was opened"
         # A plain rerun written after fork1 was seen approves fork1 (GitHub's timestamps are whole seconds, so
         # "after" is the next second: within the same second the bot cannot tell, and refuses).
         after = comment_event("/parity rerun", number=2, created_at=github_time(time.time() + 1))
@@ -173,7 +177,7 @@ def test_fork_approval_by_full_sha_and_by_a_plain_rerun_only_of_a_head_seen_befo
         post(svc.url, "issue_comment", stale, delivery="plain-stale")
         outcome = svc.wait_delivery("plain-stale")
         assert outcome.startswith(f"invalid: the head of this fork pull request is {env.fork2[:12]}"), outcome
-        assert "after the comment was written" in outcome
+        assert "when the comment was written" in outcome and "the bot had recorded no head" in outcome
         # A prefix is refused, however long, with the full SHA to use.
         post(svc.url, "issue_comment", comment_event(f"/parity rerun sha={env.fork2[:39]}", number=2), delivery="p")
         assert svc.wait_delivery("p").startswith(f"invalid: `sha={env.fork2[:39]}` is not a full commit SHA")
@@ -188,6 +192,43 @@ def test_fork_approval_by_full_sha_and_by_a_plain_rerun_only_of_a_head_seen_befo
         [second] = svc.wait_state(S.COMPLETED, pr=2)
     assert second.head_sha == env.fork2 and svc.store.is_approved(REPO, 2, env.fork2)
     assert [head for head, _ in _runs_of(env)] == [env.fork1, env.fork2]
+
+
+def test_a_fork_head_swapped_back_after_the_review_is_not_approved_by_a_plain_rerun(env: Env) -> None:
+    """A-B-A through the real service: the author opens with BAD (fork2), pushes GOOD (fork1), the maintainer
+    reviews GOOD and comments a plain rerun, and the author pushes BAD again before the bot handles the comment
+    (GitHub shows BAD when the bot fetches the pull request; the push's own delivery comes after the comment)."""
+    def push(head: str, action: str, delivery: str) -> None:
+        env.fake.add_pull(REPO, 2, head, "fork", "main", head_repo_full_name="contributor/widgets")
+        post(svc.url, "pull_request", _fork_event(env, action, head), delivery=delivery)
+
+    bad, good = env.fork2, env.fork1
+    with service(env.settings()) as svc:
+        push(bad, "opened", "bad")
+        push(good, "synchronize", "good")
+        assert svc.wait_delivery("bad").startswith("ignored:") and svc.wait_delivery("good").startswith("ignored:")
+        [*_, good_seen] = svc.store.heads_since(REPO, 2, 0.0)
+        assert good_seen.head_sha == good
+        # GitHub writes the comment's time in whole seconds: the first second after GOOD was seen. The review
+        # takes at least until it began, so the clock is let past it before BAD is pushed again.
+        written = math.floor(good_seen.at) + 1
+        wait_until(lambda: time.time() > written, "the review's second to pass")
+        env.fake.add_pull(REPO, 2, bad, "fork", "main", head_repo_full_name="contributor/widgets")
+        comment = comment_event("/parity rerun", number=2, created_at=github_time(written))
+        post(svc.url, "issue_comment", comment, delivery="plain")
+        outcome = svc.wait_delivery("plain")
+        post(svc.url, "pull_request", _fork_event(env, "synchronize", bad), delivery="bad-again")
+        assert svc.wait_delivery("bad-again").startswith("ignored:")
+    assert outcome.startswith(f"invalid: the head of this fork pull request is {bad[:12]}, but when the comment "
+                              "was written"), outcome
+    assert f"the bot had recorded {good[:12]} as its head" in outcome
+    assert svc.campaigns(2) == [] and env.runs() == []
+    assert not svc.store.is_approved(REPO, 2, bad) and not svc.store.is_approved(REPO, 2, good)
+    [refused] = svc.publisher.of("reply", kind="refused")
+    assert refused["context"]["fix"] == (f"check that {bad} is the commit you reviewed, then comment "
+                                         f"`{approval_command('/parity', bad)}`")
+    assert [head.source for head in svc.store.heads_since(REPO, 2, written)] == [
+        "pull_request synchronize", "pull request fetched", "pull_request synchronize"]
 
 
 # ----------------------------------------------------------------- commands are visible and the bot's own

@@ -54,7 +54,8 @@ def test_wal_and_schema(store: Store) -> None:
     db = sqlite3.connect(store.path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    expected = {"deliveries", "campaigns", "transitions", "approvals", "seen_heads", "refusal_log", "publications"}
+    expected = {"deliveries", "campaigns", "transitions", "approvals", "head_observations", "refusal_log",
+                "publications"}
     assert expected <= tables
 
 
@@ -214,13 +215,35 @@ def test_refusals_are_logged_and_the_answered_one_found_within_its_window(store:
     assert [r.answered for r in store.refusals("acme/widgets", 1, "reader")] == [True, False]
 
 
-def test_a_head_keeps_the_time_it_was_first_seen(store: Store) -> None:
-    assert store.head_first_seen("acme/widgets", 1, HEAD) is None
+def test_head_observations_answer_what_the_head_was_at_a_moment_and_since(store: Store) -> None:
+    """Kept in any time order (a retried delivery after a later fetch); ties at the latest moment all count."""
+    other = "b" * 40
+    assert store.heads_since("acme/widgets", 1, 1000.0) == []
     store.see_head("acme/widgets", 1, HEAD, 200.0, "pull request fetched")
-    store.see_head("acme/widgets", 1, HEAD, 100.0, "pull_request synchronize")
-    store.see_head("acme/widgets", 1, HEAD, 300.0, "pull_request labeled")
-    assert store.head_first_seen("acme/widgets", 1, HEAD) == 100.0
-    assert store.head_first_seen("acme/widgets", 2, HEAD) is None
+    store.see_head("acme/widgets", 1, other, 300.0, "pull_request synchronize")
+    store.see_head("acme/widgets", 1, HEAD, 100.0, "pull_request opened")
+    store.see_head("acme/widgets", 1, HEAD, 300.0, "pull request fetched")
+    store.see_head("acme/widgets", 2, other, 150.0, "pull_request opened")
+    seen = store.heads_since("acme/widgets", 1, 250.0)
+    assert [(head.head_sha, head.at) for head in seen] == [(HEAD, 200.0), (other, 300.0), (HEAD, 300.0)]
+    assert [head.head_sha for head in store.heads_since("acme/widgets", 1, 300.0)] == [other, HEAD], "a tie"
+    assert [head.at for head in store.heads_since("acme/widgets", 1, 50.0)] == [100.0, 200.0, 300.0, 300.0]
+    assert [head.source for head in store.heads_since("acme/widgets", 2, 150.0)] == ["pull_request opened"]
+
+
+def test_an_older_database_loses_its_first_sightings_and_gains_observations(tmp_path: Path) -> None:
+    """A head's first sighting cannot say what the head was at a moment: the table is dropped, not read."""
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE seen_heads (repo TEXT, pr_number INTEGER, head_sha TEXT, first_seen REAL, source TEXT)")
+    db.execute("INSERT INTO seen_heads VALUES ('acme/widgets', 1, ?, 1.0, 'pull_request opened')", (HEAD,))
+    db.commit()
+    db.close()
+    store = Store(path)
+    tables = {row[0] for row in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "seen_heads" not in tables and "head_observations" in tables
+    assert store.heads_since("acme/widgets", 1, 10.0) == []
+    store.close()
 
 
 def test_prior_attempts_of_the_same_head_with_their_verdicts(store: Store) -> None:

@@ -1,19 +1,27 @@
 """Comment commands (`/parity rerun [rows=a,b] [sha=<head>]`, `cancel`, `status`, `help`): a pure parser.
 
-A command counts only when it stands on its own line of visible prose. Lines inside fenced or indented code
-blocks and `>` quotes are someone showing or quoting a command, not asking for one; text inside HTML comments
-(`<!-- -->`), `<details>` (folded away by default) or any other HTML block is not what readers see, so a
-command hidden there would act behind everyone's back. The rules err towards ignoring: a line the parser is
-unsure about is not a command. The help text is generated from `COMMANDS`, so the documentation cannot drift
-from what the parser accepts.
+A command counts only when it stands on its own line of a top-level paragraph, found by a CommonMark tokenizer
+(markdown-it-py, with GitHub's tables), never by guessing at lines. Code spans, indented and fenced code blocks,
+`>` quotes, lists, headings and tables show or quote a command, they do not ask for one; HTML blocks, HTML
+comments and everything inside `<details>` (folded away by default) is not what readers see, so a command hidden
+there would act behind everyone's back. A `<details>` opens and closes only where the tokenizer found raw HTML: a
+`` `</details>` `` in a code span is text and unfolds nothing. The rules err towards ignoring: a comment nested
+too deep for the tokenizer to see whole counts no command. The help text is generated from `COMMANDS`, so the
+documentation cannot drift from what the parser accepts.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from runners.config import parse_rows
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 
 ROW_ID = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 """Same shape as `runners.config.RowConfig.id`; whether the row exists is checked against the base config."""
@@ -51,7 +59,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
             "queued or running one for the same rows), optionally only for the named rows of the base "
             "branch's config. `sha=` makes the request apply only if the head is still that commit; for a "
             "pull request from a fork it approves exactly that head. Without `sha=`, a fork's head is "
-            "approved only if the bot had seen it before the comment was written."
+            "approved only if it was the head when the comment was written and no other head was seen since "
+            "(Actions-only mode keeps no record of heads: there a fork needs `sha=`)."
         ),
         who="collaborators with at least the configured permission (default write)",
         example="rerun rows=vllm-disagg,sglang-disagg",
@@ -112,74 +121,91 @@ class UnknownCommand:
     reason: str
 
 
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
-_HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
-_DETAILS = re.compile(r"<(/?)details\b[^>]*>", re.IGNORECASE)
-_HTML_BLOCK = re.compile(r"^ {0,3}<(?:(/?[A-Za-z][A-Za-z0-9-]*)(?:[\s/>]|$)|[?!])")
-"""A line opening an HTML block (CommonMark kinds 1-7, any tag): rendered as HTML, not prose."""
-_RAW_TAGS = ("pre", "script", "style", "textarea")
-"""HTML blocks that end at their closing tag, not at a blank line (CommonMark kind 1)."""
-HIDDEN = "\x00"
-"""Stands where hidden HTML was removed: a line starting with it began with HTML, so it is not a command."""
+_HTML_MARKUP = re.compile(
+    r"<!--(?:-?>|.*?--!?>)"  # a comment as a browser ends it: `<!-->` and `<!--->` are empty, `--!>` closes one
+    r"|<[!?][^>]*>|</(?![A-Za-z])[^>]*>"  # what a browser reads as a bogus comment (<!DOCTYPE, <?php, </ x>)
+    r"""|<(/?)([A-Za-z][^\s/>]*)(?:[^>"']|"[^"]*"|'[^']*')*>""",  # a tag, its quoted attribute values included
+    re.DOTALL,
+)
+"""Raw HTML as a browser's tokenizer reads it, so a `</details>` inside a comment or an attribute value is no tag."""
+_MARKUP_START = re.compile(r"<(?:[!?]|/?[A-Za-z])")
+"""Where markup starts: one that `_HTML_MARKUP` cannot close runs on into what follows, hidden."""
+_TO_THE_END = 1 << 30
+"""A `<details>` depth nothing closes again: raw HTML left open (a tag, quote or comment) swallows the rest."""
+_LINE_BREAKS = ("softbreak", "hardbreak")
+_MARKUP = {"link_open": "[", "link_close": "]", "image": "![]"}
+"""Inline tokens whose markup markdown-it leaves empty, written as they start in the source, so a link or image
+never reads as plain words (emphasis, strikethrough and code keep their own markup)."""
+_NESTING = 20
+"""markdown-it's `maxNesting`: a block nested this deep is dropped from the tokens, unseen; a comment that reaches
+it is not read for commands at all (a `<details>` it held would otherwise be missed)."""
 
 
-def _visible(body: str) -> str:
-    """The body without HTML comments and `<details>` sections: what a reader sees without unfolding anything.
+@functools.cache
+def _markdown() -> MarkdownIt:
+    """CommonMark as GitHub extends it where that changes what is prose: tables (a row is not a paragraph line)
+    and strikethrough."""
+    from markdown_it import MarkdownIt
 
-    An unclosed `<!--` or `<details>` hides the rest of the comment, as GitHub renders it.
-    """
-    text = _HTML_COMMENT.sub(HIDDEN, body.replace(HIDDEN, ""))
-    opened = text.find("<!--")
-    if opened >= 0:
-        text = text[:opened]
-    kept: list[str] = []
-    depth, position = 0, 0
-    for tag in _DETAILS.finditer(text):
-        if depth == 0:
-            kept.append(text[position : tag.start()])
-        depth = max(depth - 1, 0) if tag.group(1) else depth + 1
-        position = tag.end()
-    if depth == 0:
-        kept.append(text[position:])
-    return HIDDEN.join(kept)
+    return MarkdownIt("commonmark", {"maxNesting": _NESTING}).enable(["table", "strikethrough"])
+
+
+def _details_depth(html: str, depth: int) -> int:
+    """The number of `<details>` open after raw HTML, its tags found as a browser finds them, however spelled (a
+    closing tag with none open is ignored, as a browser ignores it). Markup left open at the end (an unclosed tag,
+    attribute value or comment) runs on over whatever follows, so it hides the rest of the comment."""
+    position = html.find("<")
+    while position >= 0:
+        markup = _HTML_MARKUP.match(html, position)
+        if markup is None:
+            if _MARKUP_START.match(html, position):
+                return _TO_THE_END
+            position = html.find("<", position + 1)
+            continue
+        if (markup.group(2) or "").lower() == "details":
+            depth = max(depth - 1, 0) if markup.group(1) else depth + 1
+        position = html.find("<", markup.end())
+    return depth
+
+
+def _deepest(tokens: list[Token]) -> int:
+    return max((max(token.level, _deepest(token.children or [])) for token in tokens), default=0)
 
 
 def _prose_lines(body: str) -> list[str]:
-    """The comment's visible lines outside fenced code, indented code, HTML blocks and block quotes, stripped."""
+    """The lines of the comment's top-level paragraphs outside any `<details>`, as a reader sees them: HTML
+    comments removed, code spans and other inline markup kept as written (so they never read as plain words)."""
+    tokens = _markdown().parse(body)
+    if _deepest(tokens) >= _NESTING - 1:
+        return []
     lines: list[str] = []
-    fence: str | None = None
-    html_end: str | None = None  # "" = the HTML block ends at a blank line, else at this closing tag
-    for raw in _visible(body.replace("\r\n", "\n").replace("\r", "\n")).split("\n"):
-        if html_end is not None:
-            if (html_end and html_end in raw.lower()) or (not html_end and not raw.strip()):
-                html_end = None
+    depth = 0
+    for index, token in enumerate(tokens):
+        if token.type == "html_block":
+            depth = _details_depth(token.content, depth)
+        if token.type != "inline":
             continue
-        match = _FENCE.match(raw)
-        if fence is not None:
-            # CommonMark: a fence closes with at least as many of the same character and nothing after it.
-            if (
-                match
-                and match.group(1)[0] == fence[0]
-                and len(match.group(1)) >= len(fence)
-                and not match.group(2).strip()
-            ):
-                fence = None
-            continue
-        if match and not (match.group(1)[0] == "`" and "`" in match.group(2)):
-            fence = match.group(1)
-            continue
-        block = _HTML_BLOCK.match(raw)
-        if block:
-            tag = (block.group(1) or "").lower()
-            html_end = f"</{tag}>" if tag in _RAW_TAGS and f"</{tag}>" not in raw.lower() else ""
-            continue
-        expanded = raw.expandtabs(4)
-        stripped = expanded.strip()
-        # Four spaces of indentation is code (or a continuation we do not guess about); `>` is a quote.
-        if not stripped or expanded.startswith("    ") or stripped.startswith((">", HIDDEN)):
-            continue
-        lines.append(stripped.replace(HIDDEN, " ").strip())
-    return lines
+        prose = index > 0 and tokens[index - 1].type == "paragraph_open" and tokens[index - 1].level == 0
+        parts: list[str] | None = [] if depth == 0 else None  # None: this line started hidden
+        for child in token.children or []:
+            if child.type in _LINE_BREAKS:
+                if prose and parts is not None:
+                    lines.append("".join(parts).strip())
+                parts = [] if depth == 0 else None
+                continue
+            shown = depth == 0
+            if child.type == "html_inline":
+                depth = _details_depth(child.content, depth)
+                text = child.content if shown and depth == 0 and not child.content.startswith("<!--") else " "
+            elif child.type == "code_inline":
+                text = f"{child.markup}{child.content}{child.markup}"
+            else:
+                text = child.content if child.type == "text" else _MARKUP.get(child.type, child.markup)
+            if shown and parts is not None:
+                parts.append(text)
+        if prose and parts is not None:
+            lines.append("".join(parts).strip())
+    return [line for line in lines if line]
 
 
 def _parse_line(words: list[str], line: str) -> ParsedCommand | UnknownCommand:

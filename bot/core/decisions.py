@@ -10,8 +10,9 @@ Actions-only mode). The rules that make requests honest live here, once:
   for the current head; which live campaign it replaces, and which existing one answers a request instead
   (a label added again, a second identical request), is the ledger's `replaced` / `covering`.
 - Fork approval names a head exactly: `sha=` takes all 40 hex digits (a shorter one is refused with the full
-  SHA to use); a plain rerun approves the current head only if the ledger recorded seeing it by the time the
-  comment was written (a ledger that records no heads lets the command itself approve the head of that moment).
+  SHA to use); a plain rerun approves the current head only if the ledger recorded it as the head when the
+  comment was written and recorded no other head since, so a head swapped back and forth after a review is
+  never approved by it (a ledger that records no heads cannot tell, and asks for `sha=`).
   Every approval hint is written by `bot.core.commands.approval_command`, so it is always a command we accept.
 - Refusals are answered once per person per pull request per `refusal_window_seconds` when the ledger
   remembers them (the recorded permission then stands in for another API lookup), else every time.
@@ -237,15 +238,36 @@ class Decisions:
             if intent.sha != head:
                 return f"the head moved from {intent.sha[:12]} to {head[:12]} since it was requested", approve
             return None
-        if not pull.is_fork or intent.written_at is None or not self.ledger.records_heads:
+        if not pull.is_fork:
             return None
-        first_seen = self.ledger.head_first_seen(pull.number, head)
-        written = intent.written_at.timestamp()
-        if first_seen is None or first_seen > written:
-            seen = "never" if first_seen is None else _utc(first_seen)
+        if intent.written_at is None or not self.ledger.records_heads:
             reason = (
-                f"the head of this fork pull request is {head[:12]}, which the bot first saw at {seen}, after "
-                f"the comment was written ({_utc(written)}): it may not be the commit that was reviewed"
+                f"a plain `{self.settings.command_word} rerun` cannot approve the head of a fork pull request here: "
+                "nothing records which head the comment was written about"
+            )
+            return reason, approve
+        return self._plain_approval_refusal(pull.number, head, intent.written_at.timestamp(), approve)
+
+    def _plain_approval_refusal(self, pr: int, head: str, written: float, approve: str) -> tuple[str, str] | None:
+        """A plain rerun approves `head` only if the ledger recorded it as the head when the comment was written
+        and no other head since: a review of one commit never approves another pushed after it, even one pushed
+        away and back (A-B-A) before the comment was handled."""
+        seen = self.ledger.heads_since(pr, written)
+        then = {record.head_sha for record in seen if record.at <= written}
+        if then != {head}:
+            recorded = ", ".join(sorted(sha[:12] for sha in then)) if then else "no head"
+            reason = (
+                f"the head of this fork pull request is {head[:12]}, but when the comment was written "
+                f"({_utc(written)}) the bot had recorded {recorded} as its head: it may not be the commit that "
+                "was reviewed"
+            )
+            return reason, approve
+        moved = next((record for record in seen if record.head_sha != head), None)
+        if moved is not None:
+            reason = (
+                f"the head of this fork pull request moved after the comment was written ({_utc(written)}): "
+                f"to {moved.head_sha[:12]} at {_utc(moved.at)} ({moved.source}), and is {head[:12]} now; it may "
+                "not be the commit that was reviewed"
             )
             return reason, approve
         return None

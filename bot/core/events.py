@@ -89,7 +89,7 @@ class Comment(_Read):
     body: str | None = None
     user: User
     created_at: datetime
-    """When it was written: a plain fork approval covers only a head the bot had seen by then."""
+    """When it was written: a plain fork approval covers only the head the bot recorded at that time."""
 
 
 class IssueCommentEvent(_Read):

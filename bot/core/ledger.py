@@ -4,7 +4,8 @@ Two implementations: `bot.intake.StoreLedger` (the service's SQLite store, drive
 `bot.event_cli.RunTitleLedger` (Actions-only mode, where a campaign is a live workflow run named by its title).
 What one mode can remember and the other cannot is a property of its ledger, never a branch in the decisions:
 a ledger without an approvals record approves nothing by itself (the authorised command is the approval), one
-without a record of heads says `records_heads = False`, one without refusal memory answers every refusal.
+without a record of heads says `records_heads = False` (a fork's plain rerun then approves nothing), one without
+refusal memory answers every refusal.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.store.campaigns import CampaignState, CampaignView
+from bot.store.people import HeadSeen
 from runners.config import CampaignMode
 
 
@@ -43,8 +45,8 @@ class Ledger(Protocol):
 
     @property
     def records_heads(self) -> bool:
-        """Whether `head_first_seen` is a record: without one, a fork's plain rerun approves the head of that
-        moment (the command is the approval), as a label does."""
+        """Whether `heads_since` is a record: without one, nothing tells which head a comment was written
+        about, so a fork's plain rerun approves nothing and is answered with the `sha=` command to use."""
         ...
 
     def campaign(self, campaign_id: str) -> CampaignView | None:
@@ -87,9 +89,13 @@ class Ledger(Protocol):
 
     def is_approved(self, pr: int, head_sha: str) -> bool: ...
 
-    def see_head(self, pr: int, head_sha: str, at: float, source: str) -> None: ...
+    def see_head(self, pr: int, head_sha: str, at: float, source: str) -> None:
+        """Remember that the pull request's head was `head_sha` at `at` (a delivery, a fetch)."""
+        ...
 
-    def head_first_seen(self, pr: int, head_sha: str) -> float | None: ...
+    def heads_since(self, pr: int, at: float) -> list[HeadSeen]:
+        """The heads recorded latest at or before `at`, then every one recorded after, in time order."""
+        ...
 
     def answered_refusal(self, pr: int, login: str, since: float) -> str | None:
         """The permission recorded with a refusal answered since `since`, or None (answer this one)."""

@@ -44,7 +44,7 @@ class Rerun:
     campaign_id: str | None = None
     """Set from a check run's external_id; its rows are reused when `rows` is None."""
     written_at: datetime | None = None
-    """When the comment was written: without `sha=`, a fork's head is approved only if seen by then."""
+    """When the comment was written: without `sha=`, a fork's head is approved only if it was the head then."""
     profile: bool = False
     """`/parity profile`: correctness, then regression attribution instead of the performance gate."""
 

@@ -1,8 +1,11 @@
 """Who asked and what they could have seen: fork approvals, the heads the bot has seen, and refusals.
 
 - An approval names one full head SHA of a fork pull request; a later push needs a new one.
-- Every head SHA the bot learns of (a pull_request delivery, a pull request it fetched) is kept with the time it
-  was first seen, so a plain `/parity rerun` on a fork approves only a head the commenter could have seen.
+- Every time the bot learns what a pull request's head is (a pull_request delivery, a pull request it fetched)
+  is kept with its time, so a plain `/parity rerun` on a fork approves a head only if it was the head when the
+  comment was written and no other head was seen since (`bot.core.decisions`). Every observation is kept, not
+  only changes: they can arrive out of time order (a delivery retried after a later fetch), and a record of
+  changes alone would then lose the one that shows the head moved.
 - Refusals are logged, each marked answered or not: one public answer per person per pull request per window,
   and within the window the recorded permission stands in for another API lookup.
 """
@@ -23,14 +26,16 @@ CREATE TABLE IF NOT EXISTS approvals (
     approved_at REAL NOT NULL,
     PRIMARY KEY (repo, pr_number, head_sha)
 );
-CREATE TABLE IF NOT EXISTS seen_heads (
+DROP TABLE IF EXISTS seen_heads;
+CREATE TABLE IF NOT EXISTS head_observations (
+    seq INTEGER PRIMARY KEY,
     repo TEXT NOT NULL,
     pr_number INTEGER NOT NULL,
     head_sha TEXT NOT NULL,
-    first_seen REAL NOT NULL,
-    source TEXT NOT NULL,
-    PRIMARY KEY (repo, pr_number, head_sha)
+    at REAL NOT NULL,
+    source TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS head_observations_by_time ON head_observations (repo, pr_number, at);
 DROP TABLE IF EXISTS refusals;
 CREATE TABLE IF NOT EXISTS refusal_log (
     seq INTEGER PRIMARY KEY,
@@ -44,6 +49,15 @@ CREATE TABLE IF NOT EXISTS refusal_log (
 );
 CREATE INDEX IF NOT EXISTS refusal_log_by_person ON refusal_log (repo, pr_number, login, at);
 """
+
+
+@dataclass(frozen=True)
+class HeadSeen:
+    """The bot learned at `at` (unix time) that the pull request's head was `head_sha`, from `source`."""
+
+    head_sha: str
+    at: float
+    source: str
 
 
 @dataclass(frozen=True)
@@ -79,23 +93,24 @@ class PeopleRecords(StorePart):
     # ------------------------------------------------------------------ heads seen
 
     def see_head(self, repo: str, pr_number: int, head_sha: str, at: float, source: str) -> None:
-        """Record that the bot knew of this head at `at` (keeps the earliest time and its source)."""
+        """Record that the pull request's head was `head_sha` at `at` (every observation, in any time order)."""
         with self._tx() as db:
             db.execute(
-                "INSERT INTO seen_heads (repo, pr_number, head_sha, first_seen, source) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (repo, pr_number, head_sha) DO UPDATE SET first_seen = excluded.first_seen, "
-                "source = excluded.source WHERE excluded.first_seen < seen_heads.first_seen",
+                "INSERT INTO head_observations (repo, pr_number, head_sha, at, source) VALUES (?, ?, ?, ?, ?)",
                 (repo, pr_number, head_sha, at, source),
             )
 
-    def head_first_seen(self, repo: str, pr_number: int, head_sha: str) -> float | None:
-        """When the bot first knew of this head of the pull request (unix time); None if never."""
+    def heads_since(self, repo: str, pr_number: int, at: float) -> list[HeadSeen]:
+        """The latest observations at or before `at` (every one of that same time), then every later one, in time
+        order: what the head was at `at`, and what it was seen to be since. Empty if never observed."""
         with self._lock:
-            row = self._db.execute(
-                "SELECT first_seen FROM seen_heads WHERE repo = ? AND pr_number = ? AND head_sha = ?",
-                (repo, pr_number, head_sha),
-            ).fetchone()
-        return None if row is None else float(row[0])
+            found = self._db.execute(
+                "SELECT head_sha, at, source FROM head_observations WHERE repo = ? AND pr_number = ? AND at >= "
+                "COALESCE((SELECT MAX(at) FROM head_observations WHERE repo = ? AND pr_number = ? AND at <= ?), "
+                "-1e308) ORDER BY at, seq",
+                (repo, pr_number, repo, pr_number, at),
+            ).fetchall()
+        return [HeadSeen(str(row[0]), float(row[1]), str(row[2])) for row in found]
 
     # ------------------------------------------------------------------ refusals
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from runners.build import BuildError, ProtocolMismatch, build_artifact, store_binary, toolchain
-from runners.build_cache import BuildCacheError, CampaignCache, configured_dir
+from runners.build import BuildError, ProtocolMismatch, StartedBuild, finish_build, start_build, store_binary, toolchain
+from runners.build_cache import BuildCacheError, BuildKey, CampaignCache, configured_dir
 from runners.campaign import CampaignRequest, CampaignStop, fixtures_not_run, new_report, prepare, selected_rows
 from runners.config import DEFAULT_CONFIG_PATH, ConfigError, parse_rows, resolve_config
 from runners.distributed.artifacts import (
@@ -76,6 +76,9 @@ class ArmBuild(StrictModel):
     exceptions: list[ExceptionOutcome]
     stopped: StopRecord | None
     sandbox: SandboxRecord
+    cache_key: BuildKey | None = None
+    """The candidate's build cache key when it was compiled here with a cache: `kv-parity manifest --build-cache`
+    stores it under this key once the size gate passed (a candidate is never stored before)."""
 
 
 class _Stop(Exception):
@@ -89,7 +92,8 @@ def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, wo
     """Build `arm` at the plan's SHA in its own sandbox; a stop is recorded in the result, never raised.
 
     With `build_cache`, the arm is reused when built before as that arm under the same key (runners/build_cache.py
-    decides), and stored once built, exactly as in a single-machine campaign."""
+    decides), and a baseline stored once built, exactly as in a single-machine campaign; a candidate compiled
+    here records its key for the manifest, which stores it once its size gate passed."""
     sha = plan.sha(arm)
     record = ArmBuild(campaign_id=plan.campaign_id, plan_sha256=plan_sha, arm=arm, sha=sha, artifact=None,
                       toolchain=None, determinism_patch_sha256=None, preflight_problems=[], exception_records=[],
@@ -106,8 +110,9 @@ def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, wo
             if harness_patch is not None:
                 record.harness_patch_sha256 = applied["harness"] = apply_patch(tree, harness_patch, "harness patch")
             try:
-                artifact = build_artifact(tree, arm, sha, plan.config.build, out, sandbox=sandbox,
-                                          cache=cache and replace(cache, patches=applied))
+                started = start_build(tree, arm, sha, plan.config.build, out, sandbox=sandbox,
+                                      cache=cache and replace(cache, patches=applied))
+                artifact = finish_build(started)
             except BuildError as exc:
                 raise _Stop(StopRecord(stage="build", reason=str(exc), blocking=isinstance(exc, ProtocolMismatch),
                                        output_tail=exc.output_tail)) from exc
@@ -117,6 +122,8 @@ def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, wo
                 raise _Stop(StopRecord(stage="build", reason=f"{arm} checkout moved off {sha} during its build",
                                        blocking=False))
             record.artifact = artifact
+            if isinstance(started, StartedBuild) and arm == "candidate":
+                record.cache_key = started.key
             binary = out / artifact.binary_name
             sandbox.pin(binary, arm, artifact.binary_sha256)
             flags = sorted({flag for row in plan.config.rows for flag in plan.config.flags_used(row)})
@@ -197,6 +204,12 @@ def checked_arm(directory: Path, arm: Arm, plan: Plan, plan_sha: str) -> ArmBuil
         if actual != build.artifact.binary_sha256:
             raise Refusal(f"{arm} binary SHA-256 mismatch: build.json {build.artifact.binary_sha256}, "
                           f"file {actual}")
+    if build.cache_key is not None:
+        record = build.artifact.build_cache if build.artifact is not None else None
+        if arm != "candidate" or build.cache_key.arm != arm or record is None or \
+                build.cache_key.digest() != record.key_sha256:
+            raise Refusal(f"{directory / ARM_BUILD_NAME}: cache_key is not the key of the {arm} build it records "
+                          "(only a candidate's own key may be stored after its size gate)")
     return build
 
 

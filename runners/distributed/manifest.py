@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runners import build_info
-from runners.build import store_binary
+from runners.build import store_binary, store_candidate
+from runners.build_cache import BuildCacheError, CampaignCache, configured_dir
 from runners.campaign import STANDING_SKIPS
 from runners.distributed.artifacts import BuildManifest, copy_fixture_traces, row_matrix, write_matrix
-from runners.distributed.build import checked_arm
+from runners.distributed.build import ArmBuild, checked_arm
 from runners.distributed.common import (
     BINARY_DIR,
     EXIT_OK,
@@ -36,9 +37,10 @@ from runners.verdicts import gated_build_differences
 
 
 def assemble_manifest(plan: Plan, plan_sha: str, arm_dirs: dict[Arm, Path], trace_source: Path,
-                      out: Path, plan_dir: Path) -> BuildManifest:
+                      out: Path, plan_dir: Path, build_cache: Path | None = None) -> BuildManifest:
     """The build manifest from the plan and both checked arm builds; copies the binaries into out/bin and the
-    plan's fixture traces (re-hashed) into out/fixtures."""
+    plan's fixture traces (re-hashed) into out/fixtures. With `build_cache`, a candidate its build job compiled
+    is stored there once the size gate passed (the build job stores only a baseline)."""
     builds = {arm: checked_arm(arm_dirs[arm], arm, plan, plan_sha) for arm in ARMS}
     config = plan.config
     report = CampaignReport(
@@ -84,10 +86,30 @@ def assemble_manifest(plan: Plan, plan_sha: str, arm_dirs: dict[Arm, Path], trac
                                  gated_build_differences(report))
         report.sizes.attribution = attribute_sizes(
             *(out / BINARY_DIR / report.artifact(arm).binary_name for arm in ("baseline", "candidate")))
+        report.stopped = _store_candidate(builds["candidate"], report, out, build_cache, plan.campaign_id)
         copy_fixture_traces(plan.fixtures, config, plan_dir, out)
     return BuildManifest(campaign_id=plan.campaign_id, rows=plan.rows, report=report,
                          exceptions=builds["candidate"].exceptions,
                          fixtures=plan.fixtures if report.stopped is None else [])
+
+
+def _store_candidate(build: ArmBuild, report: CampaignReport, out: Path, directory: Path | None,
+                     campaign_id: str) -> StopRecord | None:
+    """The candidate its build job compiled, stored in the cache now that the size gate ran (if it passed); a
+    cache that cannot be used stops the campaign, as it does a single-machine one."""
+    artifact = report.artifact("candidate")
+    if build.cache_key is None or artifact.build_cache is None:
+        return None
+    if directory is None:
+        artifact.build_cache.not_stored = ("a candidate is stored only once its size gate passed, and the gate ran "
+                                           "without a build cache (`kv-parity manifest --build-cache`)")
+        return None
+    try:
+        cache = CampaignCache.for_campaign(directory, campaign_id, build.sandbox.kind)
+        store_candidate(cache, build.cache_key, artifact, out / BINARY_DIR / artifact.binary_name, report.sizes)
+    except BuildCacheError as exc:
+        return StopRecord(stage="build", reason=str(exc), blocking=True)
+    return None
 
 
 def manifest_main(argv: Sequence[str]) -> int:
@@ -102,6 +124,9 @@ def manifest_main(argv: Sequence[str]) -> int:
     parser.add_argument("--candidate", required=True, help="candidate arm directory (binary + build.json)")
     parser.add_argument("--trace", help="trace path overriding the config's (its checksum is still verified)")
     parser.add_argument("--out", required=True, help="dist directory")
+    parser.add_argument("--build-cache", metavar="DIR",
+                        help="store the candidate its build job compiled here once the size gate passed "
+                             "(default: $KV_PARITY_BUILD_CACHE, else none)")
     args = parser.parse_args(list(argv))
     out = Path(args.out)
     try:
@@ -110,7 +135,8 @@ def manifest_main(argv: Sequence[str]) -> int:
         out.mkdir(parents=True, exist_ok=True)
         manifest = assemble_manifest(plan, plan_sha, {"baseline": Path(args.baseline),
                                                       "candidate": Path(args.candidate)}, trace, out,
-                                     Path(args.plan))
+                                     Path(args.plan),
+                                     Path(args.build_cache).absolute() if args.build_cache else configured_dir())
     except Refusal as exc:
         print(f"kv-parity manifest: refusing: {exc}", file=sys.stderr)
         return EXIT_REFUSED
