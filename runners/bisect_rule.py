@@ -191,10 +191,10 @@ def conclude(good: str, commits: Sequence[str], probes: Sequence[Probe]) -> Bise
 
 
 def rule_statement(target: Sequence[Gate], requested: bool) -> str:
-    gates = ", ".join(target) if requested else "the gates the bad endpoint FAILs"
+    gates = f"one of {', '.join(target)}" if requested else "one of the gates the bad endpoint FAILs (the target)"
     return (f"each probe is a full campaign of one first-parent commit against good under the config's gates; "
-            f"the bad endpoint is probed first; a probe is bad when one of {gates} FAILs, good when every one "
-            f"PASSes, undecided otherwise; an undecided probe is run {RERUNS} more time as a fresh campaign "
+            f"the bad endpoint is probed first; a probe is bad when it FAILs {gates}, good when it PASSes every "
+            f"target gate, undecided otherwise; an undecided probe is run {RERUNS} more time as a fresh campaign "
             f"(attempts never pooled) and, still undecided, ends the search with the narrowest decided range")
 
 
