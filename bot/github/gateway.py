@@ -866,14 +866,15 @@ class TrackingCalls(GitHubTransport):
                        lambda: self._repo.create_label(name=name, color=color, description=description))
 
     def open_issues(self, label: str) -> list[IssueInfo]:
-        """Open issues (not pull requests) carrying the label, oldest first."""
-        def fetch() -> list[IssueInfo]:
-            found = self._repo.get_issues(state="open", labels=[label], sort="created", direction="asc")
-            return [IssueInfo(number=issue.number, title=issue.title, body=issue.body or "", author_id=issue.user.id,
-                              html_url=issue.html_url)
-                    for issue in found if issue.pull_request is None]
-
-        return self._call(f"list open issues labelled {label!r}", fetch)
+        """Open issues (not pull requests) carrying the label, oldest first (the first hundred: one is kept open)."""
+        query = urllib.parse.urlencode({"state": "open", "labels": label, "sort": "created", "direction": "asc",
+                                        "per_page": "100"})
+        url = f"{self._repo.url}/issues?{query}"
+        _, data = self._call(f"list open issues labelled {label!r}",
+                             lambda: self._requester.requestJsonAndCheck("GET", url))
+        return [IssueInfo(number=int(item["number"]), title=str(item["title"]), body=str(item.get("body") or ""),
+                          author_id=int(item["user"]["id"]), html_url=str(item["html_url"]))
+                for item in data if "pull_request" not in item]
 
     def create_issue(self, title: str, body: str, labels: Sequence[str]) -> IssueInfo:
         """Open an issue, at most once: a retried POST first looks for the one a failed POST may have made (the

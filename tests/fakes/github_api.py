@@ -1478,7 +1478,7 @@ class FakeGitHub:
             raise _HTTPError(422, f"No commit found for SHA: {ctx.params['ref']}")
         [found] = repo.git.commits(sha, limit=1)
         body = self._commit_json(repo, found)
-        body.update({"comments_url": f"{body['url']}/comments", "author": None, "committer": None, "files": []})
+        body.update({"comments_url": f"{body['url']}/comments", "files": []})
         return JSONResponse(body)
 
     def _pull_simple_json(self, repo: _Repo, pull: _Pull) -> dict[str, Any]:
