@@ -354,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="run the webhook service", add_help=False)
     sub.add_parser("publish", help="(re)publish a finished report to a pull request", add_help=False)
     sub.add_parser("event", help="Actions-only mode: act on one GitHub event file", add_help=False)
+    sub.add_parser("track", help="measure the default branch's tip against a reference (a schedule's creep check)",
+                   add_help=False)
     sub.add_parser("history", help="what the service recorded for a campaign, PR or delivery", add_help=False)
     sub.add_parser("plan", help="pin revisions and config, write plan.json and the row matrix (no PR code)",
                    add_help=False)
@@ -389,13 +391,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return history_main(argv[1:])
     if argv[:1] == ["publish"]:
-        from bot.publish.publisher import publish_main
+        from bot.publish.side_runs import publish_main
 
         return publish_main(argv[1:])
     if argv[:1] == ["event"]:
         from bot.event_cli import event_main
 
         return event_main(argv[1:])
+    if argv[:1] == ["track"]:
+        from bot.track_cli import track_main
+
+        return track_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)

@@ -5,6 +5,7 @@ validated against GitHub's OpenAPI description)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,10 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from bot.cli import main as cli_main
+from bot.dispatch.actions import RUN_NAME, parse_run_title
+from bot.event_cli import event_main
 from bot.server import create_app
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.track_cli import track_main
+from runners.report import Revision
 from tests.fakes.github_api import FakeGitHub
 from tests.report_factory import make_report
 from tests.service_fixtures import ROOT
@@ -196,3 +203,126 @@ def test_only_pushes_to_the_default_branch_with_tracking_on_start_anything(track
     response = post(tracking.url, "push", malformed, delivery="malformed")
     assert response.status_code == 400 and "push payload: after: Field required" in response.json()["error"]
     assert tracking.main_campaigns() == [] and tracking.fake.issues(REPO) == []
+
+
+# ----------------------------------------------------------------- Actions-only mode
+
+ACTIONS_TOKEN = "ghs_github_token"
+WORKFLOW = "kv-parity-campaign.yml"
+MAIN_WORKFLOW = ROOT / ".github" / "workflows" / "kv-parity-main.yml"
+CAMPAIGN_WORKFLOW = ROOT / ".github" / "workflows" / "kv-parity-campaign.yml"
+PIN_STEP = "Refuse an unpinned kv-parity requirement"
+
+
+@pytest.fixture()
+def actions(tmp_path: Path, history: History) -> Iterator[tuple[FakeGitHub, dict[str, str]]]:
+    """The stand-in as a workflow's GITHUB_TOKEN sees it, with the campaign workflow's real inputs and run-name."""
+    with FakeGitHub() as fake:
+        fake.add_repo(REPO, history.repo)
+        fake.register_app(15368, "unused", "github-actions")
+        fake.add_installation(31, 15368, [REPO])
+        fake.add_installation_token(ACTIONS_TOKEN, 31)
+        inputs = yaml.safe_load(CAMPAIGN_WORKFLOW.read_text())[True]["workflow_dispatch"]["inputs"]
+        fake.add_workflow(REPO, WORKFLOW, name="kv-parity campaign", inputs=inputs, run_name=RUN_NAME)
+        fake.add_pull(REPO, 5, history.shas["f1"], "feature", "main", title="Faster routing",
+                      merge_commit_sha=history.shas["m1"])
+        environ = {"GITHUB_TOKEN": ACTIONS_TOKEN, "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": fake.url,
+                   "KV_PARITY_ACTIONS_REF": "main", "KV_PARITY_API_SECONDS_BETWEEN_REQUESTS": "0",
+                   "KV_PARITY_API_SECONDS_BETWEEN_WRITES": "0"}
+        yield fake, environ
+
+
+def _event(tmp_path: Path, environ: dict[str, str], payload: dict[str, Any]) -> int:
+    path = tmp_path / f"push-{len(list(tmp_path.glob('push-*')))}.json"
+    path.write_text(json.dumps(payload))
+    return event_main(["--event-name", "push", "--event-path", str(path)], environ=environ)
+
+
+def test_actions_only_mode_dispatches_each_push_and_publishes_a_fail_on_its_own_check_run(
+        tmp_path: Path, history: History, actions: tuple[FakeGitHub, dict[str, str]],
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    fake, environ = actions
+    shas = history.shas
+    assert _event(tmp_path, environ, push_event(after=shas["m1"], before=shas["cfg"])) == 0
+    [dispatch] = fake.dispatches(REPO)
+    assert dispatch["ref"] == "main"
+    inputs = dispatch["inputs"]
+    assert (inputs["head_sha"], inputs["base_sha"], inputs["config_ref"]) == (shas["m1"], shas["cfg"], shas["m1"])
+    assert (inputs["pr_number"], inputs["purpose"], inputs["rows"]) == ("", "main", "")
+    title = parse_run_title(fake.run(dispatch["run_id"])["display_title"])
+    assert title is not None and (title.purpose, title.pr_number, title.head_sha) == ("main", 0, shas["m1"])
+
+    # `queue = "newest"`: a push cancels the main run still waiting for a runner, not pull requests' runs.
+    assert _event(tmp_path, environ, push_event(after=shas["n1"], before=shas["nq"])) == 0
+    assert _event(tmp_path, environ, push_event(after=shas["n2"], before=shas["n1"])) == 0
+    runs = [d["run_id"] for d in fake.dispatches(REPO)]
+    assert fake.cancelled_runs(REPO) == runs[:2], "both waiting main runs gave way to the newest push"
+    capsys.readouterr()
+
+    # The campaign workflow's publish job, for the first push's FAIL: `kv-parity publish --purpose main`.
+    report = make_report("perf_fail").model_copy(update={
+        "campaign_id": title.campaign_id,
+        "revisions": [Revision(arm="baseline", sha=shas["cfg"], requested=shas["cfg"]),
+                      Revision(arm="candidate", sha=shas["m1"], requested=shas["m1"])]})
+    path = tmp_path / "report" / "report.json"
+    path.parent.mkdir()
+    path.write_text(report.model_dump_json())
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    argv = ["publish", "--report", str(path), "--repo", REPO, "--pr", "", "--purpose", "main",
+            "--expect-campaign-id", title.campaign_id, "--expect-head", shas["m1"], "--expect-base", shas["cfg"],
+            "--expect-rows", "", "--expect-mode", "campaign"]
+    forged = [*argv[:-8], "--expect-head", shas["m2"], *argv[-6:]]
+    assert cli_main(forged) == 3, "a report that is not the dispatched campaign publishes nothing"
+    assert cli_main(argv) == 0
+    [run] = fake.check_runs(REPO)
+    assert (run["name"], run["head_sha"], run["conclusion"]) == ("kv-parity / main", shas["m1"], "failure")
+    [issue] = fake.issues(REPO)
+    assert issue["user"] == "github-actions[bot]" and issue["labels"] == ["kv-parity-regression"]
+    assert "#5 (Faster routing)" in issue["body"]
+    [comment] = fake.comments(REPO, 5)
+    assert f"#{issue['number']}" in comment["body"]
+    assert cli_main(argv) == 0, "publishing again is idempotent"
+    assert len(fake.issues(REPO)) == 1 and len(fake.comments(REPO, 5)) == 1
+    assert fake.comments(REPO, issue["number"]) == []
+
+
+def test_kv_parity_track_dispatches_the_tip_against_the_reference(
+        history: History, actions: tuple[FakeGitHub, dict[str, str]], capsys: pytest.CaptureFixture[str]) -> None:
+    fake, environ = actions
+    shas = history.shas
+    assert track_main([], environ=environ) == 2, "the tip's config names no [main] reference"
+    assert "no reference: pass --reference or set [main] reference" in capsys.readouterr().err
+    assert track_main(["--reference", "no-such-tag"], environ=environ) == 2
+    assert "reference 'no-such-tag' does not name a commit" in capsys.readouterr().err
+    assert track_main(["--reference", shas["cfg"]], environ=environ) == 0
+    [dispatch] = fake.dispatches(REPO)
+    inputs = dispatch["inputs"]
+    assert (inputs["head_sha"], inputs["base_sha"], inputs["purpose"]) == (shas["off"], shas["cfg"], "reference")
+    assert inputs["config_ref"] == shas["off"] and inputs["pr_number"] == ""
+    assert capsys.readouterr().out.startswith("reference: dispatched campaign kvp-")
+
+
+def test_the_main_workflow_decides_pushes_with_least_privilege_and_the_pinned_install() -> None:
+    workflow = yaml.safe_load(MAIN_WORKFLOW.read_text())
+    assert workflow[True]["push"] == {"branches": ["main"]} and "schedule" in workflow[True]
+    assert workflow["permissions"] == {} and "concurrency" not in workflow, "every push is decided on its own"
+    [job] = workflow["jobs"].values()
+    assert job["permissions"] == {"actions": "write", "contents": "read"}
+    text = yaml.safe_dump(job)
+    assert "checkout" not in text and "secrets." not in text, "nothing of the repository is run"
+    campaign = yaml.safe_load(CAMPAIGN_WORKFLOW.read_text())
+    [pin] = [step["run"] for j in campaign["jobs"].values() for step in j["steps"]
+             if step.get("name") == PIN_STEP]
+    [main_pin] = [step["run"] for step in job["steps"] if step.get("name") == PIN_STEP]
+    assert main_pin.split("python -", 1)[1] == pin.split("python -", 1)[1], "the same validator as the others"
+    installs = [step["run"] for step in job["steps"] if "pip install" in step.get("run", "")]
+    assert installs == ['python -m pip install --no-input -r "$KV_PARITY_REQUIREMENTS"']
+    script = job["steps"][-1]["run"]
+    assert 'kv-parity event --event-name "$GITHUB_EVENT_NAME" --event-path "$GITHUB_EVENT_PATH"' in script
+    assert "kv-parity track" in script and job["steps"][-1]["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
+    publish = campaign["jobs"]["publish"]
+    assert publish["permissions"]["issues"] == "write", "the tracking issue is opened by the publish job"
+    assert '--purpose "$PURPOSE"' in next(s["run"] for s in publish["steps"] if "kv-parity publish" in s.get("run", ""))
+    assert campaign["env"]["PURPOSE"] == "${{ inputs.purpose || 'pull_request' }}"

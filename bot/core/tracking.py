@@ -99,7 +99,8 @@ def reference_request(api: TrackingApi, config: DefaultBranchConfig, reference: 
     return _request(config, config.sha, pinned, "reference", who, trigger)
 
 
-def _start(ledger: TrackingLedger, request: CampaignRequest) -> str:
+def start(ledger: TrackingLedger, request: CampaignRequest) -> str:
+    """Record and start a main-branch campaign; a live one of the same key answers instead."""
     try:
         campaign = ledger.create(request)
     except DuplicateCampaign as duplicate:
@@ -127,10 +128,10 @@ def handle_push(event: PushEvent, ledger: TrackingLedger, api: TrackingApi, conf
         for waiting in ledger.queued_main():
             ledger.end(waiting, CampaignState.SUPERSEDED,
                        f"superseded by the newer push {head[:12]} ([main] queue = \"newest\")")
-    outcomes = [f"main: {_start(ledger, _request(found, head, parents[0], 'main', who, 'push'))}"]
+    outcomes = [f"main: {start(ledger, _request(found, head, parents[0], 'main', who, 'push'))}"]
     if main.reference is not None and main.every is not None:
         since = ledger.pushes_since_reference()
         if since is not None and since >= main.every:
             reference = reference_request(api, found, main.reference, who, f"every {main.every} pushes")
-            outcomes.append(f"reference: {reference if isinstance(reference, str) else _start(ledger, reference)}")
+            outcomes.append(f"reference: {reference if isinstance(reference, str) else start(ledger, reference)}")
     return "; ".join(outcomes)

@@ -842,6 +842,9 @@ class TrackingCalls(GitHubTransport):
     """Main-branch tracking's calls: resolve a commit or tag to a commit and its parents, find the pull requests
     that brought a commit, and keep one labelled tracking issue (the label made when missing)."""
 
+    def default_branch(self) -> str:
+        return self._call("GET repository", lambda: str(self._repo.default_branch))
+
     def commit(self, ref: str) -> CommitInfo:
         url = f"{self._repo.url}/commits/{urllib.parse.quote(ref, safe='')}"
         _, data = self._call(f"GET commit {ref}", lambda: self._requester.requestJsonAndCheck("GET", url))

@@ -14,27 +14,45 @@ Every string that leaves passes the redactor, as with `bot.publish.publisher.Pub
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+from pydantic import SecretStr, ValidationError
 
 from bot.core.commands import COMMANDS
-from bot.github.gateway import CheckConclusion, IssueInfo, PullRef
+from bot.github.gateway import CheckConclusion, GitHubError, GitHubGateway, IssueInfo, PullRef, TokenAuth
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
 from bot.publish import render
 from bot.publish.artifact import write_artifact
 from bot.publish.bisect_render import bisect_check_run, bisect_comment, bisect_marker
 from bot.publish.check_runs import CheckRunWriter
 from bot.publish.comments import CommentWriter
-from bot.publish.publisher import PROGRESS_INTERVAL_SECONDS, STATE_CONCLUSIONS, web_url
+from bot.publish.publisher import (
+    EXIT_GITHUB,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    PROGRESS_INTERVAL_SECONDS,
+    STATE_CONCLUSIONS,
+    _default_bot_login,
+    _workflow_run_url,
+    web_url,
+)
+from bot.publish.publisher import publish_main as publish_pull_request
 from bot.publish.render import Links, ProgressView
+from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.publish.tracking_render import ISSUE_TITLE, pull_request_comment, regression_body, tracking_marker
 from bot.store.attempts import PriorAttempt
-from bot.store.campaigns import CampaignView
+from bot.store.campaigns import CampaignState, CampaignView
 from runners.bisect_rule import BisectReport
+from runners.config import parse_rows
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 from runners.verdicts import with_verdicts
@@ -114,9 +132,12 @@ class SideRunPublisher:
             return self.check_runs.open(campaign, content)
 
     def queued(self, campaign: CampaignView, position: int) -> int | None:
-        """The queue position (0 = started) on the check run only; there is no status comment to return."""
+        """The queue position (0 = started) on the check run only, when it has one (the service opens it first;
+        Actions-only mode's publish job opens and completes it at once); there is no status comment to return."""
         with self._lock:
-            run_id = self.check_runs.id_of(campaign) or self.open_check_run(campaign)
+            run_id = self.check_runs.id_of(campaign)
+            if run_id is None:
+                return None
             started = position == 0
             progress = (ProgressView(stage="starting", row=None, detail="", done=None, total=None, eta_seconds=None)
                         if started else None)
@@ -193,7 +214,8 @@ class SideRunPublisher:
 
     def _regression(self, campaign: CampaignView, report: CampaignReport, links: Links) -> None:
         label = self.settings.tracking_label
-        reference = report.config.main.reference if campaign.purpose == "reference" else None
+        baseline = next((r.sha for r in report.revisions if r.arm == "baseline"), "")
+        reference = (report.config.main.reference or baseline) if campaign.purpose == "reference" else None
         pulls = [] if reference is not None else self.raw.pulls_of_commit(campaign.head_sha)
         merged = [pull for pull in pulls if pull.merged]
         body = regression_body(report, campaign.id, links, merged or pulls, reference=reference, label=label)
@@ -208,3 +230,99 @@ class SideRunPublisher:
             if not self._posted(pull.number, tracking_marker(campaign.id, "pull_request")):
                 self.gateway.create_comment(pull.number,
                                             pull_request_comment(report, campaign.id, links, issue.number))
+
+
+# --- `kv-parity publish --purpose main|reference` (Actions-only mode's campaign workflow) -------------------
+
+
+class PublishSettings:
+    """What `kv-parity publish` knows without the service's settings (its flags and environment)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.check_name: str = args.check_name
+        self.command_word: str = args.command_word
+        self.label: str = args.label
+        self.api_base_url: str = args.api_url
+        self.tracking_label: str = args.tracking_label
+
+
+def _side_run_parser(purpose: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"kv-parity publish --purpose {purpose}",
+        description="Publish a finished main-branch campaign's report.json: its check run (`kv-parity / main` or "
+        "`/ reference`) on the measured commit and, on a FAIL, the tracking issue. The report must name exactly "
+        "the campaign that was dispatched (--expect-*); anything else is refused and nothing is published.",
+    )
+    parser.add_argument("--report", required=True, type=Path, help="report.json written by a campaign")
+    parser.add_argument("--repo", required=True, help="owner/name")
+    parser.add_argument("--pr", default="", help="ignored: a main-branch campaign belongs to no pull request")
+    parser.add_argument("--expect-campaign-id", required=True)
+    parser.add_argument("--expect-head", required=True, help="the pushed commit (or the tip) that was dispatched")
+    parser.add_argument("--expect-base", required=True, help="its first parent (or the reference) dispatched")
+    parser.add_argument("--expect-rows", default="")
+    parser.add_argument("--expect-mode", default="campaign", choices=("campaign",))
+    parser.add_argument("--artifact-url")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--details-url")
+    parser.add_argument("--check-name", default=os.environ.get("KV_PARITY_CHECK_NAME", "kv-parity"))
+    parser.add_argument("--command-word", default=os.environ.get("KV_PARITY_COMMAND_WORD", "/parity"))
+    parser.add_argument("--label", default=os.environ.get("KV_PARITY_LABEL", "kv-parity"))
+    parser.add_argument("--tracking-label",
+                        default=os.environ.get("KV_PARITY_TRACKING_LABEL", "kv-parity-regression"))
+    parser.add_argument("--bot-login", default=_default_bot_login())
+    parser.add_argument("--api-url", default=os.environ.get("KV_PARITY_API_BASE_URL")
+                        or os.environ.get("GITHUB_API_URL") or "https://api.github.com")
+    return parser
+
+
+def publish_main(argv: Sequence[str], gateway: SideRunGateway | None = None) -> int:
+    """`kv-parity publish`: a pull request's report (bot.publish.publisher.publish_main), or with
+    `--purpose main|reference` a main-branch campaign's, reported by `SideRunPublisher.finished`."""
+    chosen = argparse.ArgumentParser(add_help=False)
+    chosen.add_argument("--purpose", default="pull_request")
+    known, rest = chosen.parse_known_args(list(argv))
+    if known.purpose == "pull_request":
+        return publish_pull_request(rest, gateway)  # type: ignore[arg-type]  # a GitHubGateway serves both
+    if known.purpose not in ("main", "reference"):
+        print(f"kv-parity publish: --purpose {known.purpose!r} is not pull_request, main or reference",
+              file=sys.stderr)
+        return EXIT_USAGE
+    purpose: Literal["main", "reference"] = "main" if known.purpose == "main" else "reference"
+    args = _side_run_parser(purpose).parse_args(rest)
+    try:
+        report = with_verdicts(CampaignReport.model_validate_json(args.report.read_text(encoding="utf-8")))
+        expected = DispatchedCampaign(campaign_id=args.expect_campaign_id, head_sha=args.expect_head,
+                                      base_sha=args.expect_base, rows=parse_rows(args.expect_rows), pr_number=0)
+        check_report_matches(report, expected)
+    except (OSError, ValidationError) as exc:
+        print(f"kv-parity publish: cannot read report {args.report}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ReportMismatch as exc:
+        print(f"kv-parity publish: refused, nothing published: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if gateway is None:
+        token = os.environ.get("KV_PARITY_TOKEN") or os.environ.get("GITHUB_TOKEN")
+        if not token:
+            print("kv-parity publish: set KV_PARITY_TOKEN or GITHUB_TOKEN", file=sys.stderr)
+            return EXIT_USAGE
+        gateway = GitHubGateway(args.repo, TokenAuth(token=SecretStr(token)), args.api_url, bot_login=args.bot_login)
+    out_dir: Path = args.out or args.report.resolve().parent
+    revisions = {r.arm: r.sha for r in report.revisions}
+    campaign = CampaignView(
+        id=report.campaign_id, repo=args.repo, pr_number=0, head_sha=revisions["candidate"],
+        base_sha=revisions["baseline"], relationship=report.relationship, rows=parse_rows(args.expect_rows),
+        state=CampaignState.COMPLETED, check_run_id=None, status_comment_id=None,
+        requested_by="kv-parity publish", trigger="publish",
+        created_at=datetime.fromtimestamp(report.created_unix, UTC), deadline=None, artifact_dir=out_dir,
+        queue_position=None, attempt=1, reason="published from report.json",
+        conclusion=report.concluded.conclusion.value, config_source=report.config_source, purpose=purpose,
+        details_url=args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ)),
+    )
+    publisher = SideRunPublisher(gateway, PublishSettings(args), artifact_base_url=None)
+    try:
+        publisher.finished(campaign, report, out_dir)
+    except GitHubError as exc:
+        print(f"kv-parity publish: GitHub refused: {exc}", file=sys.stderr)
+        return EXIT_GITHUB
+    print(f"published {report.campaign_id} ({purpose}) to {args.repo}: {report.concluded.summary}")
+    return EXIT_OK
