@@ -42,6 +42,7 @@ from bot.github.connect import make_gateway
 from bot.github.gateway import GitHubGateway, GitHubRetryLaterError, Interrupted
 from bot.intake import Intake
 from bot.lifecycle import Lifecycle
+from bot.publish.main_pages import main_routes
 from bot.publish.pages import page_routes, repository_seen
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import Delivery, Store
@@ -496,7 +497,7 @@ def create_app(
 
     routes = [Route("/webhook", webhook, methods=["POST"]), Route("/healthz", health, methods=["GET"])]
     if settings.public_url is not None:
-        routes += page_routes(lifecycle.pages)
+        routes += page_routes(lifecycle.pages) + main_routes(lifecycle.pages)
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.store = store
     app.state.worker = worker

@@ -30,9 +30,8 @@ def sqlite(tmp_path: Path) -> Iterator[Mode]:
     for mode in _sqlite(tmp_path):
         ledger = mode.new_ledger()
         lifecycle: Lifecycle = ledger.driver  # type: ignore[attr-defined]
-        services = lifecycle.services(REPO)
-        side_runs = cast(SideRunPublisher, mode.publisher)
-        lifecycle.services = lambda repo: replace(services, side_runs=side_runs)
+        with_side_runs = replace(lifecycle.services(REPO), side_runs=cast(SideRunPublisher, mode.publisher))
+        lifecycle.services = lambda repo, found=with_side_runs: found  # type: ignore[misc]
         yield mode
 
 

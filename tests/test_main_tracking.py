@@ -22,6 +22,7 @@ from bot.server import create_app
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from bot.track_cli import track_main
+from runners.config import MainConfig
 from runners.report import Revision
 from tests.fakes.github_api import FakeGitHub
 from tests.report_factory import make_report
@@ -33,6 +34,7 @@ from tests.webhooks import (
     RecordingPublisher,
     commit,
     git,
+    loopback,
     post,
     push_event,
     register_test_app,
@@ -43,6 +45,7 @@ from tests.webhooks import (
 S = CampaignState
 TRACKED = CONFIG_TOML + "\n[main]\ntrack = true\n"
 NEWEST = CONFIG_TOML + '\n[main]\ntrack = true\nqueue = "newest"\n'
+CREEP = CONFIG_TOML + '\n[main]\ntrack = true\nreference = "v0"\nevery = 2\n'
 
 
 @dataclass
@@ -53,8 +56,9 @@ class History:
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> History:
-    """main: root - cfg (tracking on) - m1 (PR #5's merge) - m2 (a direct push) - nq (queue = "newest") - n1 - n2
-    - n3 - off (no [main]); feature: f1."""
+    """main: root - cfg (tracking on; tag v0) - m1 (PR #5's merge) - m2 (a direct push) - nq (queue = "newest") -
+    n1 - n2 - n3 - off (no [main]); feature: f1; creep (a default branch of its own in the creep test): cfg - e1
+    (reference v0 every 2 pushes) - e2 - e3."""
     repo = tmp_path_factory.mktemp("tracked") / "repo"
     repo.mkdir()
     git(repo, "init", "--quiet", "-b", "main")
@@ -68,6 +72,11 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> History:
     shas["off"] = commit(repo, {".github/kv-parity.toml": CONFIG_TOML}, "stop tracking")
     git(repo, "checkout", "--quiet", "-b", "feature", shas["cfg"])
     shas["f1"] = commit(repo, {"src/feature.rs": "1\n"}, "feature work")
+    git(repo, "tag", "v0", shas["cfg"])
+    git(repo, "checkout", "--quiet", "-b", "creep", shas["cfg"])
+    shas["e1"] = commit(repo, {".github/kv-parity.toml": CREEP}, "measure the creep since v0 every 2 pushes")
+    for name in ("e2", "e3"):
+        shas[name] = commit(repo, {"src/lib.rs": f"fn {name}() {{}}\n"}, name)
     git(repo, "checkout", "--quiet", "main")
     return History(repo, shas)
 
@@ -103,7 +112,11 @@ def tracking(tmp_path: Path, history: History, monkeypatch: pytest.MonkeyPatch) 
     """The service as an App on the stand-in; its campaigns write performance FAIL reports (report_factory's)."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     template = tmp_path / "fail-report.json"
-    template.write_text(make_report("perf_fail").model_dump_json(), encoding="utf-8")
+    failing = make_report("perf_fail")
+    # The stand-in runner writes this report for every campaign; a real one embeds the config it ran, whose
+    # [main] names the reference the tracking issue shows.
+    config = failing.config.model_copy(update={"main": MainConfig(track=True, reference="v0", every=2)})
+    template.write_text(failing.model_copy(update={"config": config}).model_dump_json(), encoding="utf-8")
     hold = tmp_path / "hold"
     runner = [sys.executable, "-m", "tests.webhooks", "campaign", "--record", str(tmp_path / "runs.jsonl"),
               "--report-template", str(template), "--hold-until", str(hold)]
@@ -115,7 +128,8 @@ def tracking(tmp_path: Path, history: History, monkeypatch: pytest.MonkeyPatch) 
             "webhook_secret": SECRET, "api_base_url": fake.url, "api_seconds_between_requests": 0,
             "api_seconds_between_writes": 0, "repo": REPO, "db_path": tmp_path / "bot.sqlite3",
             "work_dir": tmp_path / "work", "local_repo_path": history.repo, "local_campaign_argv": runner,
-            "poll_interval_seconds": 0.05, "cancel_grace_seconds": 5, **register_test_app(fake, tmp_path),
+            "poll_interval_seconds": 0.05, "cancel_grace_seconds": 5, "public_url": "https://kv-parity.example",
+            **register_test_app(fake, tmp_path),
         })
         publisher = RecordingPublisher()
         app = create_app(settings, publisher_factory=lambda gateway, s: publisher)
@@ -203,6 +217,40 @@ def test_only_pushes_to_the_default_branch_with_tracking_on_start_anything(track
     response = post(tracking.url, "push", malformed, delivery="malformed")
     assert response.status_code == 400 and "push payload: after: Field required" in response.json()["error"]
     assert tracking.main_campaigns() == [] and tracking.fake.issues(REPO) == []
+
+
+def test_every_second_push_also_measures_the_tip_against_the_reference_and_the_page_draws_both(
+        tracking: Tracking) -> None:
+    """`every = 2`: the second tracked push since the last reference campaign also starts one (the tip against
+    v0: the cumulative change); its FAIL goes to the same tracking issue, and the default branch's page draws
+    each push's ratio and the cumulative one per row."""
+    tracking.hold.touch()
+    shas = tracking.shas
+    creep = {"ref": "refs/heads/creep", "default_branch": "creep"}
+    assert tracking.push("e1", "cfg", "e1", **creep).startswith("main: campaign")
+    outcome = tracking.push("e2", "e1", "e2", **creep)
+    assert outcome.startswith("main: campaign") and "; reference: campaign kvp-" in outcome
+    assert "reference" not in tracking.push("e3", "e2", "e3", **creep), "two pushes since the reference: not yet"
+    done = tracking.wait(S.COMPLETED, count=4, timeout=60)
+    [reference] = [c for c in done if c.purpose == "reference"]
+    assert (reference.head_sha, reference.base_sha) == (shas["e2"], shas["cfg"]), "the tip against v0, pinned"
+    wait_until(lambda: all(tracking.store.publications(c.id) == [("finished", "done")] for c in done), "published")
+    [run] = [r for r in tracking.fake.check_runs(REPO) if r["external_id"] == reference.id]
+    assert (run["name"], run["head_sha"], run["conclusion"]) == ("kv-parity / reference", shas["e2"], "failure")
+    [issue] = tracking.fake.issues(REPO)
+    bodies = [issue["body"], *(c["body"] for c in tracking.fake.comments(REPO, issue["number"]))]
+    [creep_body] = [body for body in bodies if body.startswith(f"<!-- kv-parity:tracking issue {reference.id}")]
+    assert "Creep past the threshold since the reference" in creep_body and "the reference `v0`" in creep_body
+    assert "Brought by" not in creep_body, "a cumulative change names no single pull request"
+
+    page = loopback().get(f"{tracking.url}/main/{tracking.store.main_token(REPO)}")
+    assert page.status_code == 200
+    assert "per push: head / first parent" in page.text and "cumulative: tip / reference" in page.text
+    assert page.text.count("<h2>Row ") == 2 and "threshold 1.05" in page.text
+    assert loopback().get(f"{tracking.url}/main/not-a-token").status_code == 404
+    kept = tracking.store.campaign_page(reference.id)
+    assert kept is not None and kept.token is not None
+    assert "History of the default branch" in loopback().get(f"{tracking.url}/c/{kept.token}").text
 
 
 # ----------------------------------------------------------------- Actions-only mode
