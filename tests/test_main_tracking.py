@@ -6,6 +6,7 @@ validated against GitHub's OpenAPI description)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -248,6 +249,11 @@ def test_every_second_push_also_measures_the_tip_against_the_reference_and_the_p
     assert "per push: head / first parent" in page.text and "cumulative: tip / reference" in page.text
     assert page.text.count("<h2>Row ") == 2 and "threshold 1.05" in page.text
     assert loopback().get(f"{tracking.url}/main/not-a-token").status_code == 404
+    history = subprocess.run([sys.executable, "-m", "bot.cli", "history", "--db", str(tracking.store.path),
+                              "--main", REPO, "--row", "vllm-disagg"], capture_output=True, text=True, check=True)
+    lines = history.stdout.splitlines()
+    assert lines[0].startswith("row vllm-disagg (push: head / first parent; reference: tip / reference")
+    assert len(lines) == 5 and sum("reference " in line for line in lines[1:]) == 1
     kept = tracking.store.campaign_page(reference.id)
     assert kept is not None and kept.token is not None
     assert "History of the default branch" in loopback().get(f"{tracking.url}/c/{kept.token}").text
