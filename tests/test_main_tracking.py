@@ -33,6 +33,7 @@ from tests.webhooks import (
     REPO,
     SECRET,
     RecordingPublisher,
+    check_run_event,
     commit,
     git,
     loopback,
@@ -184,6 +185,14 @@ def test_a_failing_push_opens_one_tracking_issue_naming_its_pull_request_and_com
     assert post(tracking.url, "push", push_event(after=shas["m2"], before=shas["m1"]),
                 delivery="push-m2").json() == {"duplicate": "push-m2"}
     assert len(tracking.main_campaigns()) == 2
+    # The check run's Rerun measures the same pair again, under the same config.
+    tracking.fake.set_permission(REPO, "maintainer", "write")
+    rerun = check_run_event("rerequested", external_id=first.id, head_sha=shas["m1"], pulls=())
+    assert post(tracking.url, "check_run", rerun, delivery="rerun-m1").status_code == 202
+    [_, _, third] = tracking.wait(S.COMPLETED, count=3)
+    assert (third.head_sha, third.base_sha, third.purpose, third.trigger) == (shas["m1"], shas["cfg"], "main",
+                                                                             "check_run")
+    assert tracking.store.config_text(third.id) == tracking.store.config_text(first.id)
 
 
 def test_pushes_queue_behind_the_running_one_and_newest_supersedes_the_waiting_one(tracking: Tracking) -> None:

@@ -206,7 +206,7 @@ class Decisions:
     def _rerun(self, intent: Rerun) -> str:
         pr, original = self._campaign_pr(intent.pr, intent.campaign_id)
         if original is not None and original.purpose in ("main", "reference"):
-            return f"ignored: {original.purpose} campaign {original.id} is rerun by the next push, not a button"
+            return self._rerun_side_run(original, intent.requested_by)
         if pr is None:
             return f"ignored: check run of unknown campaign {intent.campaign_id}"
         if original is not None and original.purpose == "bisect":
@@ -228,6 +228,19 @@ class Decisions:
             pr, pull.head_sha, pull.base_ref, rows, intent.requested_by, intent.trigger,
             rerun=True, mode="profile" if profile else "campaign",
         )
+
+    def _rerun_side_run(self, original: CampaignView, requested_by: str) -> str:
+        """The Rerun button of a main or reference campaign: the same commits under the same config again."""
+        request = CampaignRequest(
+            pr=0, head_sha=original.head_sha, base_sha=original.base_sha, relationship=original.relationship,
+            rows=None, rows_key=f"{original.purpose}:", requested_by=requested_by, trigger="check_run",
+            config_text=self.ledger.config_text(original), config_source=original.config_source,
+            config_sha=original.config_sha or original.head_sha, mode="campaign", rerun=True,
+            purpose=original.purpose,
+        )
+        for live in self.ledger.replaced(request):
+            self.ledger.end(live, S.SUPERSEDED, f"replaced by a rerun requested by @{requested_by} (check_run)")
+        return f"rerun of {original.id}: {self.ledger.launch(self.ledger.create(request))}"
 
     def _bisect(self, intent: Bisect) -> str:
         """Bisect the current head's FAILed campaign: from its merge base, under its config (the ledger's record
