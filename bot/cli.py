@@ -133,6 +133,46 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return _finish(run_campaign(request, terminal_progress(_verbosity(args))), out / "campaign")
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    """Probe first-parent commits between --good and --bad by the predeclared rule (runners/bisect.py); writes
+    bisect.json, bisect.md and every probe's campaign artifact; the last line printed is the culprit or the range.
+    Exit 0 a culprit, 4 only a range (an undecided probe, or bad does not fail), 2 unusable arguments."""
+    from bot.publish.bisect_render import bisect_markdown
+    from bot.publish.publisher import write_artifact
+    from runners.bisect import BisectError, BisectRequest, parse_target, run_bisect
+
+    repo = Path(args.repo)
+    config, source = resolve_config(repo, args.config, args.profile, args.config_ref or args.good)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kv-parity-bisect-"))
+    progress: ProgressSink = terminal_progress(_verbosity(args))
+    if args.progress_jsonl:
+        progress = JsonlProgress(Path(args.progress_jsonl), echo=progress)
+    try:
+        request = BisectRequest(
+            repo=repo, good=args.good, bad=args.bad, config=config, config_source=args.config_source or source,
+            out_dir=out, rows=parse_rows(args.rows), target=parse_target(args.target), config_ref=args.config_ref,
+            trace_path=Path(args.trace) if args.trace else None, sandbox=sandbox_check(args.sandbox),
+            build_cache=_build_cache(args), **({"bisect_id": args.bisect_id} if args.bisect_id else {}),
+        )
+        config.select_rows(request.rows)
+        bisect = run_bisect(request, write_artifact, progress)
+    except BisectError as exc:
+        print(f"kv-parity bisect: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    (out / "bisect.json").write_text(bisect.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    (out / "bisect.md").write_text(bisect_markdown(bisect), encoding="utf-8")
+    try:
+        refuse_symlinks(out)
+    except UntrustedFileError as exc:
+        print(f"kv-parity bisect: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    attempts = sum(len(probe.attempts) for probe in bisect.probes)
+    print(f"{bisect.result.reason} ({len(bisect.probes)} probes, {attempts} campaigns)")
+    print(f"open {out / 'bisect.md'} (every probe's report under {out / 'probes'})")
+    print(bisect.result.last_line)
+    return 0 if bisect.result.outcome == "culprit" else EXIT_UNDECIDED["inconclusive"]
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from runners.verify import main_verify
 
@@ -277,7 +317,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_slurm_arguments(demo)
     demo.set_defaults(func=cmd_demo)
 
-    verify = sub.add_parser("verify", help="recompute every verdict from a report.json alone")
+    bisect = sub.add_parser("bisect", help="find the first-parent commit between good and bad that FAILs the gates")
+    bisect.add_argument("--repo", default=".", help="local git repository holding both revisions (default: .)")
+    bisect.add_argument("--good", required=True, help="a revision that passes (every probe's baseline)")
+    bisect.add_argument("--bad", required=True, help="a later revision that FAILs, on good's first-parent line")
+    bisect_source = bisect.add_mutually_exclusive_group()
+    bisect_source.add_argument("--config", help=f"campaign config TOML (default: {DEFAULT_CONFIG_PATH} at good)")
+    bisect_source.add_argument("--profile", help="a shipped profile: dynamo or demo")
+    bisect.add_argument("--config-ref", help="trusted revision the config and patches are read at (default: --good)")
+    bisect.add_argument("--config-source", help="where the config came from, as the reports should say")
+    bisect.add_argument("--rows", help="comma-separated row ids (default: every row)")
+    bisect.add_argument("--target", help="comma-separated gates whose FAIL makes a probe bad: semantic, "
+                                         "performance, sizes (default: the gates --bad FAILs)")
+    bisect.add_argument("--out", help="output directory (default: a new temporary directory)")
+    bisect.add_argument("--trace", help="trace path overriding the config's (its checksum is still verified)")
+    bisect.add_argument("--bisect-id", help="id recorded in bisect.json, prefixing every probe's campaign id")
+    bisect.add_argument("--progress-jsonl", help="also append progress events to this file")
+    _add_build_cache_argument(bisect)
+    _add_verbosity(bisect)
+    add_sandbox_argument(bisect)
+    bisect.set_defaults(func=cmd_bisect)
+
+    verify = sub.add_parser("verify", help="recompute every verdict from a report.json (or a bisect.json) alone")
     verify.add_argument("report")
     verify.set_defaults(func=cmd_verify)
 
@@ -300,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="run the webhook service", add_help=False)
     sub.add_parser("publish", help="(re)publish a finished report to a pull request", add_help=False)
     sub.add_parser("event", help="Actions-only mode: act on one GitHub event file", add_help=False)
+    sub.add_parser("track", help="measure the default branch's tip against a reference (a schedule's creep check)",
+                   add_help=False)
     sub.add_parser("history", help="what the service recorded for a campaign, PR or delivery", add_help=False)
     sub.add_parser("plan", help="pin revisions and config, write plan.json and the row matrix (no PR code)",
                    add_help=False)
@@ -335,13 +398,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return history_main(argv[1:])
     if argv[:1] == ["publish"]:
-        from bot.publish.publisher import publish_main
+        from bot.publish.side_runs import publish_main
 
         return publish_main(argv[1:])
     if argv[:1] == ["event"]:
         from bot.event_cli import event_main
 
         return event_main(argv[1:])
+    if argv[:1] == ["track"]:
+        from bot.track_cli import track_main
+
+        return track_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)

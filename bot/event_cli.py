@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Protocol
 
 from bot.core.decisions import Decisions
-from bot.core.events import PayloadError, WebhookEvent, parse_event
+from bot.core.events import AnyEvent, PayloadError, PushEvent, parse_event
 from bot.core.ledger import CampaignRequest
 from bot.core.ports import Publisher, RepoApi
+from bot.core.tracking import handle_push
 from bot.dispatch.actions import LIVE_STATUSES, RunTitle, dispatch_inputs, parse_run_title
 from bot.github.gateway import ACTIONS_BOT, BotIdentity, GitHubError, WorkflowRunInfo
 from bot.settings import Settings, SettingsError, load_settings
-from bot.store.campaigns import CampaignState, CampaignView
+from bot.store.campaigns import CampaignPurpose, CampaignState, CampaignView
 from bot.store.people import HeadSeen
 from runners.config import CampaignMode
 
@@ -95,6 +96,7 @@ def _view(
     config_sha: str | None = None,
     reason: str = "",
     mode: CampaignMode = "campaign",
+    purpose: CampaignPurpose = "pull_request",
 ) -> CampaignView:
     """A campaign as the publisher sees it; a run's title does not carry the base, which no reply shows."""
     return CampaignView(
@@ -120,6 +122,7 @@ def _view(
         config_source=config_source,
         config_sha=config_sha,
         mode=mode,
+        purpose=purpose,
     )
 
 
@@ -131,6 +134,8 @@ class RunTitleLedger:
     """
 
     records_heads = False
+    runs_bisect = False
+    """A bisect is many campaigns on one measuring machine; the campaign workflow runs one."""
 
     def __init__(
         self, api: EventApi, publisher: Publisher, settings: Settings, repo: str, *, clock: Callable[[], float]
@@ -163,7 +168,14 @@ class RunTitleLedger:
             trigger="workflow_dispatch",
             created_at=run.created_at,
             mode=title.mode,
+            purpose=title.purpose,
         )
+
+    def failed_campaign(self, pr: int, head_sha: str) -> CampaignView | None:
+        return None
+
+    def config_text(self, campaign: CampaignView) -> str:
+        raise LookupError("Actions-only mode keeps no config of a past campaign")
 
     def campaign(self, campaign_id: str) -> CampaignView | None:
         found = self._runs().get(campaign_id)
@@ -221,6 +233,7 @@ class RunTitleLedger:
             config_sha=request.config_sha,
             reason=f"requested by @{request.requested_by} ({request.trigger})",
             mode=request.mode,
+            purpose=request.purpose,
         )
 
     def launch(self, campaign: CampaignView) -> str:
@@ -234,13 +247,25 @@ class RunTitleLedger:
             campaign.pr_number,
             config_ref=campaign.config_sha,
             mode=campaign.mode,
+            purpose=campaign.purpose,
         )
         self.api.dispatch_workflow(self.settings.actions_workflow, self.settings.actions_ref, inputs)
         self.publisher.queued(campaign, 0)
+        against = "merge base" if campaign.purpose == "pull_request" else (
+            "first parent" if campaign.purpose == "main" else "reference")
         return (
-            f"dispatched campaign {campaign.id}: head {campaign.head_sha} against merge base {campaign.base_sha}, "
+            f"dispatched campaign {campaign.id}: head {campaign.head_sha} against {against} {campaign.base_sha}, "
             f"config at {campaign.config_sha}"
         )
+
+    def queued_main(self) -> list[CampaignView]:
+        """Main-branch runs not yet started (`[main] queue = "newest"` cancels them)."""
+        return [self._run_view(run, title) for run, title in self._runs().values()
+                if title.purpose == "main" and run.status != "in_progress"]
+
+    def pushes_since_reference(self) -> int | None:
+        """None: no record of past pushes here; `kv-parity track` on a schedule runs the reference campaign."""
+        return None
 
     def approve(self, pr: int, head_sha: str, login: str) -> None:
         """Nothing to record: the authorised request that approves a head also dispatches it."""
@@ -269,15 +294,20 @@ def actions_bot_id(api: EventApi, settings: Settings) -> int:
 
 
 def handle_event(
-    event: WebhookEvent,
+    event: AnyEvent,
     api: EventApi,
     publisher: Publisher,
     settings: Settings,
     *,
     clock: Callable[[], float] = time.time,
+    side_runs: Publisher | None = None,
 ) -> str:
-    """Decide and act on one event with the run titles as the ledger; returns the outcome."""
+    """Decide and act on one event with the run titles as the ledger; returns the outcome. A push goes to
+    main-branch tracking (bot.core.tracking), reported by `side_runs` (default: `publisher`)."""
     repo = event.repository.full_name
+    if isinstance(event, PushEvent):
+        tracking = RunTitleLedger(api, side_runs or publisher, settings, repo, clock=clock)
+        return handle_push(event, tracking, api, settings.config_path)
     ledger = RunTitleLedger(api, publisher, settings, repo, clock=clock)
     decisions = Decisions(ledger, api, publisher, settings, clock=clock)
     return decisions.handle(event, bot_id=actions_bot_id(api, settings), received_at=clock())
@@ -320,10 +350,12 @@ def event_main(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         return EXIT_OK
     from bot.github.connect import make_gateway
     from bot.publish.publisher import Publisher as GitHubPublisher
+    from bot.publish.side_runs import SideRunPublisher
 
     gateway = make_gateway(settings, repo)
     try:
-        outcome = handle_event(event, gateway, GitHubPublisher(gateway, settings), settings)
+        outcome = handle_event(event, gateway, GitHubPublisher(gateway, settings), settings,
+                               side_runs=SideRunPublisher(gateway, settings))
     except GitHubError as exc:
         print(f"kv-parity event: GitHub refused: {exc}", file=sys.stderr)
         return EXIT_GITHUB

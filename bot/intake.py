@@ -17,13 +17,30 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from pydantic import ValidationError
+
 from bot.core.decisions import Decisions
-from bot.core.events import PayloadError, parse_event
+from bot.core.events import PayloadError, PushEvent, parse_event
 from bot.core.ledger import CampaignRequest
 from bot.core.ports import CampaignDriver, Publisher, RepoServices
+from bot.core.tracking import handle_push
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Delivery, NewCampaign, Store
 from bot.store.people import HeadSeen
+from runners.report import CampaignReport
+from runners.verdicts import with_verdicts
+
+
+def campaign_failed(campaign: CampaignView) -> bool:
+    """Whether a completed campaign's report FAILs a gate: its verdicts (an undecided campaign may conclude
+    `failure` by `[checks] undecided_conclusion` without having FAILed anything)."""
+    if campaign.conclusion != "failure" or campaign.artifact_dir is None:
+        return False
+    try:
+        report = CampaignReport.model_validate_json((campaign.artifact_dir / "report.json").read_bytes())
+    except (OSError, ValidationError):
+        return False
+    return with_verdicts(report).concluded.failed
 
 
 class StoreLedger:
@@ -40,9 +57,25 @@ class StoreLedger:
         *,
         backend: str,
         delivery_id: str,
+        side_runs: Publisher | None = None,
     ) -> None:
         self.store, self.driver, self.publisher, self.repo = store, driver, publisher, repo
         self.backend, self.delivery_id = backend, delivery_id
+        self.side_runs = side_runs
+
+    @property
+    def runs_bisect(self) -> bool:
+        return self.backend == "local"
+
+    def failed_campaign(self, pr: int, head_sha: str) -> CampaignView | None:
+        for campaign in self.store.for_pr(self.repo, pr):
+            if (campaign.head_sha == head_sha and campaign.purpose == "pull_request" and campaign.mode == "campaign"
+                    and campaign.state == CampaignState.COMPLETED):
+                return campaign if campaign_failed(campaign) else None
+        return None
+
+    def config_text(self, campaign: CampaignView) -> str:
+        return self.store.config_text(campaign.id)
 
     def campaign(self, campaign_id: str) -> CampaignView | None:
         return self.store.get(campaign_id)
@@ -90,14 +123,24 @@ class StoreLedger:
                 config_source=request.config_source,
                 config_sha=request.config_sha,
                 mode=request.mode,
+                purpose=request.purpose,
             )
         )
-        return self.driver.ensure_check_run(campaign, self.publisher)
+        side = request.purpose != "pull_request" and self.side_runs is not None
+        return self.driver.ensure_check_run(campaign, self.side_runs if side and self.side_runs else self.publisher)
 
     def launch(self, campaign: CampaignView) -> str:
         """Queued: the lifecycle's worker dispatches campaigns one at a time, oldest first."""
         self.driver.announce(campaign)
         return f"campaign {campaign.id} requested"
+
+    def queued_main(self) -> list[CampaignView]:
+        """Main-branch campaigns waiting for the backend (bot.core.tracking's `queue = "newest"`)."""
+        return [c for c in self.store.side_runs(self.repo, ("main",), live_only=True)
+                if c.state == CampaignState.REQUESTED]
+
+    def pushes_since_reference(self) -> int | None:
+        return self.store.pushes_since_reference(self.repo)
 
     def approve(self, pr: int, head_sha: str, login: str) -> None:
         self.store.approve_head(self.repo, pr, head_sha, login)
@@ -154,7 +197,10 @@ class Intake:
             return f"already handled: campaign {already[0].id}"
         services = self.services(repo)
         ledger = StoreLedger(
-            self.store, self.driver, services.publisher, repo, backend=self.backend_name, delivery_id=delivery.id
+            self.store, self.driver, services.publisher, repo, backend=self.backend_name, delivery_id=delivery.id,
+            side_runs=services.side_runs,
         )
+        if isinstance(event, PushEvent):
+            return handle_push(event, ledger, services.api, self.settings.config_path)
         decisions = Decisions(ledger, services.api, services.publisher, self.settings, clock=self.clock)
         return decisions.handle(event, bot_id=services.bot.id, received_at=delivery.received_at)

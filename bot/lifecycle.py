@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -24,8 +24,10 @@ from bot.dispatch.base import Backend, RunHandle, StartError
 from bot.github.gateway import GitHubRetryLaterError, Interrupted
 from bot.publish.pages import Pages
 from bot.settings import Settings
-from bot.store.campaigns import ACTIVE_STATES, LIVE_STATES, CampaignState, CampaignView, Store
+from bot.store.campaigns import ACTIVE_STATES, LIVE_STATES, SIDE_RUN_CHECKS, CampaignState, CampaignView, Store
 from bot.store.publications import Publication
+from bot.store.tracking import main_points
+from runners.bisect_rule import BisectReport
 from runners.report import CampaignReport
 
 log = logging.getLogger(__name__)
@@ -98,9 +100,18 @@ class Lifecycle:
         self.store.transition(campaign.id, S.REQUESTED, f"{reason}; restarting from scratch", handle=None)
 
     def _record_exit(
-        self, campaign: CampaignView, report: CampaignReport | None, error: str | None, note: str | None = None
+        self, campaign: CampaignView, report: CampaignReport | None, error: str | None, note: str | None = None,
+        bisect: BisectReport | None = None,
     ) -> None:
-        if report is not None:
+        if bisect is not None:
+            self.store.transition(
+                campaign.id,
+                S.COMPLETED,
+                f"bisect written: {bisect.result.last_line}",
+                publish="finished",
+                conclusion="success" if bisect.result.outcome == "culprit" else "neutral",
+            )
+        elif report is not None:
             verdicts = report.verdicts
             summary = verdicts.summary if verdicts else "report without verdicts"
             self.store.transition(
@@ -136,8 +147,8 @@ class Lifecycle:
             result = self.backend.poll(campaign, handle)
             if result.running:
                 log.info("campaign %s: adopted running process %s", campaign.id, handle.ref)
-            elif result.report is not None:
-                self._record_exit(self.store.require(campaign.id), result.report, None, result.note)
+            elif result.report is not None or result.bisect is not None:
+                self._record_exit(self.store.require(campaign.id), result.report, None, result.note, result.bisect)
             else:
                 self._restart(
                     self.store.require(campaign.id),
@@ -179,7 +190,7 @@ class Lifecycle:
             return
         result = self.backend.poll(campaign, RunHandle.model_validate_json(raw))
         if result.progress:
-            publisher = self.services(campaign.repo).publisher
+            publisher = self.publisher_of(campaign)
             linked = self.linked(campaign)
             for event in result.progress:
                 try:
@@ -189,13 +200,13 @@ class Lifecycle:
         if result.running and result.waiting is not None and result.waiting != (campaign.scheduler_wait or ""):
             waiting = campaign.model_copy(update={"scheduler_wait": result.waiting or None})
             try:
-                self.services(campaign.repo).publisher.waiting(self.linked(waiting))
+                self.publisher_of(campaign).waiting(self.linked(waiting))
             except Exception:  # kept unstored, so the next poll that says the same publishes it again
                 log.exception("campaign %s: publishing where it waits failed", campaign.id)
             else:
                 self.store.set_scheduler_wait(campaign.id, result.waiting)
         if not result.running:
-            self._record_exit(campaign, result.report, result.error, result.note)
+            self._record_exit(campaign, result.report, result.error, result.note, result.bisect)
 
     def _dispatch_next(self) -> None:
         queue = self.store.in_states(frozenset({S.REQUESTED}), self.backend.name)
@@ -241,7 +252,7 @@ class Lifecycle:
             self.announce(campaign)
 
     def announce(self, campaign: CampaignView) -> None:
-        publisher = self.services(campaign.repo).publisher
+        publisher = self.publisher_of(campaign)
         campaign = self.ensure_check_run(campaign, publisher)
         position = campaign.queue_position
         if position is None or campaign.check_run_id is None:
@@ -278,11 +289,24 @@ class Lifecycle:
             else:
                 self.store.publication_done(publication.campaign_id, publication.kind)
 
+    def publisher_of(self, campaign: CampaignView) -> Publisher:
+        """Who reports the campaign: a side run (bisect, main-branch tracking) has check runs of its own and no
+        place in a pull request's status comment (bot.publish.side_runs)."""
+        services = self.services(campaign.repo)
+        if campaign.purpose in SIDE_RUN_CHECKS:
+            if services.side_runs is None:
+                raise RuntimeError(f"campaign {campaign.id} is a {campaign.purpose} run and no side-run publisher "
+                                   "is configured")
+            return services.side_runs
+        return services.publisher
+
     def _publish(self, publication: Publication) -> None:
         campaign = self.store.require(publication.campaign_id)
-        publisher = self.services(campaign.repo).publisher
+        publisher = self.publisher_of(campaign)
         campaign = self.ensure_check_run(campaign, publisher)
-        if publication.kind == "finished":
+        if publication.kind == "finished" and campaign.purpose == "bisect":
+            self._publish_bisect(campaign)
+        elif publication.kind == "finished":
             if campaign.artifact_dir is None:
                 raise RuntimeError(f"completed campaign {campaign.id} has no artifact directory")
             try:
@@ -290,6 +314,10 @@ class Lifecycle:
             except (OSError, ValidationError) as exc:
                 raise RuntimeError(f"report of completed campaign {campaign.id} unreadable: {exc}") from exc
             self.pages.finished(campaign, report)
+            if campaign.purpose in ("main", "reference"):
+                purpose: Literal["main", "reference"] = "reference" if campaign.purpose == "reference" else "main"
+                self.store.record_main_points(main_points(campaign.repo, campaign.id, purpose, campaign.head_sha,
+                                                          campaign.base_sha, report))
             publisher.finished(
                 self.linked(campaign),
                 report,
@@ -298,3 +326,13 @@ class Lifecycle:
             )
         else:
             publisher.ended(self.linked(campaign), publication.state, publication.reason)
+
+    def _publish_bisect(self, campaign: CampaignView) -> None:
+        services = self.services(campaign.repo)
+        if campaign.artifact_dir is None or services.side_runs is None:
+            raise RuntimeError(f"completed bisect {campaign.id} has no artifact directory or publisher")
+        try:
+            bisect = BisectReport.model_validate_json((campaign.artifact_dir / "bisect.json").read_bytes())
+        except (OSError, ValidationError) as exc:
+            raise RuntimeError(f"bisect.json of completed bisect {campaign.id} unreadable: {exc}") from exc
+        services.side_runs.bisect_finished(self.linked(campaign), bisect, campaign.artifact_dir)

@@ -35,13 +35,14 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from bot.core.events import HANDLED_EVENTS, PayloadError, parse_event
-from bot.core.ports import Publisher, RepoServices
+from bot.core.ports import Publisher, RepoServices, SideRunPublisher
 from bot.dispatch.base import Backend
 from bot.dispatch.local import LocalBackend
 from bot.github.connect import make_gateway
 from bot.github.gateway import GitHubGateway, GitHubRetryLaterError, Interrupted
 from bot.intake import Intake
 from bot.lifecycle import Lifecycle
+from bot.publish.main_pages import main_routes
 from bot.publish.pages import page_routes, repository_seen
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import Delivery, Store
@@ -60,6 +61,7 @@ _JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 """Strings (skipped whole, so brackets inside them do not count) and the brackets that open or close."""
 
 PublisherFactory = Callable[[GitHubGateway, Settings], Publisher]
+SideRunFactory = Callable[[GitHubGateway, Settings], SideRunPublisher]
 
 
 def signature_valid(secret: bytes, body: bytes, header: str | None) -> bool:
@@ -119,6 +121,12 @@ def default_publisher(gateway: GitHubGateway, settings: Settings) -> Publisher:
     return GitHubPublisher(gateway, settings)
 
 
+def default_side_runs(gateway: GitHubGateway, settings: Settings) -> SideRunPublisher:
+    from bot.publish.side_runs import SideRunPublisher as GitHubSideRuns
+
+    return GitHubSideRuns(gateway, settings)
+
+
 def make_backend(settings: Settings, stop: threading.Event | None = None) -> Backend:
     if settings.backend == "actions":
         from bot.dispatch.actions import ActionsBackend
@@ -145,6 +153,7 @@ def make_backend(settings: Settings, stop: threading.Event | None = None) -> Bac
         cancel_grace_seconds=settings.cancel_grace_seconds,
         sandbox=settings.sandbox,
         build_cache=settings.build_cache,
+        bisect_prefix=settings.local_bisect_argv,
     )
 
 
@@ -315,7 +324,8 @@ class Worker:
 
 
 def _services_factory(
-    settings: Settings, publisher_factory: PublisherFactory, stop: threading.Event
+    settings: Settings, publisher_factory: PublisherFactory, stop: threading.Event,
+    side_run_factory: SideRunFactory = default_side_runs,
 ) -> Callable[[str], RepoServices]:
     """Gateway + publisher per repository, built on first use and kept (installation tokens are cached)."""
     cache: dict[str, RepoServices] = {}
@@ -328,6 +338,7 @@ def _services_factory(
                 api=gateway,
                 publisher=publisher_factory(gateway, settings),
                 bot=gateway.identity(),
+                side_runs=side_run_factory(gateway, settings),
             )
         return cache[key]
 
@@ -385,6 +396,7 @@ def create_app(
     *,
     publisher_factory: PublisherFactory = default_publisher,
     backend: Backend | None = None,
+    side_run_factory: SideRunFactory = default_side_runs,
 ) -> Starlette:
     """The webhook app; its lifespan opens the store and runs the worker (app.state.store/.worker). With
     `settings.public_url` it also serves the details pages (`bot.publish.pages`); without, no page route exists.
@@ -395,7 +407,7 @@ def create_app(
     store = open_store(settings, power_safe=False)
     ingest = Ingest(open_store(settings, power_safe=True))
     stop = threading.Event()
-    services = _services_factory(settings, publisher_factory, stop)
+    services = _services_factory(settings, publisher_factory, stop, side_run_factory)
     runs_on = backend or make_backend(settings, stop)
     lifecycle = Lifecycle(store, settings, runs_on, services)
     # The intake records campaigns and the lifecycle runs them; wired here so neither builds the other.
@@ -485,7 +497,7 @@ def create_app(
 
     routes = [Route("/webhook", webhook, methods=["POST"]), Route("/healthz", health, methods=["GET"])]
     if settings.public_url is not None:
-        routes += page_routes(lifecycle.pages)
+        routes += page_routes(lifecycle.pages) + main_routes(lifecycle.pages)
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.store = store
     app.state.worker = worker

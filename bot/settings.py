@@ -104,6 +104,13 @@ class Settings(BaseModel):
     `--sandbox --repo --base --head --config [--rows] [--build-cache] --out --campaign-id
     --progress-jsonl`. This is how a
     single-node user plugs in a different runner."""
+    local_bisect_argv: list[str] | None = None
+    """Command prefix the local backend runs for `/parity bisect` instead of `kv-parity bisect`; the backend
+    appends `--sandbox --repo --good --bad --config --config-ref --config-source [--rows] [--build-cache] --out
+    --bisect-id --progress-jsonl`."""
+    tracking_label: str = "kv-parity-regression"
+    """Label of the one open issue main-branch tracking opens (or comments on) when a push or the reference
+    campaign FAILs (bot.publish.side_runs)."""
     sandbox: Literal["bwrap", "none"] = "bwrap"
     """How the local backend contains pull-request code: `bwrap` (bubblewrap; the service refuses to start
     without a working one) or `none`, which runs it as the service's user, able to read the service's files and

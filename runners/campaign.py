@@ -113,6 +113,9 @@ class CampaignRequest:
     build_cache: Path | None = field(default_factory=configured_dir)
     """Build cache directory each arm may be reused from and is stored in, as that arm (runners/build_cache.py);
     default $KV_PARITY_BUILD_CACHE, None: build both arms."""
+    attribute_failures: bool = True
+    """Profile a row whose performance gate FAILed (evidence, never a verdict); a bisect's probes skip it (about
+    the row's sampling time again per FAIL) and say so in `skipped` (runners/bisect.py)."""
 
     def __post_init__(self) -> None:
         """Absolute paths: git runs in other directories (worktrees), where a relative path means another place."""
@@ -509,7 +512,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         perf = perf.model_copy(update={"schedule_path": kept.name})
     report.performance, report.perf_verdict, report.perf_reason = perf, perf.verdict, perf.reason
     report.placement_cpus = placement.cpu_set
-    if perf.verdict == PerfVerdict.FAIL:
+    if perf.verdict == PerfVerdict.FAIL and request.attribute_failures:
         emit(progress, "attribution", "profiling both arms on the row's CPU (after the gate decided)", row=row.id)
         report.attribution = attribute_regression(
             prepared.binaries, args, {arm: outcome.canonical[arm].streamed() for arm in ARMS},

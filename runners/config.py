@@ -312,6 +312,30 @@ class ChecksConfig(_Strict):
     undecided_conclusion: Literal["action_required", "neutral", "failure"] = "action_required"
 
 
+class MainConfig(_Strict):
+    """`[main]`: main-branch tracking, read from the default branch itself (bot.core.tracking). Every push to the
+    default branch is measured against its first parent with this same config, and every `every` pushes (or when
+    `kv-parity track` runs on a schedule) its tip is measured against `reference`: the cumulative change since."""
+
+    track: bool = False
+    """Measure every push to the default branch against its first parent (check run `kv-parity / main`)."""
+    queue: Literal["every", "newest"] = "every"
+    """Pushes that arrive while one is measured: `every` queues each behind it; `newest` keeps only the latest
+    waiting push (a queued one is superseded by the next)."""
+    reference: str | None = Field(None, min_length=1, max_length=255, pattern=r"^[^\s~^:?*\[\\]+$")
+    """A tag or commit SHA the tip is compared with (check run `kv-parity / reference`); None: no creep campaign."""
+    every: int | None = Field(None, ge=1)
+    """Run the reference campaign after this many tracked pushes (the service); None: only `kv-parity track`."""
+
+    @model_validator(mode="after")
+    def _every_needs_reference(self) -> MainConfig:
+        if self.every is not None and (self.reference is None or not self.track):
+            raise ValueError("main.every counts tracked pushes: it needs main.track = true and main.reference (the "
+                             "revision the tip is compared with); without tracking, run `kv-parity track` on a "
+                             "schedule")
+        return self
+
+
 class FixtureTraceSpec(_Strict):
     """A Stage 6 fixture's small deterministic trace: a named generator with parameters, or a file in the
     target repository (read from the trusted base revision), pinned by SHA-256 either way."""
@@ -377,6 +401,8 @@ class CampaignConfig(_Strict):
     fixtures: list[LifecycleFixture] = Field(default_factory=list)
     """Stage 6 forced rare-lifecycle fixtures, each a row of its own in the report."""
     checks: ChecksConfig = ChecksConfig()
+    main: MainConfig = MainConfig()
+    """`[main]`: main-branch tracking and the creep reference (read only from the default branch)."""
 
     @field_validator("rows")
     @classmethod

@@ -8,12 +8,24 @@ the schedule from its seed, and every verdict and number from the same rules the
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from runners.bisect_rule import (
+    BISECT_SCHEMA_VERSION,
+    RERUNS,
+    BisectReport,
+    ProbeState,
+    attempt_target,
+    conclude,
+    endpoint_target,
+    next_position,
+    probe_state,
+)
 from runners.config import PerfConfig
 from runners.perf import breaches, classify, evaluate, make_schedule, process_wall_ms, schedule_seed
 from runners.report import CampaignReport, PerfResult, PerfVerdict, RowReport, Sample, SemanticVerdict
@@ -200,13 +212,98 @@ def verify_report(report: CampaignReport) -> list[str]:
     return problems
 
 
-def main_verify(path: Path) -> int:
-    """CLI body: 0 when consistent, 1 on any disagreement, 2 when the file is not a readable report."""
+def verify_bisect(bisect: BisectReport) -> list[str]:
+    """Every disagreement between a bisect.json and its recomputation: each probe's campaign report as
+    `verify_report` judges it, each attempt's state from its recomputed verdicts, the target, the order the rule
+    probes in, and the result; empty means consistent."""
+    problems: list[str] = []
+    rule = bisect.rule
+    if rule.reruns != RERUNS:
+        problems.append(f"rule declares {rule.reruns} rerun(s); the bisect rule is {RERUNS}")
+    if not bisect.commits or bisect.commits[-1] != bisect.bad:
+        problems.append(f"the commit list does not end at bad {bisect.bad}")
+        return problems
+    for index, probe in enumerate(bisect.probes):
+        where = f"probe {index + 1} ({probe.commit[:12]})"
+        expected = next_position(len(bisect.commits), bisect.probes[:index])
+        if expected is None:
+            problems.append(f"{where}: the rule had concluded before this probe")
+        elif probe.position != expected or probe.commit != bisect.commits[expected - 1]:
+            problems.append(f"{where}: the rule probes commit {expected} ({bisect.commits[expected - 1][:12]}) here, "
+                            f"not {probe.position}")
+        if not 1 <= len(probe.attempts) <= 1 + RERUNS:
+            problems.append(f"{where}: {len(probe.attempts)} attempts; the rule allows 1 to {1 + RERUNS}")
+        judged_on = attempt_target(rule, index)
+        for number, attempt in enumerate(probe.attempts, 1):
+            at = f"{where} attempt {number}"
+            report = attempt.report
+            problems.extend(f"{at}: {problem}" for problem in verify_report(report))
+            arms = {revision.arm: revision.sha for revision in report.revisions}
+            if arms != {"baseline": bisect.good, "candidate": probe.commit}:
+                problems.append(f"{at}: the campaign compared {arms}, not {probe.commit[:12]} against good")
+            if report.config != bisect.config or report.mode != "campaign":
+                problems.append(f"{at}: the campaign ran another config or mode than the bisect declared")
+            state = probe_state(campaign_verdicts(report), judged_on)
+            if attempt.state != state:
+                problems.append(f"{at}: state {attempt.state.value}, recomputed {state.value}")
+            if number < len(probe.attempts) and state != ProbeState.UNDECIDED:
+                problems.append(f"{at}: rerun although this attempt decided ({state.value})")
+        if probe.attempts and probe.state != probe.attempts[-1].state:
+            problems.append(f"{where}: state {probe.state.value}, but its last attempt says "
+                            f"{probe.attempts[-1].state.value}")
+    if not bisect.probes or next_position(len(bisect.commits), bisect.probes) is not None:
+        problems.append("the rule had not concluded when the bisect stopped")
+        return problems
+    endpoint = bisect.probes[0]
+    if rule.target_source == "bad endpoint":
+        target = endpoint_target(rule, endpoint) if endpoint.state == ProbeState.BAD else []
+        if rule.target != target:
+            problems.append(f"target {rule.target}, but the bad endpoint FAILs {target}")
+    expected_result = conclude(bisect.good, bisect.commits, bisect.probes)
+    prose = {"reason"}
+    if bisect.result.model_dump(exclude=prose) != expected_result.model_dump(exclude=prose):
+        problems.append(f"result {bisect.result.last_line}, recomputed {expected_result.last_line}")
+    return problems
+
+
+def _schema_version(data: bytes) -> object:
+    """The document's `schema_version`, None when it is not a JSON object (its validation then says why)."""
     try:
-        report = CampaignReport.model_validate_json(path.read_bytes())
+        document = json.loads(data)
+    except ValueError:
+        return None
+    return document.get("schema_version") if isinstance(document, dict) else None
+
+
+def _main_verify_bisect(path: Path, data: bytes) -> int:
+    try:
+        bisect = BisectReport.model_validate_json(data)
+    except ValidationError as exc:
+        print(f"{path} is not a {BISECT_SCHEMA_VERSION} bisect:\n{exc}", file=sys.stderr)
+        return 2
+    problems = verify_bisect(bisect)
+    if problems:
+        print(f"{path}: {len(problems)} disagreement(s) with the recomputation:")
+        for problem in problems:
+            print(f"  - {problem}")
+        return 1
+    attempts = sum(len(probe.attempts) for probe in bisect.probes)
+    print(f"{path}: consistent ({len(bisect.probes)} probes, {attempts} campaigns; {bisect.result.last_line})")
+    return 0
+
+
+def main_verify(path: Path) -> int:
+    """CLI body: 0 when consistent, 1 on any disagreement, 2 when the file is not a readable report (a
+    campaign's report.json or a bisect's bisect.json, told apart by their schema_version)."""
+    try:
+        data = path.read_bytes()
     except OSError as exc:
         print(f"cannot read {path}: {exc.strerror}", file=sys.stderr)
         return 2
+    if _schema_version(data) == BISECT_SCHEMA_VERSION:
+        return _main_verify_bisect(path, data)
+    try:
+        report = CampaignReport.model_validate_json(data)
     except ValidationError as exc:
         print(
             f"{path} is not a {CampaignReport.model_fields['schema_version'].default} report:\n{exc}",

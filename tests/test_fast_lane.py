@@ -9,7 +9,8 @@ from pathlib import Path
 from tests.conftest import SLOW_FILES
 
 TESTS = Path(__file__).resolve().parent
-BUILDS_OR_RUNS = frozenset({"init_fixture_repo", "run_campaign", "build_artifact", "start_build", "prepare_demo"})
+BUILDS_OR_RUNS = frozenset({"init_fixture_repo", "run_campaign", "build_artifact", "start_build", "prepare_demo",
+                            "run_bisect"})
 """Calls that make a fixture repository to build, build an arm, or run a campaign."""
 SLOW_FIXTURES = frozenset({"harness", "kv_parity", "installed_kv_parity"})
 """Fixtures that compile the fixture harness (HarnessBuilder) or start a `kv-parity` process."""

@@ -100,7 +100,7 @@ def test_malformed_payload_is_400_naming_the_field_and_kept_for_diagnosis(env: E
         assert svc.store.rejected_deliveries()[0][:2] == ("bad-1", "pull_request")
         assert svc.store.delivery_counts() == {}
         assert post(svc.url, "ping", {"zen": "hi"}).status_code == 200
-        assert post(svc.url, "push", {"ref": "x"}).json() == {"ignored": "event 'push' is not handled"}
+        assert post(svc.url, "star", {"action": "created"}).json() == {"ignored": "event 'star' is not handled"}
         assert loopback().get(f"{svc.url}/healthz").json()["worker_alive"] is True
 
 

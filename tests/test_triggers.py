@@ -354,7 +354,8 @@ def test_check_run(name: str, payload: dict[str, Any], expected: Intent, asked: 
             "comment.id: Input should be a valid integer",
         ),
         ("check_run", [], "payload is not a JSON object"),
-        ("push", {}, "event 'push' is not handled"),
+        ("push", {}, "push payload: ref: Field required"),
+        ("star", {}, "event 'star' is not handled"),
     ],
 )
 def test_malformed_payload_names_the_field(event: str, payload: Any, message: str) -> None:

@@ -168,6 +168,55 @@ def check_run_event(
     return payload
 
 
+def push_event(
+    *,
+    after: str,
+    before: str,
+    ref: str = "refs/heads/main",
+    sender: str = "maintainer",
+    repo: str = REPO,
+    default_branch: str = "main",
+    message: str = "Merge pull request #5 from contributor/feature",
+    deleted: bool = False,
+    installation_id: int | None = 77,
+) -> dict[str, Any]:
+    """A `push` delivery with the field shapes of GitHub's documented example (octokit/webhooks
+    payload-examples/api.github.com/push): the ref, `before` and `after` SHAs, the pushed commits and
+    `head_commit`, the repository as push payloads carry it (`default_branch`, `master_branch`, unix
+    `created_at` and `pushed_at`), the git-level `pusher`, the `sender` and the App `installation`. A deleted ref
+    has `after` all zeros, no commits and no `head_commit`."""
+    owner = repo.split("/")[0]
+    zeros = "0" * 40
+    after = zeros if deleted else after
+    person = {"name": sender, "email": f"{sender}@users.noreply.github.com", "username": sender}
+    commit = {
+        "id": after, "tree_id": hashlib.sha1(f"tree {after}".encode()).hexdigest(), "distinct": True,
+        "message": message, "timestamp": "2026-12-06T10:00:00Z",
+        "url": f"https://github.com/{repo}/commit/{after}", "author": person, "committer": person,
+        "added": [], "removed": [], "modified": ["src/lib.rs"],
+    }
+    now = int(time.time())
+    payload: dict[str, Any] = {
+        "ref": ref, "before": before, "after": after, "created": before == zeros, "deleted": deleted,
+        "forced": False, "base_ref": None,
+        "compare": f"https://github.com/{repo}/compare/{before[:12]}...{after[:12]}",
+        "commits": [] if deleted else [commit], "head_commit": None if deleted else commit,
+        "repository": {
+            "id": 186853002, "node_id": "R_kgDOLZ7UCg", "name": repo.split("/")[1], "full_name": repo,
+            "private": False, "owner": {"name": owner, "email": None, **_user(owner)},
+            "html_url": f"https://github.com/{repo}", "description": None, "fork": False,
+            "url": f"https://github.com/{repo}", "created_at": now - 86400, "updated_at": github_time(),
+            "pushed_at": now, "default_branch": default_branch, "master_branch": default_branch,
+            "visibility": "public",
+        },
+        "pusher": {"name": sender, "email": f"{sender}@users.noreply.github.com"},
+        "sender": _user(sender),
+    }
+    if installation_id is not None:
+        payload["installation"] = {"id": installation_id, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uNzc="}
+    return payload
+
+
 def post(
     base_url: str,
     event: str,

@@ -78,6 +78,18 @@ COMMANDS: tuple[CommandSpec, ...] = (
         example="profile rows=vllm-disagg",
     ),
     CommandSpec(
+        name="bisect",
+        usage="bisect",
+        description=(
+            "After this pull request's campaign FAILed on a head of two or more commits, find the first commit that "
+            "FAILs: each probe is a campaign of one commit against the merge base under the same config, by binary "
+            "search over the first-parent commits (an undecided probe is rerun once, then the narrowest decided "
+            "range is reported). The result is posted here and on the check run `kv-parity / bisect`."
+        ),
+        who="collaborators with at least the configured permission (default write)",
+        example="bisect",
+    ),
+    CommandSpec(
         name="cancel",
         usage="cancel",
         description="Cancel this pull request's queued and running campaigns.",

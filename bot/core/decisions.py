@@ -33,6 +33,7 @@ from bot.core.ledger import CampaignRequest, Ledger
 from bot.core.ports import Publisher, RepoApi
 from bot.core.resolve import resolve
 from bot.core.triggers import (
+    Bisect,
     Cancel,
     Help,
     Ignore,
@@ -131,6 +132,8 @@ class Decisions:
             return f"needs approval: {intent.head_sha}"
         if isinstance(intent, Cancel):
             return self._cancel(intent)
+        if isinstance(intent, Bisect):
+            return self._bisect(intent)
         if isinstance(intent, Start):
             if intent.approve_head:
                 self.ledger.approve(intent.pr, intent.head_sha, intent.requested_by)
@@ -203,8 +206,12 @@ class Decisions:
 
     def _rerun(self, intent: Rerun) -> str:
         pr, original = self._campaign_pr(intent.pr, intent.campaign_id)
+        if original is not None and original.purpose in ("main", "reference"):
+            return self._rerun_side_run(original, intent.requested_by)
         if pr is None:
             return f"ignored: check run of unknown campaign {intent.campaign_id}"
+        if original is not None and original.purpose == "bisect":
+            return self._bisect(Bisect(pr, intent.requested_by, intent.trigger))
         rows = (
             intent.rows if intent.rows is not None else (tuple(original.rows) if original and original.rows else None)
         )
@@ -222,6 +229,58 @@ class Decisions:
             pr, pull.head_sha, pull.base_ref, rows, intent.requested_by, intent.trigger,
             rerun=True, mode="profile" if profile else "campaign",
         )
+
+    def _rerun_side_run(self, original: CampaignView, requested_by: str) -> str:
+        """The Rerun button of a main or reference campaign: the same commits under the same config again."""
+        request = CampaignRequest(
+            pr=0, head_sha=original.head_sha, base_sha=original.base_sha, relationship=original.relationship,
+            rows=None, rows_key=f"{original.purpose}:", requested_by=requested_by, trigger="check_run",
+            config_text=self.ledger.config_text(original), config_source=original.config_source,
+            config_sha=original.config_sha or original.head_sha, mode="campaign", rerun=True,
+            purpose=original.purpose,
+        )
+        for live in self.ledger.replaced(request):
+            self.ledger.end(live, S.SUPERSEDED, f"replaced by a rerun requested by @{requested_by} (check_run)")
+        return f"rerun of {original.id}: {self.ledger.launch(self.ledger.create(request))}"
+
+    def _bisect(self, intent: Bisect) -> str:
+        """Bisect the current head's FAILed campaign: from its merge base, under its config (the ledger's record
+        of it), when the head has two or more commits; refused with the reason and what to do otherwise."""
+        word = self.settings.command_word
+        if not self.ledger.runs_bisect:
+            reason = "this bot's mode cannot run a bisect (it runs on the service's local backend)"
+            fix = "run `kv-parity bisect --good <merge base> --bad <head>` on a measuring machine"
+            self.publisher.reply(intent.pr, "refused", reason=reason, fix=fix)
+            return f"invalid: {reason}"
+        pull = self._pull(intent.pr)
+        failed = self.ledger.failed_campaign(intent.pr, pull.head_sha) if pull.state == "open" else None
+        if failed is None:
+            reason = (f"pull request #{intent.pr} is {pull.state}" if pull.state != "open" else
+                      f"no campaign of the head {pull.head_sha[:12]} has FAILed: a bisect looks for the commit that "
+                      "made one FAIL")
+            self.publisher.reply(intent.pr, "refused", reason=reason, fix=f"comment `{word} rerun` for a campaign "
+                                 f"of the current head, then `{word} bisect` if it FAILs")
+            return f"invalid: {reason}"
+        commits = self.api.merge_base(pull.base_ref, pull.head_sha).ahead_by
+        if commits < 2:
+            reason = f"the head {pull.head_sha[:12]} is {commits} commit ahead of its base: it is the culprit itself"
+            self.publisher.reply(intent.pr, "refused", reason=reason, fix=f"`{word} profile` shows where its time goes")
+            return f"invalid: {reason}"
+        rows = tuple(failed.rows) if failed.rows else None
+        request = CampaignRequest(
+            pr=intent.pr, head_sha=failed.head_sha, base_sha=failed.base_sha, relationship=failed.relationship,
+            rows=rows, rows_key=f"bisect:{format_rows(rows)}", requested_by=intent.requested_by,
+            trigger=intent.trigger, config_text=self.ledger.config_text(failed), config_source=failed.config_source,
+            config_sha=failed.config_sha or failed.base_sha, mode="campaign", rerun=True, purpose="bisect",
+        )
+        for live in self.ledger.replaced(request):
+            self.ledger.end(live, S.SUPERSEDED, f"replaced by a bisect requested by @{intent.requested_by}")
+        try:
+            campaign = self.ledger.create(request)
+        except DuplicateCampaign as duplicate:
+            self.publisher.reply(intent.pr, "duplicate", campaign=duplicate.existing)
+            return f"duplicate of {duplicate.existing.id}"
+        return f"bisect of {failed.id}: {self.ledger.launch(campaign)}"
 
     def _head_refusal(self, intent: Rerun, pull: PullInfo) -> tuple[str, str] | None:
         """(reason, fix) when the request cannot apply to the current head; the fix names its full SHA."""

@@ -8,13 +8,14 @@ up in a subprocess's argv.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 Sha = Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
-HANDLED_EVENTS = ("pull_request", "issue_comment", "check_run")
+HANDLED_EVENTS = ("pull_request", "issue_comment", "check_run", "push")
 
 
 class PayloadError(ValueError):
@@ -127,15 +128,44 @@ class CheckRunEvent(_Read):
     repository: Repo
 
 
+class PushedRepo(Repo):
+    default_branch: str
+    """A push to this branch is a push to the default branch, which main-branch tracking measures."""
+
+
+class PushEvent(_Read):
+    """A push (bot.core.tracking): only the pushed ref, the commit it now names and who pushed are read."""
+
+    kind: Literal["push"] = "push"
+    ref: str
+    before: str
+    after: str
+    """The ref's commit after the push: all zeros when the ref was deleted."""
+    deleted: bool = False
+    forced: bool = False
+    repository: PushedRepo
+    sender: User
+
+    @property
+    def default_branch_head(self) -> str | None:
+        """The default branch's new head when this push moved it (not deleted), else None."""
+        if self.deleted or self.ref != f"refs/heads/{self.repository.default_branch}":
+            return None
+        return self.after if re.fullmatch(r"[0-9a-f]{40}", self.after) and set(self.after) != {"0"} else None
+
+
 WebhookEvent = PullRequestEvent | IssueCommentEvent | CheckRunEvent
-_MODELS: dict[str, type[PullRequestEvent] | type[IssueCommentEvent] | type[CheckRunEvent]] = {
+AnyEvent = WebhookEvent | PushEvent
+"""Every handled event: a push goes to main-branch tracking, the others to the pull-request decision core."""
+_MODELS: dict[str, type[PullRequestEvent] | type[IssueCommentEvent] | type[CheckRunEvent] | type[PushEvent]] = {
     "pull_request": PullRequestEvent,
     "issue_comment": IssueCommentEvent,
     "check_run": CheckRunEvent,
+    "push": PushEvent,
 }
 
 
-def parse_event(event_name: str, body: bytes) -> WebhookEvent:
+def parse_event(event_name: str, body: bytes) -> AnyEvent:
     """The typed event for a handled X-GitHub-Event; PayloadError names the first bad fields."""
     model = _MODELS.get(event_name)
     if model is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.store.campaigns import CampaignState, CampaignView
+from bot.store.campaigns import CampaignPurpose, CampaignState, CampaignView
 from bot.store.people import HeadSeen
 from runners.config import CampaignMode
 
@@ -38,6 +38,8 @@ class CampaignRequest:
     mode: CampaignMode
     rerun: bool
     """Asked to run again (`rerun`, `profile`, a Rerun button), not a label or a push."""
+    purpose: CampaignPurpose = "pull_request"
+    """A pull request's gate, a `/parity bisect`, or main-branch tracking (`pr` is 0: bot.core.tracking)."""
 
 
 class Ledger(Protocol):
@@ -47,6 +49,19 @@ class Ledger(Protocol):
     def records_heads(self) -> bool:
         """Whether `heads_since` is a record: without one, nothing tells which head a comment was written
         about, so a fork's plain rerun approves nothing and is answered with the `sha=` command to use."""
+        ...
+
+    @property
+    def runs_bisect(self) -> bool:
+        """Whether `/parity bisect` can run here (the service's local backend; a bisect is many campaigns)."""
+        ...
+
+    def failed_campaign(self, pr: int, head_sha: str) -> CampaignView | None:
+        """The newest completed campaign of this head whose report FAILs a gate (what `/parity bisect` bisects)."""
+        ...
+
+    def config_text(self, campaign: CampaignView) -> str:
+        """The config text a recorded campaign ran with (a bisect runs under the same)."""
         ...
 
     def campaign(self, campaign_id: str) -> CampaignView | None:

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Protocol
 
 from bot.core.resolve import RevisionSource
-from bot.github.gateway import BotIdentity, PullInfo
+from bot.github.gateway import BotIdentity, CommitInfo, PullInfo
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
+from runners.bisect_rule import BisectReport
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 
@@ -65,6 +66,19 @@ class RepoApi(RevisionSource, Protocol):
 
     def permission(self, login: str) -> str: ...
 
+    def commit(self, ref: str) -> CommitInfo:
+        """A commit or tag's commit and its parents (main-branch tracking: the first parent, the reference)."""
+        ...
+
+
+class SideRunPublisher(Publisher, Protocol):
+    """What reports side runs (`bot.publish.side_runs.SideRunPublisher`): bisects and main-branch tracking, each on
+    a check run of its own, never in a pull request's status comment."""
+
+    def bisect_finished(self, campaign: CampaignView, bisect: BisectReport, artifact_dir: Path) -> None:
+        """Complete the `kv-parity / bisect` check run and post the result on the pull request, once."""
+        ...
+
 
 @dataclass(frozen=True)
 class RepoServices:
@@ -73,6 +87,8 @@ class RepoServices:
     api: RepoApi
     publisher: Publisher
     bot: BotIdentity
+    side_runs: SideRunPublisher | None = None
+    """Reports bisects and main-branch tracking (None: a service that runs neither)."""
 
 
 class CampaignDriver(Protocol):

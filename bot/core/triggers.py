@@ -50,6 +50,15 @@ class Rerun:
 
 
 @dataclass(frozen=True)
+class Bisect:
+    """`/parity bisect`: find the commit of the pull request's FAILed head that made it FAIL."""
+
+    pr: int
+    requested_by: str
+    trigger: str = "comment"
+
+
+@dataclass(frozen=True)
 class Cancel:
     pr: int | None
     requested_by: str
@@ -98,7 +107,7 @@ class Ignore:
     reason: str
 
 
-Intent = Start | Rerun | Cancel | Status | Help | Refuse | NeedsApproval | Ignore
+Intent = Start | Rerun | Bisect | Cancel | Status | Help | Refuse | NeedsApproval | Ignore
 
 
 @dataclass(frozen=True)
@@ -178,6 +187,8 @@ def _command_intent(command: ParsedCommand | UnknownCommand, pr: int, sender: st
         return Rerun(pr, sender, "comment", rows=command.rows, sha=command.sha, written_at=written_at)
     if command.name == "profile":
         return Rerun(pr, sender, "comment", rows=command.rows, sha=command.sha, written_at=written_at, profile=True)
+    if command.name == "bisect":
+        return Bisect(pr, sender)
     if command.name == "cancel":
         return Cancel(pr, sender, "comment", f"`cancel` by @{sender}")
     if command.name == "status":

@@ -47,7 +47,7 @@ from pydantic import BaseModel, ValidationError
 
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.github.gateway import ArtifactTooLargeError, GitHubError, WorkflowJobInfo, WorkflowRunInfo
-from bot.store.campaigns import CampaignView
+from bot.store.campaigns import CampaignPurpose, CampaignView
 from runners.config import CampaignMode, ConfigError, format_rows, parse_rows
 from runners.distributed.common import FIXTURES_ROW
 from runners.progress import ProgressEvent
@@ -63,14 +63,15 @@ ROW_JOB_PREFIX = "row "
 """Row jobs are named `row <row id>` in the campaign workflow."""
 RUN_NAME = (
     "kv-parity ${{ inputs.campaign_id }} #${{ inputs.pr_number }} ${{ inputs.head_sha }} rows=${{ inputs.rows }}"
-    " mode=${{ inputs.mode }}"
+    " mode=${{ inputs.mode }} purpose=${{ inputs.purpose }}"
 )
 """The campaign workflow's `run-name`: it makes a run's display title say which campaign, pull request, head
 and rows it is for, which is how Actions-only mode (no database) finds a pull request's runs."""
 RUN_TITLE = re.compile(
-    r"^kv-parity (?P<campaign>\S+) #(?P<pr>\d+) (?P<head>[0-9a-f]{40}) rows=(?P<rows>[a-z0-9_.,-]*)"
-    r"(?: mode=(?P<mode>campaign|profile|))?$"
+    r"^kv-parity (?P<campaign>\S+) #(?P<pr>\d*) (?P<head>[0-9a-f]{40}) rows=(?P<rows>[a-z0-9_.,-]*)"
+    r"(?: mode=(?P<mode>campaign|profile|))?(?: purpose=(?P<purpose>pull_request|main|reference|))?$"
 )
+"""An empty `#` is a main-branch campaign (no pull request; its `purpose=` says which)."""
 LIVE_STATUSES = ("requested", "pending", "waiting", "queued", "in_progress")
 """Run statuses before `completed`."""
 OK_CONCLUSIONS = frozenset({"success", "skipped", "neutral"})
@@ -121,6 +122,7 @@ def dispatch_inputs(
     *,
     config_ref: str | None = None,
     mode: CampaignMode = "campaign",
+    purpose: CampaignPurpose = "pull_request",
 ) -> dict[str, str]:
     """The campaign workflow's inputs: all strings (the API refuses anything else), at most seven of GitHub's 25.
     `config_ref` is the trusted commit the plan job reads the config at (the base branch's tip; default the
@@ -137,6 +139,11 @@ def dispatch_inputs(
     }
     if mode != "campaign":
         inputs["mode"] = mode
+    if purpose in ("main", "reference"):
+        # No pull request: an empty number gives the run a concurrency group of its own (a later push must not
+        # cancel it) and tells the publish job to report on `kv-parity / main` instead of a pull request.
+        inputs["pr_number"] = ""
+        inputs["purpose"] = purpose
     return inputs
 
 
@@ -148,6 +155,8 @@ class RunTitle:
     rows: list[str] | None
     mode: CampaignMode = "campaign"
     """A title without `mode=` (a workflow copy from before the input) or with it empty is a campaign."""
+    purpose: CampaignPurpose = "pull_request"
+    """`main` or `reference` for main-branch tracking (pr_number 0); absent or empty: a pull request's."""
 
 
 def parse_run_title(title: str) -> RunTitle | None:
@@ -156,7 +165,10 @@ def parse_run_title(title: str) -> RunTitle | None:
     if match is None:
         return None
     mode: CampaignMode = "profile" if match["mode"] == "profile" else "campaign"
-    return RunTitle(match["campaign"], int(match["pr"]), match["head"], parse_rows(match["rows"]), mode)
+    purpose: CampaignPurpose = (
+        "main" if match["purpose"] == "main" else "reference" if match["purpose"] == "reference" else "pull_request")
+    return RunTitle(match["campaign"], int(match["pr"] or 0), match["head"], parse_rows(match["rows"]), mode,
+                    purpose)
 
 
 def lost_runner(job: WorkflowJobInfo) -> str | None:
@@ -424,7 +436,7 @@ class ActionsBackend:
         dispatched_at = self._now()
         inputs = dispatch_inputs(
             campaign.id, campaign.base_sha, campaign.head_sha, rows, campaign.pr_number, config_ref=campaign.config_sha,
-            mode=campaign.mode,
+            mode=campaign.mode, purpose=campaign.purpose,
         )
         api.dispatch_workflow(self.workflow, self.ref, inputs)
         log.info("campaign %s: dispatched %s@%s with %s", campaign.id, self.workflow, self.ref, inputs)

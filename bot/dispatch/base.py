@@ -12,6 +12,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from bot.store.campaigns import CampaignView
+from runners.bisect_rule import BisectReport
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 
@@ -47,6 +48,8 @@ class PollResult:
     waiting: str | None = None
     """Where the run waits in its scheduler's queue (Slurm's reason and place), kept with the campaign for the
     status comment and `/parity status`; '' once nothing waits, None when this poll brings no news."""
+    bisect: BisectReport | None = None
+    """A `/parity bisect` run's validated bisect.json (its `report` is None: a bisect is many campaigns)."""
 
 
 class StartError(RuntimeError):

@@ -42,6 +42,7 @@ from pydantic import ValidationError
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.settings import SettingsError
 from bot.store.campaigns import CampaignView
+from runners.bisect_rule import BisectReport
 from runners.config import format_rows
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
@@ -133,6 +134,35 @@ def campaign_argv(
     return argv + ["--out", str(out_dir), "--campaign-id", campaign.id, "--progress-jsonl", str(progress)]
 
 
+def default_bisect_prefix() -> list[str]:
+    """`kv-parity bisect`, from the same installation as `kv-parity campaign`."""
+    return [default_argv_prefix()[0], "bisect"]
+
+
+def bisect_argv(
+    prefix: list[str],
+    repo: Path,
+    campaign: CampaignView,
+    config_file: Path,
+    out_dir: Path,
+    progress: Path,
+    sandbox: SandboxKind = "bwrap",
+    build_cache: Path | None = None,
+) -> list[str]:
+    """The argv of a `/parity bisect` run: `kv-parity bisect` from the merge base (good) to the head (bad), with
+    the config read at the base branch's tip; its bisect.json lands in `out_dir`."""
+    argv = [*prefix, "--sandbox", sandbox, "--repo", str(repo), "--good", campaign.base_sha, "--bad",
+            campaign.head_sha, "--config", str(config_file)]
+    if campaign.config_sha:
+        argv += ["--config-ref", campaign.config_sha]
+    argv += ["--config-source", campaign.config_source]
+    if campaign.rows:
+        argv += ["--rows", format_rows(campaign.rows)]
+    if build_cache is not None:
+        argv += ["--build-cache", str(build_cache)]
+    return argv + ["--out", str(out_dir), "--bisect-id", campaign.id, "--progress-jsonl", str(progress), "--quiet"]
+
+
 def _proc_stat(pid: int) -> tuple[str, str] | None:
     """(state, start time in clock ticks) from /proc, or None when there is no such process."""
     try:
@@ -206,8 +236,10 @@ class LocalBackend:
         cancel_grace_seconds: float = 10.0,
         sandbox: SandboxKind = "bwrap",
         build_cache: Path | None = None,
+        bisect_prefix: list[str] | None = None,
     ) -> None:
         require_sandbox(sandbox)
+        self.bisect_prefix = bisect_prefix
         self.sandbox: SandboxKind = sandbox
         self.build_cache = build_cache
         self.repo = repo
@@ -272,8 +304,13 @@ class LocalBackend:
         config_file.write_text(config_text, encoding="utf-8")
         clone = work / CLONE_DIR
         self._fresh_clone(clone)
-        prefix = self.argv_prefix if self.argv_prefix is not None else default_argv_prefix()
-        argv = campaign_argv(prefix, clone, campaign, config_file, out_dir, progress, self.sandbox, self.build_cache)
+        if campaign.purpose == "bisect":
+            prefix = self.bisect_prefix if self.bisect_prefix is not None else default_bisect_prefix()
+            argv = bisect_argv(prefix, clone, campaign, config_file, out_dir, progress, self.sandbox, self.build_cache)
+        else:
+            prefix = self.argv_prefix if self.argv_prefix is not None else default_argv_prefix()
+            argv = campaign_argv(prefix, clone, campaign, config_file, out_dir, progress, self.sandbox,
+                                 self.build_cache)
         if self.sandbox == "none":
             log.warning("campaign %s: %s", campaign.id, UNSANDBOXED)
         try:
@@ -365,8 +402,10 @@ class LocalBackend:
             return PollResult(
                 False, progress, error=f"runner exited 2 (usage or config error)\n{log_tail}", exit_code=code
             )
-        report_path = Path(handle.out_dir) / "report.json"
         status = "exited" if code is None else f"exited {code}"
+        if campaign.purpose == "bisect":
+            return self._bisect_outcome(campaign, handle, code, progress, status, log_tail)
+        report_path = Path(handle.out_dir) / "report.json"
         try:
             text = report_path.read_text(encoding="utf-8")
         except OSError:
@@ -387,6 +426,22 @@ class LocalBackend:
                 error=f"{report_path} is for campaign {report.campaign_id!r}, not {campaign.id!r}",
             )
         return PollResult(False, progress, report=report, exit_code=code)
+
+    @staticmethod
+    def _bisect_outcome(campaign: CampaignView, handle: RunHandle, code: int | None, progress: list[ProgressEvent],
+                        status: str, log_tail: str) -> PollResult:
+        """A bisect run's end: its bisect.json, validated and named by this campaign's id (as `--bisect-id`)."""
+        path = Path(handle.out_dir) / "bisect.json"
+        try:
+            bisect = BisectReport.model_validate_json(path.read_bytes())
+        except OSError:
+            return PollResult(False, progress, error=f"bisect {status} without {path}\n{log_tail}", exit_code=code)
+        except ValidationError as exc:
+            return PollResult(False, progress, error=f"bisect {status}; {path} is invalid: {exc}", exit_code=code)
+        if bisect.bisect_id != campaign.id:
+            return PollResult(False, progress, exit_code=code,
+                              error=f"{path} is for bisect {bisect.bisect_id!r}, not {campaign.id!r}")
+        return PollResult(False, progress, bisect=bisect, exit_code=code)
 
     # ------------------------------------------------------------------ cancel
 

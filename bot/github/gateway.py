@@ -811,5 +811,93 @@ class ActionsCalls(GitHubTransport):
         return self._call(f"download artifact {name!r}", fetch)
 
 
-class GitHubGateway(RepositoryReads, ChecksAndComments, ActionsCalls):
+class CommitInfo(_Frozen):
+    """A commit as main-branch tracking reads it: its full SHA and its parents' (the first is the first parent)."""
+
+    sha: str
+    parents: list[str]
+
+
+class PullRef(_Frozen):
+    """A pull request that brought a commit (`GET /repos/{owner}/{repo}/commits/{sha}/pulls`)."""
+
+    number: int
+    title: str
+    html_url: str
+    merged: bool
+    """Merged (not only containing the commit as an open pull request's head)."""
+
+
+class IssueInfo(_Frozen):
+    """An issue the bot opened (the tracking issue), told apart from others by its author's numeric id."""
+
+    number: int
+    title: str
+    body: str
+    author_id: int
+    html_url: str
+
+
+class TrackingCalls(GitHubTransport):
+    """Main-branch tracking's calls: resolve a commit or tag to a commit and its parents, find the pull requests
+    that brought a commit, and keep one labelled tracking issue (the label made when missing)."""
+
+    def default_branch(self) -> str:
+        return self._call("GET repository", lambda: str(self._repo.default_branch))
+
+    def commit(self, ref: str) -> CommitInfo:
+        url = f"{self._repo.url}/commits/{urllib.parse.quote(ref, safe='')}"
+        _, data = self._call(f"GET commit {ref}", lambda: self._requester.requestJsonAndCheck("GET", url))
+        return CommitInfo(sha=str(data["sha"]), parents=[str(parent["sha"]) for parent in data.get("parents", [])])
+
+    def pulls_of_commit(self, sha: str) -> list[PullRef]:
+        def fetch() -> list[PullRef]:
+            return [PullRef(number=pull.number, title=pull.title, html_url=pull.html_url,
+                            merged=pull.merged_at is not None)
+                    for pull in self._repo.get_commit(sha).get_pulls()]
+
+        return self._call(f"GET pulls of {sha[:12]}", fetch)
+
+    def ensure_label(self, name: str, color: str, description: str) -> None:
+        """The label, created when the repository lacks it (creating an issue with an unknown label would create
+        it without a description, or drop it when the token may not)."""
+        url = f"{self._repo.url}/labels/{urllib.parse.quote(name, safe='')}"
+        try:
+            self._call(f"GET label {name!r}", lambda: self._requester.requestJsonAndCheck("GET", url))
+        except GitHubNotFoundError:
+            self._call(f"create label {name!r}",
+                       lambda: self._repo.create_label(name=name, color=color, description=description))
+
+    def open_issues(self, label: str) -> list[IssueInfo]:
+        """Open issues (not pull requests) carrying the label, oldest first (the first hundred: one is kept open)."""
+        query = urllib.parse.urlencode({"state": "open", "labels": label, "sort": "created", "direction": "asc",
+                                        "per_page": "100"})
+        url = f"{self._repo.url}/issues?{query}"
+        _, data = self._call(f"list open issues labelled {label!r}",
+                             lambda: self._requester.requestJsonAndCheck("GET", url))
+        return [IssueInfo(number=int(item["number"]), title=str(item["title"]), body=str(item.get("body") or ""),
+                          author_id=int(item["user"]["id"]), html_url=str(item["html_url"]))
+                for item in data if "pull_request" not in item]
+
+    def create_issue(self, title: str, body: str, labels: Sequence[str]) -> IssueInfo:
+        """Open an issue, at most once: a retried POST first looks for the one a failed POST may have made (the
+        bot's own open issue with this title and first label)."""
+        tried = False
+
+        def attempt() -> IssueInfo:
+            nonlocal tried
+            if tried and labels:
+                me = self.identity().id
+                made = [i for i in self.open_issues(labels[0]) if i.author_id == me and i.title == title]
+                if made:
+                    return made[-1]
+            tried = True
+            issue = self._repo.create_issue(title=title, body=body, labels=list(labels))
+            return IssueInfo(number=issue.number, title=issue.title, body=issue.body or "",
+                             author_id=issue.user.id, html_url=issue.html_url)
+
+        return self._call(f"create issue {title!r}", attempt)
+
+
+class GitHubGateway(RepositoryReads, ChecksAndComments, ActionsCalls, TrackingCalls):
     """The bot's only door to GitHub, for one repository: every call under the transport's retry policy."""

@@ -20,11 +20,16 @@ RERUN = CheckAction(label="Rerun", description="Run the parity campaign again", 
 CANCEL = CheckAction(label="Cancel", description="Stop this parity campaign", identifier="cancel")
 
 
-def check_name_of(campaign_check: str, mode: str) -> str:
-    """The check run's name for a campaign of this mode. A profile has its own name (`kv-parity / profile`):
-    a repository may require the campaign's check, and GitHub matches required checks by name, so a profile
-    (which never gates performance) must never complete, replace or stand in for it."""
-    return f"{campaign_check} / profile" if mode == "profile" else campaign_check
+NAMED_KINDS = ("profile", "bisect", "main", "reference")
+"""Campaign kinds with a check run of their own name (`CampaignView.check_kind`)."""
+
+
+def check_name_of(campaign_check: str, kind: str) -> str:
+    """The check run's name for a campaign of this kind (its mode, or the purpose of a side run). A profile has
+    its own name (`kv-parity / profile`): a repository may require the campaign's check, and GitHub matches
+    required checks by name, so a profile (which never gates performance) must never complete, replace or stand
+    in for it; nor may a bisect (`/ bisect`) or main-branch tracking (`/ main`, `/ reference`)."""
+    return f"{campaign_check} / {kind}" if kind in NAMED_KINDS else campaign_check
 
 
 @dataclass
@@ -61,7 +66,7 @@ class CheckRunWriter:
         """Create the check run, queued, with Rerun and Cancel."""
         run_id = self.gateway.create_check_run(
             campaign.head_sha,
-            check_name_of(self.check_name, campaign.mode),
+            check_name_of(self.check_name, campaign.check_kind),
             campaign.id,
             status="queued",
             output=_output(content),

@@ -210,6 +210,10 @@ class PageViews:
         self.store = pages.store
 
     def _nav(self, campaign: CampaignView) -> Markup:
+        if campaign.purpose in ("main", "reference"):
+            token = self.store.main_token(campaign.repo)
+            return Markup(f'<nav class="toc"><a href="{escape(self.pages.base or "")}/main/{escape(token)}">'
+                          "History of the default branch</a></nav>")
         pr_token = self.store.pr_token(campaign.repo, campaign.pr_number)
         if pr_token is None:
             return Markup("")

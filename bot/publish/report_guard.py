@@ -26,7 +26,8 @@ class DispatchedCampaign(BaseModel):
     """The baseline revision the campaign was told to build (the merge base)."""
     rows: list[str] | None = None
     """The rows asked for; None (or empty) means every row of the config."""
-    pr_number: int = Field(ge=1)
+    pr_number: int = Field(ge=0)
+    """0: a main-branch campaign (no pull request; `bot.publish.side_runs.publish_main`)."""
     mode: CampaignMode = "campaign"
     """`profile` for `/parity profile`: correctness and attribution, no performance gate."""
 

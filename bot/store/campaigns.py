@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,7 +33,16 @@ from bot.store.people import SCHEMA as PEOPLE_SCHEMA
 from bot.store.people import PeopleRecords
 from bot.store.publications import SCHEMA as PUBLICATIONS_SCHEMA
 from bot.store.publications import PublicationQueue
+from bot.store.tracking import SCHEMA as TRACKING_SCHEMA
+from bot.store.tracking import TrackingRecords
 from runners.config import CampaignMode
+
+CampaignPurpose = Literal["pull_request", "bisect", "main", "reference"]
+"""What a campaign is for: a pull request's gate; `bisect` (`/parity bisect`: `kv-parity bisect` from the merge
+base to the head); `main` (a push to the default branch against its first parent, bot.core.tracking);
+`reference` (the default branch's tip against `[main] reference`: the cumulative change since it)."""
+SIDE_RUN_CHECKS = {"bisect": "bisect", "main": "main", "reference": "reference"}
+"""Purposes reported on check runs of their own (`kv-parity / main`, ...), never in a pull request's status."""
 
 
 class CampaignState(StrEnum):
@@ -133,6 +143,13 @@ class CampaignView(BaseModel):
     details_url: str | None = None
     """Where a person follows the campaign (its details page, or its Actions run): set by the lifecycle for
     the publisher, never stored."""
+    purpose: CampaignPurpose = "pull_request"
+    """What the campaign is for; `pr_number` is 0 for `main` and `reference` (no pull request)."""
+
+    @property
+    def check_kind(self) -> str:
+        """What names its check run besides the check name: the purpose of a side run, else the mode."""
+        return SIDE_RUN_CHECKS.get(self.purpose, self.mode)
 
 
 @dataclass(frozen=True)
@@ -162,6 +179,7 @@ class NewCampaign:
     config_source: str
     config_sha: str | None
     mode: CampaignMode = "campaign"
+    purpose: CampaignPurpose = "pull_request"
 
 
 class DuplicateCampaign(Exception):
@@ -225,18 +243,26 @@ _ADDED_COLUMNS = {
     "finished_at": "REAL",
     "mode": "TEXT NOT NULL DEFAULT 'campaign'",
     "scheduler_wait": "TEXT",
+    "purpose": "TEXT NOT NULL DEFAULT 'pull_request'",
 }
 """Campaign columns added after the first schema: added in place to a database that lacks them."""
 
 _COLUMNS = (
     "seq, id, repo, pr_number, head_sha, base_sha, relationship, rows, state, check_run_id, "
     "status_comment_id, requested_by, trigger, created_at, deadline, artifact_dir, attempt, reason, "
-    "conclusion, config_source, backend, config_sha, mode, scheduler_wait"
+    "conclusion, config_source, backend, config_sha, mode, scheduler_wait, purpose"
 )
 
 
 def _utc(unix: float | None) -> datetime | None:
     return None if unix is None else datetime.fromtimestamp(unix, UTC)
+
+
+def _purpose(value: object) -> CampaignPurpose:
+    for known in ("bisect", "main", "reference"):
+        if value == known:
+            return known
+    return "pull_request"
 
 
 def campaign_from_row(
@@ -268,6 +294,7 @@ def campaign_from_row(
         config_sha,
         mode,
         scheduler_wait,
+        purpose,
     ) = row
     state = CampaignState(str(state))
     return CampaignView(
@@ -294,10 +321,11 @@ def campaign_from_row(
         config_sha=None if config_sha is None else str(config_sha),
         mode="profile" if mode == "profile" else "campaign",
         scheduler_wait=None if scheduler_wait is None else str(scheduler_wait),
+        purpose=_purpose(purpose),
     )
 
 
-class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords):
+class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords, TrackingRecords):
     """One SQLite connection guarded by a lock; cheap enough to share between the HTTP side and a worker."""
 
     def __init__(self, path: Path, *, power_safe: bool = True, busy_timeout: float = 30.0) -> None:
@@ -315,7 +343,8 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if power_safe else 'NORMAL'}")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(DELIVERIES_SCHEMA + _SCHEMA + PEOPLE_SCHEMA + PUBLICATIONS_SCHEMA + PAGES_SCHEMA)
+        self._db.executescript(DELIVERIES_SCHEMA + _SCHEMA + PEOPLE_SCHEMA + PUBLICATIONS_SCHEMA + PAGES_SCHEMA
+                               + TRACKING_SCHEMA)
         present = {str(row[1]) for row in self._db.execute("PRAGMA table_info(campaigns)")}
         for column, kind in _ADDED_COLUMNS.items():
             if column not in present:
@@ -363,6 +392,14 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords):
         """A pull request's campaigns, newest first."""
         states = "AND state IN ('requested', 'dispatched', 'running')" if live_only else ""
         return self._select(f"repo = ? AND pr_number = ? {states} ORDER BY seq DESC LIMIT ?", (repo, pr_number, limit))
+
+    def side_runs(self, repo: str, purposes: tuple[CampaignPurpose, ...], *, live_only: bool = False,
+                  limit: int = 100) -> list[CampaignView]:
+        """A repository's campaigns of these purposes (main-branch tracking), newest first."""
+        marks = ", ".join("?" for _ in purposes)
+        states = "AND state IN ('requested', 'dispatched', 'running')" if live_only else ""
+        return self._select(f"repo = ? AND purpose IN ({marks}) {states} ORDER BY seq DESC LIMIT ?",
+                            (repo, *purposes, limit))
 
     def in_states(self, states: frozenset[CampaignState], backend: str | None = None) -> list[CampaignView]:
         """Campaigns in the given states, oldest first (FIFO)."""
@@ -422,8 +459,8 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords):
                 db.execute(
                     "INSERT INTO campaigns (id, repo, pr_number, head_sha, base_sha, relationship, rows, "
                     "rows_key, state, requested_by, trigger, delivery_id, backend, created_at, reason, "
-                    "config_text, config_source, config_sha, mode) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "config_text, config_source, config_sha, mode, purpose) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         campaign_id,
                         new.repo,
@@ -444,6 +481,7 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords):
                         new.config_source,
                         new.config_sha,
                         new.mode,
+                        new.purpose,
                     ),
                 )
                 db.execute(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bot.store.campaigns import CampaignView, Store
 from bot.store.pages import NOT_COMPARABLE, BaselinePoint
+from bot.store.tracking import MainPoint
 
 
 def _campaign_lines(store: Store, campaign: CampaignView) -> list[str]:
@@ -47,6 +48,25 @@ def _baseline_lines(points: list[BaselinePoint]) -> list[str]:
     return lines
 
 
+def _main_lines(points: list[MainPoint]) -> list[str]:
+    """Per row, one line per main-branch campaign: when, kind, head against base, median [bounds], verdicts."""
+    lines: list[str] = []
+
+    def ratio(value: float | None) -> str:
+        return "—" if value is None else f"{value:.4f}"
+
+    for row in sorted({p.row_id for p in points}):
+        lines.append(f"row {row} (push: head / first parent; reference: tip / reference, the cumulative change)")
+        lines.extend(
+            f"  {datetime.fromtimestamp(p.measured_unix, UTC):%Y-%m-%d %H:%M:%S} "
+            f"{'push     ' if p.purpose == 'main' else 'reference'} {p.head_sha[:12]} vs {p.base_sha[:12]} "
+            f"{ratio(p.median_ratio)} [{ratio(p.lower)}, {ratio(p.upper)}] vs {p.threshold:g} · semantic {p.semantic}"
+            f" · performance {p.performance} · campaign {p.campaign_id}"
+            for p in points if p.row_id == row
+        )
+    return lines
+
+
 def history_main(argv: Sequence[str]) -> int:
     """0 when something was found and printed, 1 when nothing matched, 2 for an unreadable database."""
     parser = argparse.ArgumentParser(prog="kv-parity history", description=__doc__)
@@ -59,10 +79,14 @@ def history_main(argv: Sequence[str]) -> int:
     what.add_argument(
         "--baseline", metavar="OWNER/NAME", help="the merge-base timing of each row over time, per node label"
     )
-    parser.add_argument("--row", help="with --baseline: only this row")
+    what.add_argument(
+        "--main", metavar="OWNER/NAME", help="the default branch: each tracked push's and reference campaign's ratio "
+        "per row over time"
+    )
+    parser.add_argument("--row", help="with --baseline or --main: only this row")
     args = parser.parse_args(list(argv))
-    if args.row and not args.baseline:
-        parser.error("--row goes with --baseline")
+    if args.row and not (args.baseline or args.main):
+        parser.error("--row goes with --baseline or --main")
     if not args.db.is_file():
         print(f"kv-parity history: no database at {args.db}", file=sys.stderr)
         return 2
@@ -89,6 +113,8 @@ def _lines(store: Store, args: argparse.Namespace) -> list[str]:
         return [line for c in store.for_pr(repo, int(number)) for line in _campaign_lines(store, c)]
     if args.baseline:
         return _baseline_lines(store.baseline_history(args.baseline, args.row))
+    if args.main:
+        return _main_lines(store.main_history(args.main, args.row))
     if args.delivery:
         status = store.delivery_status(args.delivery)
         if status is None:

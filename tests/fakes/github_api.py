@@ -218,6 +218,19 @@ class _Pull:
     state: str
     title: str
     created_at: datetime
+    merge_commit_sha: str | None = None
+    """Set for a merged pull request (`add_pull(..., merge_commit_sha=)`): `commits/{sha}/pulls` finds it."""
+
+
+@dataclass
+class _Issue:
+    number: int
+    title: str
+    body: str
+    user: str
+    labels: list[str]
+    state: str
+    created_at: datetime
 
 
 @dataclass
@@ -317,6 +330,9 @@ class _Repo:
     jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
     job_annotations: dict[int, list[str]] = field(default_factory=dict)
     cancels: list[int] = field(default_factory=list)
+    issues: dict[int, _Issue] = field(default_factory=dict)
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Repository labels by lower-cased name: name, color, description."""
 
 
 @dataclass
@@ -460,8 +476,10 @@ class FakeGitHub:
         *,
         base_sha: str | None = None,
         title: str = "A pull request",
+        merge_commit_sha: str | None = None,
     ) -> None:
-        """Seed a pull request; ``base_sha`` defaults to the base branch tip when git-backed."""
+        """Seed a pull request; ``base_sha`` defaults to the base branch tip when git-backed; ``merge_commit_sha``
+        makes it a merged one (state closed, found by `commits/{sha}/pulls` for that commit)."""
         with self._lock:
             state_repo = self._repo_state(repo)
             if base_sha is None:
@@ -476,9 +494,10 @@ class FakeGitHub:
                 head_repo_full_name or state_repo.full_name,
                 user,
                 list(labels),
-                state,
+                "closed" if merge_commit_sha else state,
                 title,
                 _now(),
+                merge_commit_sha,
             )
 
     def set_permission(self, repo: str, login: str, permission: str) -> None:
@@ -657,6 +676,16 @@ class FakeGitHub:
                 for c in self._repo_state(repo).comments.values()
                 if c.number == number
             ]
+
+    def issues(self, repo: str) -> list[dict[str, Any]]:
+        """Issues (not pull requests) as opened, with their labels."""
+        with self._lock:
+            return [{"number": i.number, "title": i.title, "body": i.body, "user": i.user, "labels": list(i.labels),
+                     "state": i.state} for i in self._repo_state(repo).issues.values()]
+
+    def labels(self, repo: str) -> list[dict[str, str]]:
+        with self._lock:
+            return [dict(label) for label in self._repo_state(repo).labels.values()]
 
     def dispatches(self, repo: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -1398,7 +1427,7 @@ class FakeGitHub:
     def _create_comment(self, ctx: _Ctx) -> Response:
         repo = self._repo(ctx)
         number = int(ctx.params["number"])
-        if number not in repo.pulls:
+        if number not in repo.pulls and number not in repo.issues:
             raise _not_found()
         assert ctx.identity is not None
         text = self._validate_comment_body(ctx.body or {})
@@ -1413,7 +1442,7 @@ class FakeGitHub:
     def _list_comments(self, ctx: _Ctx) -> Response:
         repo = self._repo(ctx)
         number = int(ctx.params["number"])
-        if number not in repo.pulls:
+        if number not in repo.pulls and number not in repo.issues:
             raise _not_found()
         comments = [self._comment_json(repo, c) for c in repo.comments.values() if c.number == number]
         return self._paginate(ctx, comments)
@@ -1435,6 +1464,133 @@ class FakeGitHub:
         repo, comment = self._comment(ctx)
         del repo.comments[comment.id]
         return Response(status_code=204)
+
+    # ----------------------------------------------------------------- commits, labels, issues (main tracking)
+
+    @_route("GET", _REPO + r"/commits/(?P<ref>[^/]+)")
+    def _get_commit(self, ctx: _Ctx) -> Response:
+        """A commit by SHA, branch or tag (as GitHub resolves `ref`); 422 for a ref naming no commit."""
+        repo = self._repo(ctx)
+        if repo.git is None:
+            raise _not_found()
+        sha = repo.git.commit(ctx.params["ref"])
+        if sha is None:
+            raise _HTTPError(422, f"No commit found for SHA: {ctx.params['ref']}")
+        [found] = repo.git.commits(sha, limit=1)
+        body = self._commit_json(repo, found)
+        body.update({"comments_url": f"{body['url']}/comments", "files": []})
+        return JSONResponse(body)
+
+    def _pull_simple_json(self, repo: _Repo, pull: _Pull) -> dict[str, Any]:
+        base_owner = repo.full_name.split("/")[0]
+        head_owner = pull.head_repo.split("/")[0]
+        url = f"{self.url}/repos/{repo.full_name}/pulls/{pull.number}"
+        merged = pull.merge_commit_sha is not None
+        return {
+            "id": pull.number + 500000, "node_id": f"PR_{repo.id}_{pull.number}", "number": pull.number,
+            "state": pull.state, "title": pull.title, "user": self._user(pull.user), "body": None,
+            "labels": [], "url": url, "html_url": f"https://github.com/{repo.full_name}/pull/{pull.number}",
+            "issue_url": f"{self.url}/repos/{repo.full_name}/issues/{pull.number}",
+            "created_at": _timestamp(pull.created_at), "updated_at": _timestamp(pull.created_at),
+            "closed_at": _timestamp(pull.created_at) if merged else None,
+            "merged_at": _timestamp(pull.created_at) if merged else None,
+            "merge_commit_sha": pull.merge_commit_sha, "assignee": None, "milestone": None, "locked": False,
+            "author_association": "MEMBER", "auto_merge": None,
+            "head": {"label": f"{head_owner}:{pull.head_ref}", "ref": pull.head_ref, "sha": pull.head_sha,
+                     "user": self._user(head_owner), "repo": self._repo_json(pull.head_repo)},
+            "base": {"label": f"{base_owner}:{pull.base_ref}", "ref": pull.base_ref, "sha": pull.base_sha,
+                     "user": self._user(base_owner), "repo": self._repo_json(repo.full_name)},
+        }
+
+    @_route("GET", _REPO + r"/commits/(?P<sha>[^/]+)/pulls")
+    def _list_commit_pulls(self, ctx: _Ctx) -> Response:
+        """The pull requests that brought a commit: merged ones whose merge commit it is, open ones whose head it
+        is (GitHub: "the merged pull request that introduced the commit", or open ones containing it)."""
+        repo = self._repo(ctx)
+        sha = ctx.params["sha"]
+        found = [self._pull_simple_json(repo, pull) for pull in repo.pulls.values()
+                 if pull.merge_commit_sha == sha or (pull.state == "open" and pull.head_sha == sha)]
+        return self._paginate(ctx, found)
+
+    def _label_json(self, repo: _Repo, label: Mapping[str, str]) -> dict[str, Any]:
+        label_id = int(hashlib.sha1(label["name"].encode()).hexdigest()[:8], 16)
+        return {"id": label_id, "node_id": f"LA_{label_id}", "name": label["name"], "color": label["color"],
+                "description": label["description"] or None, "default": False,
+                "url": f"{self.url}/repos/{repo.full_name}/labels/{label['name']}"}
+
+    @_route("GET", _REPO + r"/labels/(?P<label>[^/]+)")
+    def _get_label(self, ctx: _Ctx) -> Response:
+        repo = self._repo(ctx)
+        label = repo.labels.get(ctx.params["label"].lower())
+        if label is None:
+            raise _not_found()
+        return JSONResponse(self._label_json(repo, label))
+
+    @_route("POST", _REPO + r"/labels")
+    def _create_label(self, ctx: _Ctx) -> Response:
+        repo = self._repo(ctx)
+        body = ctx.body or {}
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise _invalid("Label", "name", "missing_field", "name wasn't supplied")
+        if name.lower() in repo.labels:
+            raise _invalid("Label", "name", "already_exists", "Label already exists")
+        color = body.get("color", "ededed")
+        if not isinstance(color, str) or not re.fullmatch(r"[0-9a-fA-F]{6}", color):
+            raise _invalid("Label", "color", "invalid", "color is not a 6-digit hexadecimal code")
+        description = body.get("description", "")
+        if not isinstance(description, str) or len(description) > 100:
+            raise _invalid("Label", "description", "invalid", "description is too long (maximum is 100 characters)")
+        repo.labels[name.lower()] = {"name": name, "color": color.lower(), "description": description}
+        return JSONResponse(self._label_json(repo, repo.labels[name.lower()]), status_code=201)
+
+    def _issue_json(self, repo: _Repo, issue: _Issue) -> dict[str, Any]:
+        url = f"{self.url}/repos/{repo.full_name}/issues/{issue.number}"
+        return {
+            "id": issue.number + 700000, "node_id": f"I_{repo.id}_{issue.number}", "number": issue.number,
+            "title": issue.title, "body": issue.body, "user": self._user(issue.user), "state": issue.state,
+            "labels": [self._label_json(repo, repo.labels[name.lower()]) for name in issue.labels],
+            "assignee": None, "milestone": None, "locked": False, "comments": sum(
+                1 for c in repo.comments.values() if c.number == issue.number),
+            "url": url, "repository_url": f"{self.url}/repos/{repo.full_name}", "labels_url": f"{url}/labels{{/name}}",
+            "comments_url": f"{url}/comments", "events_url": f"{url}/events",
+            "html_url": f"https://github.com/{repo.full_name}/issues/{issue.number}",
+            "created_at": _timestamp(issue.created_at), "updated_at": _timestamp(issue.created_at), "closed_at": None,
+            "author_association": "NONE",
+        }
+
+    @_route("GET", _REPO + r"/issues")
+    def _list_issues(self, ctx: _Ctx) -> Response:
+        """Issues by state and labels (every named label), oldest first with `direction=asc`; pull requests are
+        issues on GitHub too, but the stand-in's pull requests carry no labels this route is asked for."""
+        repo = self._repo(ctx)
+        state = ctx.query.get("state", "open")
+        wanted = {name.strip().lower() for name in ctx.query.get("labels", "").split(",") if name.strip()}
+        found = [issue for issue in repo.issues.values()
+                 if state in ("all", issue.state) and wanted <= {name.lower() for name in issue.labels}]
+        found.sort(key=lambda issue: issue.number, reverse=ctx.query.get("direction", "desc") != "asc")
+        return self._paginate(ctx, [self._issue_json(repo, issue) for issue in found])
+
+    @_route("POST", _REPO + r"/issues")
+    def _create_issue(self, ctx: _Ctx) -> Response:
+        """A new issue; labels it names that the repository lacks are created (as GitHub does for a writer)."""
+        repo = self._repo(ctx)
+        assert ctx.identity is not None
+        body = ctx.body or {}
+        title = body.get("title")
+        if not isinstance(title, str) or not title:
+            raise _invalid("Issue", "title", "missing_field", "title wasn't supplied")
+        text = body.get("body") or ""
+        if not isinstance(text, str) or len(text) > MAX_COMMENT_BODY:
+            raise _invalid("Issue", "body", "custom", f"Body is too long (maximum is {MAX_COMMENT_BODY} characters)")
+        labels = body.get("labels") or []
+        if not isinstance(labels, list) or not all(isinstance(name, str) for name in labels):
+            raise _invalid("Issue", "labels", "invalid", "labels must be a list of names")
+        for name in labels:
+            repo.labels.setdefault(name.lower(), {"name": name, "color": "ededed", "description": ""})
+        number = max([0, *repo.pulls, *repo.issues]) + 1
+        repo.issues[number] = _Issue(number, title, text, ctx.identity.login, list(labels), "open", _now())
+        return JSONResponse(self._issue_json(repo, repo.issues[number]), status_code=201)
 
     # ----------------------------------------------------------------- GraphQL
 

@@ -1,0 +1,328 @@
+"""Reporting side runs: a `/parity bisect` and main-branch tracking, each on a check run of its own name
+(`kv-parity / bisect`, `kv-parity / main`, `kv-parity / reference`), never in a pull request's sticky status
+comment (which belongs to the pull request's campaigns).
+
+- A bisect completes its check run on the pull request's head with the result and posts it once as a comment.
+- A main or reference campaign completes its check run on the pushed commit; when it FAILs (performance, size or
+  semantic) it opens the one open issue labelled `tracking_label` (or comments on it), naming the pull request(s)
+  that brought the commit (`GET /repos/{owner}/{repo}/commits/{sha}/pulls`), the rows, bounds and report link,
+  and comments on each merged pull request. Every post carries a hidden marker naming the campaign and is made
+  only if the bot's own posts there do not carry it yet, so a retried publication posts nothing twice.
+
+Every string that leaves passes the redactor, as with `bot.publish.publisher.Publisher`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import SecretStr, ValidationError
+
+from bot.core.commands import COMMANDS
+from bot.github.gateway import CheckConclusion, GitHubError, GitHubGateway, IssueInfo, PullRef, TokenAuth
+from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
+from bot.publish import render
+from bot.publish.artifact import write_artifact
+from bot.publish.bisect_render import bisect_check_run, bisect_comment, bisect_marker
+from bot.publish.check_runs import CheckRunWriter
+from bot.publish.comments import CommentWriter
+from bot.publish.publisher import (
+    EXIT_GITHUB,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    PROGRESS_INTERVAL_SECONDS,
+    STATE_CONCLUSIONS,
+    _default_bot_login,
+    _workflow_run_url,
+    web_url,
+)
+from bot.publish.publisher import publish_main as publish_pull_request
+from bot.publish.render import Links, ProgressView
+from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
+from bot.publish.tracking_render import ISSUE_TITLE, pull_request_comment, regression_body, tracking_marker
+from bot.store.attempts import PriorAttempt
+from bot.store.campaigns import CampaignState, CampaignView
+from runners.bisect_rule import BisectReport
+from runners.config import parse_rows
+from runners.progress import ProgressEvent
+from runners.report import CampaignReport
+from runners.verdicts import with_verdicts
+
+LABEL_COLOR = "b60205"
+LABEL_DESCRIPTION = "kv-parity: a regression reached the default branch"
+
+
+class SideRunSettings(Protocol):
+    """The settings the side-run publisher reads; `bot.settings.Settings` satisfies it."""
+
+    @property
+    def check_name(self) -> str: ...
+
+    @property
+    def command_word(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def api_base_url(self) -> str: ...
+
+    @property
+    def tracking_label(self) -> str: ...
+
+
+class SideRunGateway(Gateway, Protocol):
+    """The publisher's calls plus main-branch tracking's (`bot.github.gateway.TrackingCalls`)."""
+
+    def pulls_of_commit(self, sha: str) -> list[PullRef]: ...
+
+    def ensure_label(self, name: str, color: str, description: str) -> None: ...
+
+    def open_issues(self, label: str) -> list[IssueInfo]: ...
+
+    def create_issue(self, title: str, body: str, labels: Sequence[str]) -> IssueInfo: ...
+
+
+class SideRunPublisher:
+    """The lifecycle's publisher for campaigns whose purpose is not a pull request's gate."""
+
+    def __init__(
+        self,
+        gateway: SideRunGateway,
+        settings_like: SideRunSettings,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        artifact_base_url: str | None = None,
+        progress_interval: float = PROGRESS_INTERVAL_SECONDS,
+        redactor: Redactor | None = None,
+    ) -> None:
+        self.redactor = redactor or Redactor(secret_values(settings_like, os.environ))
+        self.raw = gateway
+        self.gateway = RedactingGateway(gateway, self.redactor)
+        self.settings = settings_like
+        self.artifact_base_url = artifact_base_url.rstrip("/") if artifact_base_url else None
+        self._web = web_url(settings_like.api_base_url)
+        self._lock = threading.RLock()
+        self.check_runs = CheckRunWriter(self.gateway, settings_like.check_name, clock, progress_interval)
+        self.comments = CommentWriter(self.gateway)
+
+    def _links(self, campaign: CampaignView, check_run_id: int | None = None) -> Links:
+        run_id = check_run_id or self.check_runs.id_of(campaign)
+        return Links(
+            artifact_url=f"{self.artifact_base_url}/{campaign.id}/" if self.artifact_base_url else None,
+            check_run_url=f"{self._web}/{campaign.repo}/runs/{run_id}" if run_id else None,
+            details_url=campaign.details_url,
+        )
+
+    # --- the lifecycle's steps (bot.core.ports.Publisher)
+
+    def open_check_run(self, campaign: CampaignView) -> int:
+        with self._lock:
+            content = render.progress_content(campaign, None, self._links(campaign), self.settings.command_word,
+                                              position=campaign.queue_position)
+            return self.check_runs.open(campaign, content)
+
+    def queued(self, campaign: CampaignView, position: int) -> int | None:
+        """The queue position (0 = started) on the check run only, when it has one (the service opens it first;
+        Actions-only mode's publish job opens and completes it at once); there is no status comment to return."""
+        with self._lock:
+            run_id = self.check_runs.id_of(campaign)
+            if run_id is None:
+                return None
+            started = position == 0
+            progress = (ProgressView(stage="starting", row=None, detail="", done=None, total=None, eta_seconds=None)
+                        if started else None)
+            content = render.progress_content(campaign, progress, self._links(campaign), self.settings.command_word,
+                                              position=position)
+            self.check_runs.running(run_id, content, started, campaign.details_url)
+        return None
+
+    def progress(self, campaign: CampaignView, event: ProgressEvent) -> None:
+        with self._lock:
+            view = self.check_runs.due(campaign, [event])
+            if view is None:
+                return
+            run_id = self.check_runs.id_of(campaign) or self.open_check_run(campaign)
+            content = render.progress_content(campaign, view, self._links(campaign, run_id),
+                                              self.settings.command_word)
+            self.check_runs.running(run_id, content, started=True, details_url=campaign.details_url)
+
+    def waiting(self, campaign: CampaignView) -> None:
+        """Nothing to edit: where a side run waits shows on its check run's next progress write."""
+
+    def finished(self, campaign: CampaignView, report: CampaignReport, artifact_dir: Path, *,
+                 prior_attempts: Sequence[PriorAttempt] = ()) -> None:
+        """A main or reference campaign: the artifact, its check run, and on a FAIL the tracking issue and the
+        merged pull requests."""
+        with self._lock:
+            report = with_verdicts(report)
+            write_artifact(report, artifact_dir, prior_attempts, self.redactor)
+            run_id = self.check_runs.id_of(campaign) or self.open_check_run(campaign)
+            links = self._links(campaign, run_id)
+            content = render.check_run_content(report, links, self.settings.command_word, prior_attempts)
+            self.check_runs.complete(campaign, run_id, report.concluded.conclusion.value, content,
+                                     links.details_url or links.artifact_url or links.check_run_url)
+            if campaign.purpose in ("main", "reference") and report.concluded.failed:
+                self._regression(campaign, report, links)
+
+    def bisect_finished(self, campaign: CampaignView, bisect: BisectReport, artifact_dir: Path) -> None:
+        """The `kv-parity / bisect` check run completed with the result, and the result posted on the pull
+        request once (found again by its marker among the bot's own comments)."""
+        with self._lock:
+            run_id = self.check_runs.id_of(campaign) or self.open_check_run(campaign)
+            links = self._links(campaign, run_id)
+            conclusion: CheckConclusion = "success" if bisect.result.outcome == "culprit" else "neutral"
+            self.check_runs.complete(campaign, run_id, conclusion, bisect_check_run(bisect, links),
+                                     links.details_url or links.artifact_url or links.check_run_url)
+            marker = bisect_marker(campaign.id)
+            if not any(c.body.startswith(marker) for c in self.comments.ours(campaign.pr_number)):
+                self.gateway.create_comment(campaign.pr_number, bisect_comment(bisect, campaign.id, links))
+
+    def ended(self, campaign: CampaignView, state: str, reason: str) -> None:
+        if state not in STATE_CONCLUSIONS:
+            raise ValueError(f"unknown end state {state!r}; expected one of {sorted(STATE_CONCLUSIONS)}")
+        with self._lock:
+            self.check_runs.forget_progress(campaign)
+            run_id = self.check_runs.id_of(campaign)
+            if run_id is None and state in ("timed_out", "errored", "config_error"):
+                run_id = self.open_check_run(campaign)
+            if run_id is None:
+                return
+            links = self._links(campaign, run_id)
+            content = render.ended_content(campaign, state, reason, links, self.settings.command_word)
+            self.check_runs.complete(campaign, run_id, STATE_CONCLUSIONS[state], content,
+                                     links.details_url or links.artifact_url or links.check_run_url)
+
+    def reply(self, number: int, kind: str, **context: Any) -> None:
+        body = render.reply(kind, self.settings.command_word, COMMANDS, self.settings.label, context)
+        with self._lock:
+            self.comments.reply(number, body)
+
+    # --- the tracking issue
+
+    def _posted(self, number: int, marker: str, also: str = "") -> bool:
+        return marker in also or any(c.body.startswith(marker) for c in self.comments.ours(number))
+
+    def _regression(self, campaign: CampaignView, report: CampaignReport, links: Links) -> None:
+        label = self.settings.tracking_label
+        baseline = next((r.sha for r in report.revisions if r.arm == "baseline"), "")
+        reference = (report.config.main.reference or baseline) if campaign.purpose == "reference" else None
+        pulls = [] if reference is not None else self.raw.pulls_of_commit(campaign.head_sha)
+        merged = [pull for pull in pulls if pull.merged]
+        body = regression_body(report, campaign.id, links, merged or pulls, reference=reference, label=label)
+        self.raw.ensure_label(label, LABEL_COLOR, LABEL_DESCRIPTION)
+        bot = self.comments.bot_id
+        issue = next((i for i in self.raw.open_issues(label) if i.author_id == bot), None)
+        if issue is None:
+            issue = self.raw.create_issue(self.redactor.redact(ISSUE_TITLE), self.redactor.redact(body), [label])
+        elif not self._posted(issue.number, tracking_marker(campaign.id, "issue"), issue.body):
+            self.gateway.create_comment(issue.number, body)
+        for pull in merged:
+            if not self._posted(pull.number, tracking_marker(campaign.id, "pull_request")):
+                self.gateway.create_comment(pull.number,
+                                            pull_request_comment(report, campaign.id, links, issue.number))
+
+
+# --- `kv-parity publish --purpose main|reference` (Actions-only mode's campaign workflow) -------------------
+
+
+class PublishSettings:
+    """What `kv-parity publish` knows without the service's settings (its flags and environment)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.check_name: str = args.check_name
+        self.command_word: str = args.command_word
+        self.label: str = args.label
+        self.api_base_url: str = args.api_url
+        self.tracking_label: str = args.tracking_label
+
+
+def _side_run_parser(purpose: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"kv-parity publish --purpose {purpose}",
+        description="Publish a finished main-branch campaign's report.json: its check run (`kv-parity / main` or "
+        "`/ reference`) on the measured commit and, on a FAIL, the tracking issue. The report must name exactly "
+        "the campaign that was dispatched (--expect-*); anything else is refused and nothing is published.",
+    )
+    parser.add_argument("--report", required=True, type=Path, help="report.json written by a campaign")
+    parser.add_argument("--repo", required=True, help="owner/name")
+    parser.add_argument("--pr", default="", help="ignored: a main-branch campaign belongs to no pull request")
+    parser.add_argument("--expect-campaign-id", required=True)
+    parser.add_argument("--expect-head", required=True, help="the pushed commit (or the tip) that was dispatched")
+    parser.add_argument("--expect-base", required=True, help="its first parent (or the reference) dispatched")
+    parser.add_argument("--expect-rows", default="")
+    parser.add_argument("--expect-mode", default="campaign", choices=("campaign",))
+    parser.add_argument("--artifact-url")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--details-url")
+    parser.add_argument("--check-name", default=os.environ.get("KV_PARITY_CHECK_NAME", "kv-parity"))
+    parser.add_argument("--command-word", default=os.environ.get("KV_PARITY_COMMAND_WORD", "/parity"))
+    parser.add_argument("--label", default=os.environ.get("KV_PARITY_LABEL", "kv-parity"))
+    parser.add_argument("--tracking-label",
+                        default=os.environ.get("KV_PARITY_TRACKING_LABEL", "kv-parity-regression"))
+    parser.add_argument("--bot-login", default=_default_bot_login())
+    parser.add_argument("--api-url", default=os.environ.get("KV_PARITY_API_BASE_URL")
+                        or os.environ.get("GITHUB_API_URL") or "https://api.github.com")
+    return parser
+
+
+def publish_main(argv: Sequence[str], gateway: SideRunGateway | None = None) -> int:
+    """`kv-parity publish`: a pull request's report (bot.publish.publisher.publish_main), or with
+    `--purpose main|reference` a main-branch campaign's, reported by `SideRunPublisher.finished`."""
+    chosen = argparse.ArgumentParser(add_help=False)
+    chosen.add_argument("--purpose", default="pull_request")
+    known, rest = chosen.parse_known_args(list(argv))
+    if known.purpose == "pull_request":
+        return publish_pull_request(rest, gateway)  # type: ignore[arg-type]  # a GitHubGateway serves both
+    if known.purpose not in ("main", "reference"):
+        print(f"kv-parity publish: --purpose {known.purpose!r} is not pull_request, main or reference",
+              file=sys.stderr)
+        return EXIT_USAGE
+    purpose: Literal["main", "reference"] = "main" if known.purpose == "main" else "reference"
+    args = _side_run_parser(purpose).parse_args(rest)
+    try:
+        report = with_verdicts(CampaignReport.model_validate_json(args.report.read_text(encoding="utf-8")))
+        expected = DispatchedCampaign(campaign_id=args.expect_campaign_id, head_sha=args.expect_head,
+                                      base_sha=args.expect_base, rows=parse_rows(args.expect_rows), pr_number=0)
+        check_report_matches(report, expected)
+    except (OSError, ValidationError) as exc:
+        print(f"kv-parity publish: cannot read report {args.report}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ReportMismatch as exc:
+        print(f"kv-parity publish: refused, nothing published: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if gateway is None:
+        token = os.environ.get("KV_PARITY_TOKEN") or os.environ.get("GITHUB_TOKEN")
+        if not token:
+            print("kv-parity publish: set KV_PARITY_TOKEN or GITHUB_TOKEN", file=sys.stderr)
+            return EXIT_USAGE
+        gateway = GitHubGateway(args.repo, TokenAuth(token=SecretStr(token)), args.api_url, bot_login=args.bot_login)
+    out_dir: Path = args.out or args.report.resolve().parent
+    revisions = {r.arm: r.sha for r in report.revisions}
+    campaign = CampaignView(
+        id=report.campaign_id, repo=args.repo, pr_number=0, head_sha=revisions["candidate"],
+        base_sha=revisions["baseline"], relationship=report.relationship, rows=parse_rows(args.expect_rows),
+        state=CampaignState.COMPLETED, check_run_id=None, status_comment_id=None,
+        requested_by="kv-parity publish", trigger="publish",
+        created_at=datetime.fromtimestamp(report.created_unix, UTC), deadline=None, artifact_dir=out_dir,
+        queue_position=None, attempt=1, reason="published from report.json",
+        conclusion=report.concluded.conclusion.value, config_source=report.config_source, purpose=purpose,
+        details_url=args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ)),
+    )
+    publisher = SideRunPublisher(gateway, PublishSettings(args), artifact_base_url=None)
+    try:
+        publisher.finished(campaign, report, out_dir)
+    except GitHubError as exc:
+        print(f"kv-parity publish: GitHub refused: {exc}", file=sys.stderr)
+        return EXIT_GITHUB
+    print(f"published {report.campaign_id} ({purpose}) to {args.repo}: {report.concluded.summary}")
+    return EXIT_OK
