@@ -27,6 +27,7 @@ from bot.settings import Settings
 from bot.store.campaigns import ACTIVE_STATES, LIVE_STATES, CampaignState, CampaignView, Store
 from bot.store.publications import Publication
 from runners.report import CampaignReport
+from runners.verdicts import with_acceptances
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +290,12 @@ class Lifecycle:
                 report = CampaignReport.model_validate_json((campaign.artifact_dir / "report.json").read_text())
             except (OSError, ValidationError) as exc:
                 raise RuntimeError(f"report of completed campaign {campaign.id} unreadable: {exc}") from exc
+            report = with_acceptances(
+                report, self.store.acceptances(campaign.repo, campaign.pr_number, campaign.head_sha)
+            )
             self.pages.finished(campaign, report)
+            if report.verdicts is not None and report.verdicts.conclusion.value != campaign.conclusion:
+                self.store.set_conclusion(campaign.id, report.verdicts.conclusion.value)
             publisher.finished(
                 self.linked(campaign),
                 report,

@@ -23,7 +23,7 @@ from tests import installed
 from tests.installed import KvParity
 
 SLOW_FILES = frozenset({
-    "test_actions_backend.py", "test_attacks_fetch.py", "test_attacks_files.py", "test_attribution.py",
+    "test_accept_e2e.py", "test_actions_backend.py", "test_attacks_fetch.py", "test_attacks_files.py", "test_attribution.py",
     "test_bot_fixture_e2e.py", "test_browser.py", "test_build_cache.py", "test_campaign.py", "test_cli.py",
     "test_coverage.py", "test_declared_exclusions.py", "test_distributed.py", "test_fixture_knobs.py",
     "test_fixture_noise.py", "test_html_report.py", "test_independent_harness.py", "test_installed.py",

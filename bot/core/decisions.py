@@ -25,17 +25,21 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from bot.core.acceptance import AcceptanceDesk
 from bot.core.authz import cached_lookup
 from bot.core.commands import FULL_SHA, approval_command
-from bot.core.events import CheckRunEvent, IssueCommentEvent, PullRequestEvent, WebhookEvent
+from bot.core.events import CheckRunEvent, CheckSuiteEvent, IssueCommentEvent, PullRequestEvent, WebhookEvent
 from bot.core.ledger import CampaignRequest, Ledger
 from bot.core.ports import Publisher, RepoApi
+from bot.core.queue_actions import MergeQueueDesk
 from bot.core.resolve import resolve
 from bot.core.triggers import (
+    Accept,
     Cancel,
     Help,
     Ignore,
     Intent,
+    MergeQueue,
     NeedsApproval,
     Refuse,
     Rerun,
@@ -103,12 +107,28 @@ class Decisions:
             min_permission=self.settings.min_permission,
             permission_of=cached_lookup(_RememberedPermissions(self.ledger, self._event_pr(event), self.api, since)),
             is_approved=self.ledger.is_approved,
+            suite_campaign=self._suite_campaign,
         )
         return self.act(decide(event, context))
+
+    def _suite_campaign(self, check_suite_id: int) -> str | None:
+        """The campaign id of the campaign check run a check suite holds ('' without one), None without the run."""
+        runs = self.api.suite_check_runs(check_suite_id, self.settings.check_name)
+        return (runs[0].external_id or "") if runs else None
 
     def act(self, intent: Intent) -> str:
         if isinstance(intent, Ignore):
             return f"ignored: {intent.reason}"
+        if isinstance(intent, Accept):
+            since = self.clock() - self.settings.refusal_window_seconds
+            desk = AcceptanceDesk(
+                self.ledger, self.api, self.publisher, self.settings, clock=self.clock, pull=self._pull,
+                permission_of=cached_lookup(_RememberedPermissions(self.ledger, intent.pr, self.api, since)),
+                refuse=self._refuse,
+            )
+            return desk.act(intent)
+        if isinstance(intent, MergeQueue):
+            return MergeQueueDesk(self.ledger, self.api, self.publisher, self.settings).act(intent.event)
         if isinstance(intent, Refuse):
             return self._refuse(intent)
         if isinstance(intent, Help):
@@ -146,7 +166,11 @@ class Decisions:
             return event.pull_request.number
         if isinstance(event, IssueCommentEvent):
             return event.issue.number
-        assert isinstance(event, CheckRunEvent)
+        if isinstance(event, CheckSuiteEvent):
+            pulls = event.check_suite.pull_requests
+            return pulls[0].number if pulls else None
+        if not isinstance(event, CheckRunEvent):
+            return None
         return self._campaign_pr(
             event.check_run.pull_requests[0].number if event.check_run.pull_requests else None,
             event.check_run.external_id,
@@ -174,11 +198,14 @@ class Decisions:
         if self.ledger.answered_refusal(pr, login, self.clock() - window) is not None:
             self.ledger.record_refusal(pr, login, intent.permission, intent.reason, answered=False)
             return f"refused again, not answered (one answer per {window:g} s): {intent.reason}"
-        fix = (
+        fix = intent.fix or (
             f"ask a collaborator with at least {self.settings.min_permission!r} permission to add the "
             f"{self.settings.label!r} label or comment `{self.settings.command_word} rerun`"
         )
-        self.publisher.reply(pr, "refused", reason=intent.reason, fix=fix, login=login)
+        if intent.action is not None:
+            self.publisher.reply(pr, "refused", reason=intent.reason, fix=fix, login=login, action=intent.action)
+        else:
+            self.publisher.reply(pr, "refused", reason=intent.reason, fix=fix, login=login)
         self.ledger.record_refusal(pr, login, intent.permission, intent.reason, answered=True)
         return f"refused: {intent.reason}"
 
@@ -204,6 +231,8 @@ class Decisions:
         pr, original = self._campaign_pr(intent.pr, intent.campaign_id)
         if pr is None:
             return f"ignored: check run of unknown campaign {intent.campaign_id}"
+        if intent.independent:
+            original = None  # a new independent campaign: the original only said which pull request
         rows = (
             intent.rows if intent.rows is not None else (tuple(original.rows) if original and original.rows else None)
         )

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from bot.core.merge_queue import CarriedResult
 from bot.core.resolve import RevisionSource
-from bot.github.gateway import BotIdentity, PullInfo
+from bot.github.gateway import BotIdentity, CheckRunInfo, CommentInfo, PullInfo
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
@@ -54,7 +55,12 @@ class Publisher(Protocol):
 
     def reply(self, number: int, kind: str, **context: object) -> None:
         """Kinds and their context: refused(reason, fix), help(), status(campaigns), duplicate(campaign),
-        unknown_command(line, reason)."""
+        unknown_command(line, reason), accepted(marker, acceptance, outcome, verdicts, campaign),
+        revoked(marker, count, campaign)."""
+        ...
+
+    def merge_group_carried(self, head_sha: str, result: CarriedResult) -> int:
+        """Create the campaign check's run on a merge group's commit, concluded from `result` (carry mode)."""
         ...
 
 
@@ -64,6 +70,16 @@ class RepoApi(RevisionSource, Protocol):
     def pull(self, number: int) -> PullInfo: ...
 
     def permission(self, login: str) -> str: ...
+
+    def suite_check_runs(self, check_suite_id: int, check_name: str) -> list[CheckRunInfo]: ...
+
+    def check_runs_of(self, ref: str, check_name: str) -> list[CheckRunInfo]: ...
+
+    def matching_refs(self, prefix: str) -> list[tuple[str, str]]: ...
+
+    def commits_between(self, base: str, head: str) -> list[str]: ...
+
+    def comment(self, comment_id: int) -> CommentInfo | None: ...
 
 
 @dataclass(frozen=True)

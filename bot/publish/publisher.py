@@ -25,7 +25,8 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr, ValidationError
 
 from bot.core.commands import COMMANDS
-from bot.github.gateway import CheckConclusion, GitHubError, GitHubGateway, PullInfo, TokenAuth
+from bot.core.merge_queue import MERGE_GROUP_TRIGGER, CarriedResult
+from bot.github.gateway import CheckConclusion, CheckOutput, GitHubError, GitHubGateway, PullInfo, TokenAuth
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
 from bot.publish import render
 from bot.publish.artifact import write_artifact as write_artifact
@@ -55,6 +56,11 @@ STATE_CONCLUSIONS: dict[str, CheckConclusion] = {
 Superseded is neutral rather than `stale` because only GitHub may set `stale`; neutral does not block a merge
 and the newer campaign's check run carries the verdict.
 """
+
+
+def _comments_on_pull(campaign: CampaignView) -> bool:
+    """A merge group's campaign reports on the group's check run only, never in the pull request's comments."""
+    return campaign.trigger != MERGE_GROUP_TRIGGER
 
 
 def _details_url(links: Links) -> str | None:
@@ -173,6 +179,8 @@ class Publisher:
                     campaign, progress, links, self.settings.command_word, position=position
                 )
                 self.check_runs.running(run_id, content, started, campaign.details_url)
+            if not _comments_on_pull(campaign):
+                return None
             body = render.status_comment(
                 campaign, "running" if started else "queued", links, self.settings.command_word, position=position
             )
@@ -198,6 +206,8 @@ class Publisher:
     def waiting(self, campaign: CampaignView) -> None:
         """The running status comment again, now saying where the campaign waits in its scheduler's queue (or
         no longer): a person sees why nothing runs without opening the check run. One edit per change."""
+        if not _comments_on_pull(campaign):
+            return
         with self._lock:
             body = render.status_comment(campaign, "running", self._links(campaign), self.settings.command_word)
             self.comments.upsert_status(campaign, body)
@@ -227,6 +237,8 @@ class Publisher:
             self.check_runs.complete(
                 campaign, run_id, report.concluded.conclusion.value, content, _details_url(links)
             )
+            if not _comments_on_pull(campaign):
+                return
             result = self.comments.post_result(
                 campaign, render.result_comment(report, links, command_word, prior_attempts)
             )
@@ -254,6 +266,8 @@ class Publisher:
             if run_id is not None:
                 content = render.ended_content(campaign, state, reason, links, self.settings.command_word)
                 self.check_runs.complete(campaign, run_id, STATE_CONCLUSIONS[state], content, _details_url(links))
+            if not _comments_on_pull(campaign):
+                return
             self.comments.upsert_status(
                 campaign,
                 render.status_comment(
@@ -261,11 +275,27 @@ class Publisher:
                 ),
             )
 
+    def merge_group_carried(self, head_sha: str, result: CarriedResult) -> int:
+        """The campaign check's run on a merge group's commit, created and concluded at once from the standing of
+        the group's pull requests (carry mode); no buttons, since there is nothing to rerun there."""
+        content = render.merge_group_content(result, self.settings.command_word)
+        with self._lock:
+            run_id = self.gateway.create_check_run(
+                head_sha, self.check_runs.check_name, f"merge-group-{head_sha[:12]}", status="in_progress",
+                output=CheckOutput(title=content.title, summary=content.summary),
+            )
+            self.gateway.update_check_run(
+                run_id, status="completed", conclusion=result.conclusion,
+                output=CheckOutput(title=content.title, summary=content.summary),
+            )
+        return run_id
+
     def reply(self, number: int, kind: str, **context: Any) -> None:
         """Answer a command with a new short comment.
 
-        Context per kind: refused(reason, fix), help(), status(campaigns), duplicate(campaign),
-        unknown_command(line, reason).
+        Context per kind: refused(reason, fix[, action]), help(), status(campaigns), duplicate(campaign),
+        unknown_command(line, reason), accepted(marker, acceptance, outcome, verdicts, campaign),
+        revoked(marker, count, head_sha, campaign).
         """
         body = render.reply(kind, self.settings.command_word, COMMANDS, self.settings.label, context)
         with self._lock:
