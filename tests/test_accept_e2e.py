@@ -117,8 +117,12 @@ def test_an_accepted_performance_fail_republishes_at_once_and_verify_recomputes_
     assert "maintain permission" in summary and "covers `sglang-disagg`" in summary
     [reply] = [b for b in svc.comments() if b.startswith("<!-- kv-parity:accept comment=7001 ")]
     assert f"head={env.head} " in reply.splitlines()[0] and "which now concludes `success`" in reply
-    results = [b for b in svc.comments() if b.startswith("<!-- kv-parity:result")]
-    assert len(results) == 1 and "**Accepted**" in results[0], "the result comment is edited, not posted again"
+    results = wait_until(
+        lambda: (found := [b for b in svc.comments() if b.startswith("<!-- kv-parity:result")])
+        and "**Accepted**" in found[0] and found,
+        "the result comment edited",
+    )
+    assert len(results) == 1, "the result comment is edited, not posted again"
     assert svc.store.require(first.id).conclusion == "success"
     # Recorded where the verdict is: report.json in the artifact, recomputed by `kv-parity verify`.
     assert first.artifact_dir is not None
