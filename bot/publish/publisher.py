@@ -24,9 +24,18 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
 
+from bot.core.accept_comments import read_back
 from bot.core.commands import COMMANDS
-from bot.core.merge_queue import MERGE_GROUP_TRIGGER, CarriedResult
-from bot.github.gateway import CheckConclusion, CheckOutput, GitHubError, GitHubGateway, PullInfo, TokenAuth
+from bot.core.merge_queue import MERGE_GROUP_TRIGGER, CarriedResult, queue_entry
+from bot.github.gateway import (
+    CheckConclusion,
+    CheckOutput,
+    CommentInfo,
+    GitHubError,
+    GitHubGateway,
+    PullInfo,
+    TokenAuth,
+)
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
 from bot.publish import render
 from bot.publish.artifact import write_artifact as write_artifact
@@ -38,8 +47,8 @@ from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.config import parse_rows
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
-from runners.verdicts import with_verdicts
+from runners.report import Acceptance, CampaignReport
+from runners.verdicts import with_acceptances, with_verdicts
 
 PROGRESS_INTERVAL_SECONDS = 10.0
 """At most one progress update per campaign in this window, except when the stage or row changes."""
@@ -323,9 +332,35 @@ class CliSettings:
 
 
 class PublishGateway(Gateway, Protocol):
-    """The gateway `kv-parity publish` needs: the publisher's calls plus the pull request's current head."""
+    """The gateway `kv-parity publish` needs: the publisher's calls plus the pull request's current head and the
+    accept comments an acceptance is read back from."""
 
     def pull(self, number: int) -> PullInfo: ...
+
+    def comment(self, comment_id: int) -> CommentInfo | None: ...
+
+    def matching_refs(self, prefix: str) -> list[tuple[str, str]]: ...
+
+
+def in_merge_queue(gateway: PublishGateway, pr: int, sha: str) -> bool:
+    """Whether `sha` is the commit of a live merge group of pull request `pr` (a queue branch names both): the
+    report of a `measure` campaign is then published on the group's check run, not refused as another head."""
+    for ref, head in gateway.matching_refs("heads/gh-readonly-queue/"):
+        entry = queue_entry(ref)
+        if entry is not None and entry[1] == pr and head == sha:
+            return True
+    return False
+
+
+def standing_acceptances(gateway: PublishGateway, pr: int, head_sha: str, command_word: str) -> list[Acceptance]:
+    """The head's acceptances as GitHub itself records them (Actions-only mode): the bot's own replies point at
+    accept comments, each read back by id; an edited or deleted one is refused, saying so on stderr."""
+    me = gateway.identity().id
+    ours = [comment for comment in gateway.list_comments(pr) if comment.author_id == me]
+    found = read_back(ours, head_sha, gateway.comment, command_word)
+    for refused in found.refused:
+        print(f"kv-parity publish: {refused}", file=sys.stderr)
+    return found.acceptances
 
 
 def campaign_from_report(
@@ -467,13 +502,17 @@ def publish_main(argv: Sequence[str], gateway: PublishGateway | None = None) -> 
     )
     try:
         head = gateway.pull(args.pr).head_sha
-        if head != campaign.head_sha:
+        if head != campaign.head_sha and in_merge_queue(gateway, args.pr, campaign.head_sha):
+            campaign = campaign.model_copy(update={"trigger": MERGE_GROUP_TRIGGER})
+        elif head != campaign.head_sha:
             print(
                 f"kv-parity publish: refused, nothing published: head SHA is {campaign.head_sha!r} in the "
                 f"report but pull request #{args.pr}'s current head is {head!r}",
                 file=sys.stderr,
             )
             return EXIT_REFUSED
+        accepted = standing_acceptances(gateway, args.pr, campaign.head_sha, settings.command_word)
+        report = with_acceptances(report, accepted)
         Publisher(gateway, settings).finished(campaign, report, out_dir, artifact_url=args.artifact_url)
     except GitHubError as exc:
         print(f"kv-parity publish: GitHub refused: {exc}", file=sys.stderr)
