@@ -612,6 +612,13 @@ def gate_lines(report: CampaignReport) -> list[tuple[str, str, str]]:
         else f"not run on {', '.join(perf_rows[PerfVerdict.NOT_RUN]) or 'any row'}",
     }[verdicts.performance]
     sizes_why = report.sizes.reason if report.sizes else "not measured"
+    accepted_rows = sorted(
+        {row for o in verdicts.acceptances if o.acceptance.gate == "performance" for row in o.covered}
+    )
+    if accepted_rows:
+        perf_why += f"; accepted on {', '.join(accepted_rows)} (see Accepted)"
+    if any(o.covered for o in verdicts.acceptances if o.acceptance.gate == "sizes"):
+        sizes_why += "; accepted (see Accepted)"
     return [
         ("Semantic parity", f"{icon(verdicts.semantic)} {verdicts.semantic.value}", semantic_why),
         ("Performance", f"{icon(verdicts.performance)} {verdicts.performance.value}", perf_why),
