@@ -29,6 +29,7 @@ from tests.webhooks import (
     commit,
     git,
     github_time,
+    loopback,
     merge_group_event,
     post,
     register_test_app,
@@ -281,4 +282,36 @@ def test_measure_mode_runs_a_campaign_of_the_group_and_destroyed_cancels_it(env:
     [run] = [r for r in env.fake.check_runs(REPO) if r["head_sha"] == group]
     assert (run["name"], run["conclusion"]) == ("kv-parity", "cancelled")
     assert env.fake.comments(REPO, 1) == [], "a merge group's campaign comments on no pull request"
+    env.fake.check_conformance()
+
+
+def test_the_pull_requests_page_the_campaign_page_and_the_row_history_show_the_acceptance(env: Env) -> None:
+    public = "https://kv-parity.example.org"
+    template = env.tmp / "perf-fail-report.json"
+    template.write_text(make_report("perf_fail").model_dump_json())
+    settings = env.settings(runner=("--report-template", str(template)), public_url=public,
+                            **register_test_app(env.fake, env.tmp))
+    app = create_app(settings, publisher_factory=default_publisher)
+    with serve_app(app) as url:
+        svc = Service(env, url, app.state.store)
+        label = env.label()
+        label["repository"]["private"] = False
+        post(url, "pull_request", label, delivery="label")
+        [first] = svc.completed()
+        svc.published(first.id)
+        accept = comment_event(ACCEPT, sender="lead", comment_id=7001, created_at=github_time(time.time() + 1))
+        accept["repository"]["private"] = False
+        post(url, "issue_comment", accept, delivery="accept")
+        wait_until(lambda: svc.check_run(first.id)["conclusion"] == "success", "republished")
+        wait_until(lambda: svc.store.publications(first.id) == [("finished", "done")], "published again")
+        pr_token = svc.store.pr_token(REPO, 1)
+        page = svc.store.campaign_page(first.id)
+        assert pr_token is not None and page is not None and page.token is not None
+        listing = loopback().get(f"{url}/pr/{pr_token}").text
+        assert "Acceptances of this pull request" in listing and "(max 1.13)" in listing
+        assert 'href="https://github.com/acme/widgets/pull/1#issuecomment-7001"' in listing
+        campaign_page = loopback().get(f"{url}/c/{page.token}").text
+        assert "Accepted: performance FAIL accepted by @lead (max 1.13)" in campaign_page
+        row = loopback().get(f"{url}/pr/{pr_token}/rows/sglang-disagg").text
+        assert "Accepted performance FAILs that may name row sglang-disagg" in row and "#1" in row
     env.fake.check_conformance()
