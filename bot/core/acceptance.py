@@ -32,7 +32,7 @@ from runners.config import CampaignConfig
 from runners.report import Acceptance, CampaignReport, GateVerdict, PerfVerdict, SemanticVerdict
 from runners.verdicts import with_acceptances
 
-EXCEPTIONS_DOC = "docs/configuration.md#semantic-exceptions"
+EXCEPTIONS_DOC = "docs/configuration.md#semantic-exceptions-kv-parityexceptionstoml"
 """Where a semantic difference is made acceptable instead: a verified semantic exception record."""
 
 
