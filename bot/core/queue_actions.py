@@ -50,15 +50,16 @@ class MergeQueueDesk:
     def pull_requests(self, group: MergeGroup, base: str) -> list[int]:
         """The group's pull requests: the one its `head_ref` names, and every queue entry of the same base branch
         whose commit lies inside the group (the entries ahead of it)."""
-        numbers: set[int] = set()
         own = queue_entry(group.head_ref)
-        if own is not None:
-            numbers.add(own[1])
-        inside = set(self.api.commits_between(base, group.head_sha))
-        for ref, sha in self.api.matching_refs(f"heads/gh-readonly-queue/{base}/"):
-            entry = queue_entry(ref)
-            if entry is not None and entry[0] == base and sha in inside:
-                numbers.add(entry[1])
+        numbers = {own[1]} if own is not None else set()
+        others = [
+            (entry[1], sha)
+            for ref, sha in self.api.matching_refs(f"heads/gh-readonly-queue/{base}/")
+            if (entry := queue_entry(ref)) is not None and entry[0] == base and entry[1] not in numbers
+        ]
+        if others:  # only then is it worth asking which commits the group holds
+            inside = set(self.api.commits_between(base, group.head_sha))
+            numbers |= {number for number, sha in others if sha in inside}
         return sorted(numbers)
 
     def _member(self, number: int) -> MemberStanding:

@@ -657,13 +657,17 @@ class ChecksAndComments(GitHubTransport):
         output: CheckOutput | None = None,
         actions: Sequence[CheckAction] = (),
         details_url: str | None = None,
+        conclusion: CheckConclusion | None = None,
     ) -> int:
+        """Create a check run; with `conclusion` (and status `completed`) it is created already concluded."""
         kwargs: dict[str, Any] = {
             "name": name,
             "head_sha": head_sha,
             "external_id": external_id,
             "status": status,
         }
+        if conclusion is not None:
+            kwargs["conclusion"] = conclusion
         if output is not None:
             kwargs["output"] = output.model_dump(exclude_none=True)
         if actions:

@@ -289,15 +289,10 @@ class Publisher:
         the group's pull requests (carry mode); no buttons, since there is nothing to rerun there."""
         content = render.merge_group_content(result, self.settings.command_word)
         with self._lock:
-            run_id = self.gateway.create_check_run(
-                head_sha, self.check_runs.check_name, f"merge-group-{head_sha[:12]}", status="in_progress",
-                output=CheckOutput(title=content.title, summary=content.summary),
+            return self.gateway.create_check_run(
+                head_sha, self.check_runs.check_name, f"merge-group-{head_sha[:12]}", status="completed",
+                output=CheckOutput(title=content.title, summary=content.summary), conclusion=result.conclusion,
             )
-            self.gateway.update_check_run(
-                run_id, status="completed", conclusion=result.conclusion,
-                output=CheckOutput(title=content.title, summary=content.summary),
-            )
-        return run_id
 
     def reply(self, number: int, kind: str, **context: Any) -> None:
         """Answer a command with a new short comment.
