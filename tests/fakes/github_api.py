@@ -1400,8 +1400,7 @@ class FakeGitHub:
     @_route("GET", _REPO + r"/git/matching-refs/(?P<ref>.+)")
     def _matching_refs(self, ctx: _Ctx) -> Response:
         repo = self._repo(ctx)
-        if repo.git is None:
-            raise _not_found()
+        found = repo.git.refs(ctx.params["ref"]) if repo.git is not None else []
         return JSONResponse(
             [
                 {
@@ -1414,7 +1413,7 @@ class FakeGitHub:
                         "url": f"{self.url}/repos/{repo.full_name}/git/commits/{sha}",
                     },
                 }
-                for ref, sha in repo.git.refs(ctx.params["ref"])
+                for ref, sha in found
             ]
         )
 
