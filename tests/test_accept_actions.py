@@ -276,3 +276,34 @@ def test_measure_mode_dispatches_a_campaign_of_the_group_published_on_the_groups
         assert actions.comments() == [], "a merge group's campaign comments on no pull request"
     finally:
         git(repo, "branch", "-D", branch, "measure-main")
+
+
+def test_the_trigger_workflow_carries_a_merge_group_forward_when_replayed(actions: Actions, tmp_path: Path) -> None:
+    """kv-parity-trigger.yml's job, run step by step on this machine (tests/actions_local.py) for a merge_group
+    event: its pinned-requirement check, then `kv-parity event` with the workflow's own environment and token."""
+    from tests.actions_local import LocalRun
+
+    group, tip = _group(actions)
+    try:
+        created = loopback().post(
+            f"{actions.fake.url}/repos/{REPO}/check-runs",
+            json={"name": "kv-parity", "head_sha": actions.history.head, "external_id": "kvp-000000000001",
+                  "status": "completed", "conclusion": "success"},
+            headers={"Authorization": f"token {TOKEN}"},
+        )
+        assert created.status_code == 201, "the pull request's own kv-parity check, as a publish step leaves it"
+        trigger = Path(__file__).resolve().parents[1] / ".github" / "workflows" / "kv-parity-trigger.yml"
+        run = LocalRun(
+            trigger, actions.history.repo, tmp_path / "runner",
+            inputs={}, variables={"KV_PARITY_BOT_SPEC": "kv-parity-bot @ git+https://github.com/acme/kv-parity-bot@"
+                                                       + "0" * 40},
+            token=TOKEN, api_url=actions.fake.url, event_name="merge_group",
+            event=merge_group_event("checks_requested", head_sha=group, base_sha=tip, number=1),
+        )
+        [(name, job)] = run.definition["jobs"].items()
+        assert run.run_job(name, job).result == "success"
+        [carried] = [r for r in actions.fake.check_runs(REPO) if r["head_sha"] == group]
+        assert (carried["name"], carried["status"], carried["conclusion"]) == ("kv-parity", "completed", "success")
+        assert any("carried success to merge group" in line for line in run.log), run.log[-1]
+    finally:
+        git(actions.history.repo, "branch", "-D", f"gh-readonly-queue/main/pr-1-{tip}")
