@@ -48,7 +48,7 @@ from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.config import CampaignMode
 from runners.report import Acceptance, CampaignReport
-from runners.verdicts import with_acceptances
+from runners.verdicts import with_acceptances, with_verdicts
 from runners.verify import verify_report
 
 ACTIONS_BOT_LOGIN = ACTIONS_BOT.login
@@ -321,7 +321,7 @@ class RunTitleLedger:
             check_report_matches(report, expected)
         except ReportMismatch:
             return None
-        return report if not verify_report(report) else None
+        return with_verdicts(report) if not verify_report(report) else None
 
     def latest_finished(self, pr: int, head_sha: str) -> FinishedCampaign | None:
         """The newest completed campaign run of the head with a report artifact that is its own."""

@@ -23,6 +23,7 @@ from bot.core.ports import CampaignDriver, Publisher, RepoServices
 from bot.settings import Settings
 from bot.store.campaigns import LIVE_STATES, CampaignState, CampaignView, Delivery, NewCampaign, Store
 from runners.report import Acceptance, CampaignReport
+from runners.verdicts import with_verdicts
 
 
 class StoreLedger:
@@ -128,7 +129,7 @@ class StoreLedger:
             report = CampaignReport.model_validate_json((campaign.artifact_dir / "report.json").read_bytes())
         except (OSError, ValueError):
             return None
-        return FinishedCampaign(campaign, report)
+        return FinishedCampaign(campaign, with_verdicts(report))
 
     def acceptances(self, pr: int, head_sha: str) -> list[Acceptance]:
         return self.store.acceptances(self.repo, pr, head_sha)
