@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -28,17 +30,31 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
+from bot.core.accept_comments import read_back
 from bot.core.decisions import Decisions
 from bot.core.events import AnyEvent, PayloadError, PushEvent, parse_event
-from bot.core.ledger import CampaignRequest
-from bot.core.ports import Publisher, RepoApi
+from bot.core.ledger import CampaignRequest, FinishedCampaign, HeadConclusion
+from bot.core.ports import Publisher, PullRequestPublisher, RepoApi
 from bot.core.tracking import handle_push
-from bot.dispatch.actions import LIVE_STATUSES, RunTitle, dispatch_inputs, parse_run_title
-from bot.github.gateway import ACTIONS_BOT, BotIdentity, GitHubError, WorkflowRunInfo
+from bot.dispatch.actions import (
+    LIVE_STATUSES,
+    MAX_ARTIFACT_BYTES,
+    REPORT_ARTIFACT,
+    ArtifactError,
+    RunTitle,
+    dispatch_inputs,
+    extract_artifact,
+    parse_run_title,
+)
+from bot.github.gateway import ACTIONS_BOT, BotIdentity, CommentInfo, GitHubError, WorkflowRunInfo
+from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import CampaignPurpose, CampaignState, CampaignView
 from bot.store.people import HeadSeen
 from runners.config import CampaignMode
+from runners.report import Acceptance, CampaignReport
+from runners.verdicts import with_acceptances, with_verdicts
+from runners.verify import verify_report
 
 ACTIONS_BOT_LOGIN = ACTIONS_BOT.login
 """Who comments with the workflow's GITHUB_TOKEN: its own comments must be ignored."""
@@ -47,6 +63,9 @@ NO_WEBHOOK_SECRET = "unused: Actions-only mode receives no webhooks"
 EVENT_ALIASES = {"pull_request_target": "pull_request"}
 """pull_request_target carries the pull_request payload; only where the workflow runs differs."""
 EXIT_OK, EXIT_GITHUB, EXIT_USAGE = 0, 1, 2
+ACTIONS_APP_SLUG = "github-actions"
+"""The App behind every check run written with GITHUB_TOKEN: the only author of a kv-parity check run this mode
+carries forward to a merge group."""
 
 
 class EventApi(RepoApi, Protocol):
@@ -59,6 +78,10 @@ class EventApi(RepoApi, Protocol):
     def cancel_workflow_run(self, run_id: int) -> bool: ...
 
     def identity(self) -> BotIdentity: ...
+
+    def list_comments(self, number: int) -> list[CommentInfo]: ...
+
+    def download_artifact(self, run_id: int, name: str, max_bytes: int | None = None) -> bytes | None: ...
 
 
 def actions_settings(path: Path | None, environ: Mapping[str, str]) -> Settings:
@@ -138,9 +161,18 @@ class RunTitleLedger:
     """A bisect is many campaigns on one measuring machine; the campaign workflow runs one."""
 
     def __init__(
-        self, api: EventApi, publisher: Publisher, settings: Settings, repo: str, *, clock: Callable[[], float]
+        self,
+        api: EventApi,
+        publisher: Publisher,
+        settings: Settings,
+        repo: str,
+        *,
+        clock: Callable[[], float],
+        bot_id: int = ACTIONS_BOT.id,
     ) -> None:
         self.api, self.publisher, self.settings, self.repo, self.clock = api, publisher, settings, repo, clock
+        self.bot_id = bot_id
+        """Whose comments carry the acceptance markers (the bot's own, by numeric id)."""
         self._live: dict[str, tuple[WorkflowRunInfo, RunTitle]] | None = None
 
     def _runs(self) -> dict[str, tuple[WorkflowRunInfo, RunTitle]]:
@@ -285,6 +317,105 @@ class RunTitleLedger:
     def record_refusal(self, pr: int, login: str, permission: str, reason: str, *, answered: bool) -> None:
         """Nothing to record: every refusal is answered."""
 
+    # ------------------------------------------------------------------ acceptances and the merge queue
+
+    def _finished_runs(self, pr: int, head_sha: str) -> list[tuple[WorkflowRunInfo, RunTitle]]:
+        """The completed campaign runs (not profiles) of this head, newest first."""
+        found = []
+        for run in self.api.workflow_runs(self.settings.actions_workflow, "completed"):
+            title = parse_run_title(run.display_title)
+            if title is not None and (title.pr_number, title.head_sha, title.mode) == (pr, head_sha, "campaign"):
+                found.append((run, title))
+        return sorted(found, key=lambda item: (item[0].created_at, item[0].id), reverse=True)
+
+    def _report_of(self, run: WorkflowRunInfo, title: RunTitle) -> CampaignReport | None:
+        """The run's report artifact, only if it is the run's own campaign and verifies against itself."""
+        data = self.api.download_artifact(run.id, REPORT_ARTIFACT, max_bytes=MAX_ARTIFACT_BYTES)
+        if data is None:
+            return None
+        scratch = Path(tempfile.mkdtemp(prefix="kv-parity-report-"))
+        try:
+            extract_artifact(data, scratch / "report")
+            report = CampaignReport.model_validate_json((scratch / "report" / "report.json").read_bytes())
+        except (ArtifactError, OSError, ValueError):
+            return None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        base = next((r.sha for r in report.revisions if r.arm == "baseline"), "")
+        expected = DispatchedCampaign(
+            campaign_id=title.campaign_id, head_sha=title.head_sha, base_sha=base or "?", rows=title.rows,
+            pr_number=title.pr_number, mode=title.mode,
+        )
+        try:
+            check_report_matches(report, expected)
+        except ReportMismatch:
+            return None
+        return with_verdicts(report) if not verify_report(report) else None
+
+    def latest_finished(self, pr: int, head_sha: str) -> FinishedCampaign | None:
+        """The newest completed campaign run of the head with a report artifact that is its own."""
+        for run, title in self._finished_runs(pr, head_sha):
+            report = self._report_of(run, title)
+            if report is None:
+                continue
+            checks = [c for c in self.api.check_runs_of(head_sha, self.settings.check_name)
+                      if c.external_id == title.campaign_id]
+            view = _view(
+                title.campaign_id, self.repo, CampaignState.COMPLETED, pr=pr, head_sha=head_sha, rows=title.rows,
+                requested_by=f"run {run.id}", trigger="workflow_dispatch", created_at=run.created_at,
+                base_sha=next(r.sha for r in report.revisions if r.arm == "baseline"),
+                relationship=report.relationship, config_source=report.config_source,
+            )
+            update: dict[str, object] = {"details_url": run.html_url}
+            if checks:
+                update["check_run_id"] = checks[0].id
+            return FinishedCampaign(view.model_copy(update=update), report)
+        return None
+
+    def acceptances(self, pr: int, head_sha: str) -> list[Acceptance]:
+        """Read back from the accept comments the bot's own replies point at (edited or deleted ones refused)."""
+        ours = [c for c in self.api.list_comments(pr) if c.author_id == self.bot_id]
+        found = read_back(ours, head_sha, self.api.comment, self.settings.command_word)
+        for refused in found.refused:
+            print(f"kv-parity event: {refused}", file=sys.stderr)
+        return found.acceptances
+
+    def record_acceptance(self, pr: int, acceptance: Acceptance) -> None:
+        """Nothing to record here: the bot's reply, with its marker, is the record."""
+
+    def revoke_acceptances(self, pr: int, head_sha: str, login: str, comment_id: int) -> int:
+        """How many acceptances stand; the bot's reply with its revoke marker withdraws them."""
+        return len(self.acceptances(pr, head_sha))
+
+    def republish(self, finished: FinishedCampaign) -> str:
+        """Complete the campaign's check run and edit its result comment again, judged with the head's acceptances
+        (the workflow run's own artifact keeps the report as it was published then)."""
+        campaign = finished.campaign
+        report = with_acceptances(finished.report, self.acceptances(campaign.pr_number, campaign.head_sha))
+        scratch = Path(tempfile.mkdtemp(prefix="kv-parity-republish-"))
+        try:
+            self.publisher.finished(campaign, report, scratch, prior_attempts=[])
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return f"republished campaign {campaign.id}: {report.concluded.conclusion.value}"
+
+    def head_conclusion(self, pr: int, head_sha: str) -> HeadConclusion:
+        """The newest kv-parity check run GITHUB_TOKEN wrote on the head (a completed one carries its conclusion)."""
+        runs = [c for c in self.api.check_runs_of(head_sha, self.settings.check_name) if c.app_slug == ACTIONS_APP_SLUG]
+        if not runs:
+            return HeadConclusion(None, None, f"no kv-parity check run on its head {head_sha[:12]}")
+        newest = max(runs, key=lambda run: run.id)
+        if newest.status != "completed":
+            return HeadConclusion(None, newest.external_id,
+                                  f"the kv-parity check of its head {head_sha[:12]} is still {newest.status}")
+        return HeadConclusion(
+            newest.conclusion, newest.external_id,
+            f"campaign {newest.external_id or '?'} of its head {head_sha[:12]} concluded {newest.conclusion}",
+        )
+
+    def live_of_head(self, head_sha: str) -> list[CampaignView]:
+        return [self._run_view(run, title) for run, title in self._runs().values() if title.head_sha == head_sha]
+
 
 def actions_bot_id(api: EventApi, settings: Settings) -> int:
     """github-actions[bot] acts with GITHUB_TOKEN (no lookup); another configured login is looked up."""
@@ -296,7 +427,7 @@ def actions_bot_id(api: EventApi, settings: Settings) -> int:
 def handle_event(
     event: AnyEvent,
     api: EventApi,
-    publisher: Publisher,
+    publisher: PullRequestPublisher,
     settings: Settings,
     *,
     clock: Callable[[], float] = time.time,
@@ -305,12 +436,13 @@ def handle_event(
     """Decide and act on one event with the run titles as the ledger; returns the outcome. A push goes to
     main-branch tracking (bot.core.tracking), reported by `side_runs` (default: `publisher`)."""
     repo = event.repository.full_name
+    bot_id = actions_bot_id(api, settings)
     if isinstance(event, PushEvent):
-        tracking = RunTitleLedger(api, side_runs or publisher, settings, repo, clock=clock)
+        tracking = RunTitleLedger(api, side_runs or publisher, settings, repo, clock=clock, bot_id=bot_id)
         return handle_push(event, tracking, api, settings.config_path)
-    ledger = RunTitleLedger(api, publisher, settings, repo, clock=clock)
+    ledger = RunTitleLedger(api, publisher, settings, repo, clock=clock, bot_id=bot_id)
     decisions = Decisions(ledger, api, publisher, settings, clock=clock)
-    return decisions.handle(event, bot_id=actions_bot_id(api, settings), received_at=clock())
+    return decisions.handle(event, bot_id=bot_id, received_at=clock())
 
 
 def _parser() -> argparse.ArgumentParser:

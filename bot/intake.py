@@ -21,13 +21,13 @@ from pydantic import ValidationError
 
 from bot.core.decisions import Decisions
 from bot.core.events import PayloadError, PushEvent, parse_event
-from bot.core.ledger import CampaignRequest
+from bot.core.ledger import CampaignRequest, FinishedCampaign, HeadConclusion
 from bot.core.ports import CampaignDriver, Publisher, RepoServices
 from bot.core.tracking import handle_push
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, CampaignView, Delivery, NewCampaign, Store
+from bot.store.campaigns import LIVE_STATES, CampaignState, CampaignView, Delivery, NewCampaign, Store
 from bot.store.people import HeadSeen
-from runners.report import CampaignReport
+from runners.report import Acceptance, CampaignReport
 from runners.verdicts import with_verdicts
 
 
@@ -160,6 +160,53 @@ class StoreLedger:
 
     def record_refusal(self, pr: int, login: str, permission: str, reason: str, *, answered: bool) -> None:
         self.store.record_refusal(self.repo, pr, login, permission, reason, answered=answered)
+
+    # ------------------------------------------------------------------ acceptances and the merge queue
+
+    def latest_finished(self, pr: int, head_sha: str) -> FinishedCampaign | None:
+        """The newest completed campaign of the head whose report.json is still in its artifact directory."""
+        campaign = self.store.latest_of_head(self.repo, pr, head_sha, completed=True)
+        if campaign is None or campaign.artifact_dir is None:
+            return None
+        try:
+            report = CampaignReport.model_validate_json((campaign.artifact_dir / "report.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+        return FinishedCampaign(campaign, with_verdicts(report))
+
+    def acceptances(self, pr: int, head_sha: str) -> list[Acceptance]:
+        return self.store.acceptances(self.repo, pr, head_sha)
+
+    def record_acceptance(self, pr: int, acceptance: Acceptance) -> None:
+        self.store.record_acceptance(self.repo, pr, acceptance)
+
+    def revoke_acceptances(self, pr: int, head_sha: str, login: str, comment_id: int) -> int:
+        return self.store.revoke_acceptances(self.repo, pr, head_sha, login, comment_id)
+
+    def republish(self, finished: FinishedCampaign) -> str:
+        """Queue the campaign's result for publication again: the lifecycle publishes it with the head's standing
+        acceptances on its next tick, retried like any publication."""
+        self.store.republish(finished.campaign.id, "finished", "republished with the head's acceptances")
+        return f"republishing campaign {finished.campaign.id}"
+
+    def head_conclusion(self, pr: int, head_sha: str) -> HeadConclusion:
+        campaign = self.store.latest_of_head(self.repo, pr, head_sha)
+        if campaign is None:
+            return HeadConclusion(None, None, f"no kv-parity campaign of its head {head_sha[:12]}")
+        if campaign.state == CampaignState.COMPLETED:
+            return HeadConclusion(
+                campaign.conclusion,
+                campaign.id,
+                f"campaign {campaign.id} of its head {head_sha[:12]} concluded {campaign.conclusion or 'nothing'}",
+            )
+        if campaign.state in LIVE_STATES:
+            return HeadConclusion(None, campaign.id, f"campaign {campaign.id} of its head {head_sha[:12]} is still "
+                                                     f"{campaign.state.value}")
+        return HeadConclusion(None, campaign.id, f"campaign {campaign.id} of its head {head_sha[:12]} ended "
+                                                 f"{campaign.state.value} without a verdict")
+
+    def live_of_head(self, head_sha: str) -> list[CampaignView]:
+        return self.store.live_of_head(self.repo, head_sha)
 
 
 class Intake:

@@ -29,6 +29,7 @@ from bot.store.publications import Publication
 from bot.store.tracking import main_points
 from runners.bisect_rule import BisectReport
 from runners.report import CampaignReport
+from runners.verdicts import with_acceptances
 
 log = logging.getLogger(__name__)
 
@@ -313,11 +314,16 @@ class Lifecycle:
                 report = CampaignReport.model_validate_json((campaign.artifact_dir / "report.json").read_text())
             except (OSError, ValidationError) as exc:
                 raise RuntimeError(f"report of completed campaign {campaign.id} unreadable: {exc}") from exc
+            report = with_acceptances(
+                report, self.store.acceptances(campaign.repo, campaign.pr_number, campaign.head_sha)
+            )
             self.pages.finished(campaign, report)
             if campaign.purpose in ("main", "reference"):
                 purpose: Literal["main", "reference"] = "reference" if campaign.purpose == "reference" else "main"
                 self.store.record_main_points(main_points(campaign.repo, campaign.id, purpose, campaign.head_sha,
                                                           campaign.base_sha, report))
+            if report.verdicts is not None and report.verdicts.conclusion.value != campaign.conclusion:
+                self.store.set_conclusion(campaign.id, report.verdicts.conclusion.value)
             publisher.finished(
                 self.linked(campaign),
                 report,

@@ -35,7 +35,7 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from bot.core.events import HANDLED_EVENTS, PayloadError, parse_event
-from bot.core.ports import Publisher, RepoServices, SideRunPublisher
+from bot.core.ports import PullRequestPublisher, RepoServices, SideRunPublisher
 from bot.dispatch.base import Backend
 from bot.dispatch.local import LocalBackend
 from bot.github.connect import make_gateway
@@ -60,7 +60,7 @@ SIGNATURE = re.compile(r"^sha256=([0-9a-f]{64})$")
 _JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 """Strings (skipped whole, so brackets inside them do not count) and the brackets that open or close."""
 
-PublisherFactory = Callable[[GitHubGateway, Settings], Publisher]
+PublisherFactory = Callable[[GitHubGateway, Settings], PullRequestPublisher]
 SideRunFactory = Callable[[GitHubGateway, Settings], SideRunPublisher]
 
 
@@ -115,7 +115,7 @@ def database_writable(path: Path, timeout: float) -> bool:
         db.close()
 
 
-def default_publisher(gateway: GitHubGateway, settings: Settings) -> Publisher:
+def default_publisher(gateway: GitHubGateway, settings: Settings) -> PullRequestPublisher:
     from bot.publish.publisher import Publisher as GitHubPublisher
 
     return GitHubPublisher(gateway, settings)

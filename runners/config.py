@@ -310,6 +310,20 @@ class ChecksConfig(_Strict):
     required check, so the default blocks it; a repository that does not require the check may prefer neutral."""
 
     undecided_conclusion: Literal["action_required", "neutral", "failure"] = "action_required"
+    accept_permission: Literal["maintain", "admin", "write"] = "maintain"
+    """Who may accept a performance or size FAIL with `/parity accept` (at least this repository permission):
+    read from the base branch like every rule, so a pull request cannot lower it."""
+
+
+class MergeQueueConfig(_Strict):
+    """What the bot does when GitHub's merge queue asks for checks on a merge group (`merge_group`).
+
+    `carry` concludes the campaign check on the group's commit within seconds from the conclusions the group's
+    pull requests already have (success only when every one has a successful kv-parity conclusion at its
+    current head); `measure` runs a campaign of the group's commit against its base; `off` ignores the queue,
+    so a repository that requires the check must not use it with a merge queue (the queue would wait for it)."""
+
+    mode: Literal["carry", "measure", "off"] = "carry"
 
 
 class MainConfig(_Strict):
@@ -403,6 +417,7 @@ class CampaignConfig(_Strict):
     checks: ChecksConfig = ChecksConfig()
     main: MainConfig = MainConfig()
     """`[main]`: main-branch tracking and the creep reference (read only from the default branch)."""
+    merge_queue: MergeQueueConfig = MergeQueueConfig()
 
     @field_validator("rows")
     @classmethod

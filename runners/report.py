@@ -772,32 +772,96 @@ class SandboxRecord(_Model):
     """That mechanism in words: where its cgroups were, or why only the seccomp program was available."""
 
 
+AcceptedGate = Literal["performance", "sizes"]
+
+
+class Acceptance(_Model):
+    """An audited acceptance of an intended performance or size FAIL (`/parity accept`), pinned to the head SHA
+    that was current when its comment was written. It covers only FAILs of its gate whose measured upper bound
+    is at most `max`; a semantic FAIL or an undecided gate is never covered (`runners.acceptance`)."""
+
+    gate: AcceptedGate
+    login: str
+    """Who accepted (their GitHub login)."""
+    permission: str
+    """Their repository permission when the comment was handled (at least `[checks] accept_permission`)."""
+    comment_id: int
+    comment_url: str
+    reason: str
+    rows: list[str] | None = None
+    """performance: the rows named (`rows=`); None covers every row that FAILed on performance."""
+    max: float
+    """performance: the largest upper bound of the candidate / baseline ratio accepted (1.10); sizes: the
+    largest binary or .text growth accepted, as a fraction (0.08 for `max=8%`)."""
+    head_sha: str
+    written_unix: float
+    """When the comment was written."""
+    recorded_unix: float
+    """When the bot recorded it."""
+
+    def max_text(self) -> str:
+        """`1.10` for a ratio, `8%` for a growth: the bound as a person wrote it."""
+        if self.gate == "sizes":
+            return f"{self.max * 100:g}%"
+        return f"{self.max:.2f}" if round(self.max, 2) == self.max else f"{self.max:g}"
+
+    def line(self) -> str:
+        """`performance FAIL accepted by @who (max 1.10): reason`, the words every surface uses."""
+        gate = "performance" if self.gate == "performance" else "size"
+        return f"{gate} FAIL accepted by @{self.login} (max {self.max_text()}): {self.reason}"
+
+
+class AcceptanceOutcome(_Model):
+    """What one acceptance did to one campaign: the FAILs it covers and the ones it names but cannot cover."""
+
+    acceptance: Acceptance
+    covered: list[str]
+    """Row ids whose performance FAIL it covers, or `sizes` for the size gate."""
+    uncovered: list[str]
+    """One line per FAIL of its gate it does not cover and why (an upper bound above `max` says by how much)."""
+
+
 class Verdicts(_Model):
     semantic: SemanticVerdict
     performance: PerfVerdict
     sizes: GateVerdict
     conclusion: CheckConclusion
     summary: str
+    acceptances: list[AcceptanceOutcome] = Field(default_factory=list)
+    """The report's acceptances and what each covered (empty: none)."""
+    accepted_performance: PerfVerdict | None = None
+    """The performance verdict once the FAILs acceptances cover count as passes (None: no acceptance applies);
+    `performance` stays the gate's own verdict."""
+    accepted_sizes: GateVerdict | None = None
+    """The size verdict once an acceptance covers its FAIL (None: no acceptance applies)."""
 
     @property
     def failed(self) -> bool:
-        """A gate decided against the candidate."""
+        """A gate decided against the candidate, and no acceptance covers it."""
         return (
             self.semantic == SemanticVerdict.FAIL
-            or self.performance == PerfVerdict.FAIL
-            or self.sizes == GateVerdict.FAIL
+            or (self.accepted_performance or self.performance) == PerfVerdict.FAIL
+            or (self.accepted_sizes or self.sizes) == GateVerdict.FAIL
+        )
+
+    @property
+    def accepted(self) -> bool:
+        """Some FAIL counts as passing because an acceptance covers it."""
+        return (self.performance == PerfVerdict.FAIL and self.accepted_performance not in (None, PerfVerdict.FAIL)) or (
+            self.sizes == GateVerdict.FAIL and self.accepted_sizes not in (None, GateVerdict.FAIL)
         )
 
     @property
     def undecided(self) -> Literal["blocked", "inconclusive"] | None:
         """Why the gates reached no decision, or None when they did (a FAIL anywhere, or every gate passed):
         `blocked` when maintainers must act (semantic or performance BLOCKED), else `inconclusive`
-        (performance INCONCLUSIVE or NOT_RUN, sizes NOT_RUN)."""
+        (performance INCONCLUSIVE or NOT_RUN, sizes NOT_RUN). Accepted FAILs count as passes."""
         if self.failed:
             return None
-        if self.semantic == SemanticVerdict.BLOCKED or self.performance == PerfVerdict.BLOCKED:
+        performance = self.accepted_performance or self.performance
+        if self.semantic == SemanticVerdict.BLOCKED or performance == PerfVerdict.BLOCKED:
             return "blocked"
-        if self.performance != PerfVerdict.PASS or self.sizes != GateVerdict.PASS:
+        if performance != PerfVerdict.PASS or (self.accepted_sizes or self.sizes) != GateVerdict.PASS:
             return "inconclusive"
         return None
 
@@ -864,6 +928,9 @@ class CampaignReport(_Model):
     stopped: StopRecord | None = None
     verdicts: Verdicts | None = None
     sandbox: SandboxRecord | None = None
+    acceptances: list[Acceptance] = Field(default_factory=list)
+    """Acceptances of an intended performance or size FAIL of this head (`/parity accept`), added when the bot
+    publishes; `kv-parity verify` recomputes the conclusion with them (`runners.acceptance`)."""
 
     def artifact(self, arm: Arm) -> Artifact:
         return next(a for a in self.artifacts if a.arm == arm)

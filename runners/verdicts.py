@@ -6,8 +6,12 @@ verdicts, so every reader after it takes them from the report instead of recompu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from runners.acceptance import accepted_rows, judge_acceptances, sizes_accepted
 from runners.report import (
     ARMS,
+    Acceptance,
     CampaignReport,
     CheckConclusion,
     CoverageResult,
@@ -173,6 +177,17 @@ def campaign_verdicts(report: CampaignReport) -> Verdicts:
     verdicts = Verdicts(
         semantic=semantic, performance=performance, sizes=sizes, conclusion=CheckConclusion.SUCCESS, summary=summary
     )
+    outcomes = judge_acceptances(report, gated_build_differences(report)) if report.acceptances else []
+    if outcomes:
+        covered = accepted_rows(outcomes)
+        effective = {PerfVerdict.PASS if row.row.id in covered else row.perf_verdict for row in report.rows}
+        verdicts.acceptances = outcomes
+        verdicts.accepted_performance = next(v for v in _PERF_PRECEDENCE if v in (effective or {PerfVerdict.NOT_RUN}))
+        verdicts.accepted_sizes = GateVerdict.PASS if sizes_accepted(outcomes) else sizes
+        for outcome in outcomes:
+            verdicts.summary += " · " + outcome.acceptance.line().splitlines()[0]
+            if not outcome.covered:
+                verdicts.summary += " (covers nothing here)"
     if verdicts.failed:
         verdicts.conclusion = CheckConclusion.FAILURE
     elif verdicts.undecided is not None:
@@ -189,3 +204,12 @@ def with_verdicts(report: CampaignReport) -> CampaignReport:
     if report.verdicts is not None:
         return report
     return report.model_copy(update={"verdicts": campaign_verdicts(report)})
+
+
+def with_acceptances(report: CampaignReport, acceptances: Sequence[Acceptance]) -> CampaignReport:
+    """The report judged with exactly these acceptances (replacing any it carried), its verdicts recomputed by
+    the one rule; a report without acceptances before or after is returned unchanged."""
+    if not acceptances and not report.acceptances:
+        return report
+    judged = report.model_copy(update={"acceptances": list(acceptances)})
+    return judged.model_copy(update={"verdicts": campaign_verdicts(judged)})

@@ -28,7 +28,15 @@ from runners.bisect_rule import (
 )
 from runners.config import PerfConfig
 from runners.perf import breaches, classify, evaluate, make_schedule, process_wall_ms, schedule_seed
-from runners.report import CampaignReport, PerfResult, PerfVerdict, RowReport, Sample, SemanticVerdict
+from runners.report import (
+    CampaignReport,
+    PerfResult,
+    PerfVerdict,
+    RowReport,
+    Sample,
+    SemanticVerdict,
+    Verdicts,
+)
 from runners.sizes import size_gate
 from runners.verdicts import (
     campaign_verdicts,
@@ -191,6 +199,19 @@ def _verify_sizes(report: CampaignReport) -> list[str]:
     return []
 
 
+def _verify_acceptances(stored: Verdicts, expected: Verdicts) -> list[str]:
+    """What each acceptance covers, and the verdicts it leaves, must follow from the evidence and its `max`."""
+    problems = []
+    for name in ("accepted_performance", "accepted_sizes"):
+        if getattr(stored, name) != getattr(expected, name):
+            problems.append(f"campaign {name}: stored {getattr(stored, name)}, recomputed {getattr(expected, name)}")
+    covered = [(o.acceptance.comment_id, sorted(o.covered)) for o in stored.acceptances]
+    recomputed = [(o.acceptance.comment_id, sorted(o.covered)) for o in expected.acceptances]
+    if covered != recomputed:
+        problems.append(f"acceptances cover {covered} (comment id, covered), recomputed {recomputed}")
+    return problems
+
+
 def verify_report(report: CampaignReport) -> list[str]:
     """Every disagreement between the report and its recomputation; empty means consistent."""
     problems = [p for row in report.rows for p in _verify_row(report, row)]
@@ -209,6 +230,7 @@ def verify_report(report: CampaignReport) -> list[str]:
             stored, recomputed = getattr(report.verdicts, name), getattr(expected, name)
             if stored != recomputed:
                 problems.append(f"campaign {name}: stored {stored}, recomputed {recomputed}")
+        problems.extend(_verify_acceptances(report.verdicts, expected))
     return problems
 
 

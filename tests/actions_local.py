@@ -50,6 +50,10 @@ class LocalRun:
     """$GITHUB_API_URL of every step: the GitHub stand-in, or a port nothing listens on."""
     bin_dir: Path = field(default_factory=lambda: Path(sys.executable).parent)
     """First on every step's PATH: where `kv-parity` and `python` are (an installed venv's, or this checkout's)."""
+    event_name: str = "workflow_dispatch"
+    """`github.event_name` and $GITHUB_EVENT_NAME (the trigger workflow acts on the event it was started by)."""
+    event: dict[str, Any] = field(default_factory=dict)
+    """`github.event`, also written to $GITHUB_EVENT_PATH."""
     jobs: dict[str, Job] = field(default_factory=dict)
     artifacts: dict[str, int] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
@@ -131,7 +135,8 @@ class LocalRun:
         base_scope: dict[str, Any] = {
             "inputs": self.inputs,
             "vars": self.variables,
-            "github": {"run_id": self.run_id, "token": self.token, "repository": "acme/widgets"},
+            "github": {"run_id": self.run_id, "token": self.token, "repository": "acme/widgets",
+                       "event_name": self.event_name, "event": self.event},
             "needs": {n: {"outputs": j.outputs, "result": j.result} for n, j in self.jobs.items()},
             "matrix": matrix or {},
         }
@@ -172,6 +177,8 @@ class LocalRun:
              index: int) -> dict[str, str]:
         output_file = temp / f"_github_output_{index}"
         output_file.touch()
+        event_file = self.root / "event.json"
+        event_file.write_text(json.dumps(self.event), encoding="utf-8")
         environ = {
             "PATH": os.pathsep.join([str(self.bin_dir), os.environ.get("PATH", "")]),
             "HOME": os.environ.get("HOME", "/root"),
@@ -182,6 +189,8 @@ class LocalRun:
             "GITHUB_RUN_ID": self.run_id,
             "GITHUB_API_URL": self.api_url,
             "GITHUB_ACTIONS": "true",
+            "GITHUB_EVENT_NAME": self.event_name,
+            "GITHUB_EVENT_PATH": str(event_file),
             **{k: str(v) for k, v in env.items()},
         }
         done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], env=environ,

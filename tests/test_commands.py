@@ -95,7 +95,7 @@ def test_custom_command_word() -> None:
 
 def test_commands_describe_themselves() -> None:
     """The help is generated from COMMANDS, so every command the parser accepts has its entry."""
-    assert [spec.name for spec in COMMANDS] == ["rerun", "profile", "bisect", "cancel", "status", "help"]
+    assert [spec.name for spec in COMMANDS] == ["rerun", "profile", "bisect", "accept", "cancel", "status", "help"]
     for spec in COMMANDS:
         assert spec.usage.startswith(spec.name) and spec.description and spec.who
         [parsed] = parse_commands(f"/parity {spec.example}")

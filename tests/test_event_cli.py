@@ -459,8 +459,10 @@ def test_trigger_workflow_runs_no_pull_request_code_with_least_privilege() -> No
     assert triggers == {
         "pull_request_target": {"types": ["labeled", "synchronize", "unlabeled", "closed"]},
         "issue_comment": {"types": ["created"]},
+        "merge_group": {"types": ["checks_requested"]},
     }
     assert workflow["permissions"] == {}
+    assert "github.event.merge_group.head_sha" in workflow["concurrency"]["group"]
     assert "github.event.pull_request.number" in workflow["concurrency"]["group"]
     assert "github.event.issue.number" in workflow["concurrency"]["group"]
     [job] = workflow["jobs"].values()

@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 
 from bot.core.commands import COMMANDS
+from bot.core.merge_queue import carry, standing
 from bot.publish import render
 from bot.publish.render import Links, ProgressView
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
+from runners.report import Acceptance, CampaignReport
+from runners.verdicts import with_acceptances
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, OUTCOMES, make_report, make_wide_report
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -71,6 +74,24 @@ def campaign(**changes: object) -> CampaignView:
     }
     fields.update(changes)
     return CampaignView.model_validate(fields)
+
+
+def _accepted_report(limit: float, gate: str = "performance") -> CampaignReport:
+    """The performance FAIL (upper bound 1.1248) or the size FAIL (growth 7.93%), judged with an acceptance."""
+    report = make_report("perf_fail" if gate == "performance" else "size_fail")
+    acceptance = Acceptance(
+        gate="performance" if gate == "performance" else "sizes",
+        login="carol",
+        permission="maintain",
+        comment_id=3003,
+        comment_url=f"https://github.com/{REPO}/pull/512#issuecomment-3003",
+        reason="the admission pass is intended: it adds one scan per step (#498)",
+        max=limit,
+        head_sha=HEAD_SHA,
+        written_unix=1764410000.0,
+        recorded_unix=1764410400.0,
+    )
+    return with_acceptances(report, [acceptance])
 
 
 def check_golden(name: str, text: str) -> None:
@@ -232,6 +253,22 @@ REPLIES: dict[str, dict[str, object]] = {
         "line": "/parity rerun rows=vllm disagg",
         "reason": "`rerun` does not understand 'disagg'",
     },
+    "accepted": {
+        "marker": (
+            f"<!-- kv-parity:accept comment=3003 head={HEAD_SHA} sha256={'5' * 64} permission=maintain "
+            "at=1764410400 -->"
+        ),
+        "acceptance": (accepted := _accepted_report(1.13)).acceptances[0],
+        "outcome": accepted.concluded.acceptances[0],
+        "verdicts": accepted.concluded,
+        "campaign": campaign(state=CampaignState.COMPLETED),
+    },
+    "revoked": {
+        "marker": f"<!-- kv-parity:revoke comment=3004 head={HEAD_SHA} -->",
+        "count": 1,
+        "head_sha": HEAD_SHA,
+        "campaign": campaign(state=CampaignState.COMPLETED),
+    },
 }
 
 
@@ -259,6 +296,41 @@ def test_missing_context_is_an_error_not_an_empty_string() -> None:
         render.reply("refused", "/parity", COMMANDS, "kv-parity", {"reason": "x"})
 
 
+@pytest.mark.parametrize(
+    ("name", "limit", "gate"),
+    [
+        ("accepted", 1.13, "performance"),
+        ("accepted_above_max", 1.10, "performance"),
+        ("accepted_size", 0.08, "sizes"),
+    ],
+)
+def test_accepted_surfaces(name: str, limit: float, gate: str) -> None:
+    """An accepted FAIL says who accepted it, up to what and why, with a link to the comment; one above `max`
+    stays a failure and says by how much."""
+    report = _accepted_report(limit, gate)
+    content = render.check_run_content(report, LINKS)
+    check_golden(f"{name}.check_summary.md", with_title(content))
+    check_golden(f"{name}.result_comment.md", render.result_comment(report, LINKS))
+    check_golden(
+        f"{name}.status_comment.md",
+        render.status_comment(campaign(state=CampaignState.COMPLETED), "finished", LINKS, report=report),
+    )
+
+
+def test_merge_group_surfaces() -> None:
+    """The campaign check on a merge group's commit, carried forward: it says nothing was measured there."""
+    group, base = "7" * 40, "8" * 40
+    passed = standing(512, HEAD_SHA, "open", "success", CAMPAIGN_ID,
+                      f"campaign {CAMPAIGN_ID} of its head {HEAD_SHA[:12]} concluded success")
+    failed = standing(513, "9" * 40, "open", "failure", "kvp-0123456789ab",
+                      f"campaign kvp-0123456789ab of its head {'9' * 12} concluded failure")
+    missing = standing(514, "6" * 40, "open", None, None, f"no kv-parity campaign of its head {'6' * 12}")
+    ok = render.merge_group_content(carry(group, base, "main", [passed]))
+    check_golden("merge_group_carried.check_summary.md", with_title(ok))
+    lacking = render.merge_group_content(carry(group, base, "main", [passed, failed, missing]))
+    check_golden("merge_group_not_carried.check_summary.md", with_title(lacking))
+
+
 def test_every_golden_is_produced_by_a_test() -> None:
     """A stale golden (an outcome that no longer renders) would mislead reviewers."""
     produced = {
@@ -276,6 +348,13 @@ def test_every_golden_is_produced_by_a_test() -> None:
         *(f"{s}.{k}.md" for s in ("queued", "running") for k in ("check_summary", "status_comment")),
         *(f"reply.{k}.md" for k in REPLIES),
         "waiting.status_comment.md",
+        *(
+            f"{name}.{kind}.md"
+            for name in ("accepted", "accepted_above_max", "accepted_size")
+            for kind in ("check_summary", "result_comment", "status_comment")
+        ),
+        "merge_group_carried.check_summary.md",
+        "merge_group_not_carried.check_summary.md",
     }
     assert {p.name for p in GOLDEN.glob("*.md")} == produced
 

@@ -79,6 +79,97 @@ def _user(login: str, kind: str = "User") -> dict[str, Any]:
     return {"login": login, "id": user_id(login), "type": "Bot" if login.endswith("[bot]") else kind}
 
 
+def full_user(login: str) -> dict[str, Any]:
+    """A webhook `sender` / `owner` with every field GitHub's webhook schemas require."""
+    from tests.fakes.github_api import user_id
+
+    api = f"https://api.github.com/users/{login}"
+    return {
+        "login": login,
+        "id": user_id(login),
+        "node_id": f"U_{login}",
+        "avatar_url": f"https://avatars.githubusercontent.com/u/{user_id(login)}?v=4",
+        "gravatar_id": "",
+        "url": api,
+        "html_url": f"https://github.com/{login}",
+        "followers_url": f"{api}/followers",
+        "following_url": f"{api}/following{{/other_user}}",
+        "gists_url": f"{api}/gists{{/gist_id}}",
+        "starred_url": f"{api}/starred{{/owner}}{{/repo}}",
+        "subscriptions_url": f"{api}/subscriptions",
+        "organizations_url": f"{api}/orgs",
+        "repos_url": f"{api}/repos",
+        "events_url": f"{api}/events{{/privacy}}",
+        "received_events_url": f"{api}/received_events",
+        "type": "Bot" if login.endswith("[bot]") else "User",
+        "site_admin": False,
+    }
+
+
+_REPO_URLS = {
+    "archive_url": "/{archive_format}{/ref}", "assignees_url": "/assignees{/user}", "blobs_url": "/git/blobs{/sha}",
+    "branches_url": "/branches{/branch}", "collaborators_url": "/collaborators{/collaborator}",
+    "comments_url": "/comments{/number}", "commits_url": "/commits{/sha}", "compare_url": "/compare/{base}...{head}",
+    "contents_url": "/contents/{+path}", "contributors_url": "/contributors", "deployments_url": "/deployments",
+    "downloads_url": "/downloads", "events_url": "/events", "forks_url": "/forks",
+    "git_commits_url": "/git/commits{/sha}",
+    "git_refs_url": "/git/refs{/sha}", "git_tags_url": "/git/tags{/sha}", "hooks_url": "/hooks",
+    "issue_comment_url": "/issues/comments{/number}", "issue_events_url": "/issues/events{/number}",
+    "issues_url": "/issues{/number}", "keys_url": "/keys{/key_id}", "labels_url": "/labels{/name}",
+    "languages_url": "/languages", "merges_url": "/merges", "milestones_url": "/milestones{/number}",
+    "notifications_url": "/notifications{?since,all,participating}", "pulls_url": "/pulls{/number}",
+    "releases_url": "/releases{/id}", "stargazers_url": "/stargazers", "statuses_url": "/statuses/{sha}",
+    "subscribers_url": "/subscribers", "subscription_url": "/subscription", "tags_url": "/tags", "teams_url": "/teams",
+    "trees_url": "/git/trees{/sha}",
+}
+
+
+def full_repository(repo: str = REPO, *, private: bool = False) -> dict[str, Any]:
+    """A webhook `repository` with every field GitHub's webhook schemas require."""
+    owner, name = repo.split("/")
+    api = f"https://api.github.com/repos/{repo}"
+    return {
+        "id": 17273051,
+        "node_id": f"R_{name}",
+        "name": name,
+        "full_name": repo,
+        "private": private,
+        "owner": full_user(owner),
+        "html_url": f"https://github.com/{repo}",
+        "description": None,
+        "fork": False,
+        "url": api,
+        **{key: api + suffix for key, suffix in _REPO_URLS.items()},
+        "created_at": "2024-02-28T02:42:51Z",
+        "updated_at": "2026-03-11T14:54:13Z",
+        "pushed_at": "2026-03-11T14:54:10Z",
+        "git_url": f"git://github.com/{repo}.git",
+        "ssh_url": f"git@github.com:{repo}.git",
+        "clone_url": f"https://github.com/{repo}.git",
+        "svn_url": f"https://github.com/{repo}",
+        "homepage": None,
+        "size": 300,
+        "stargazers_count": 0,
+        "watchers_count": 0,
+        "language": "Rust",
+        "has_issues": True,
+        "has_projects": False,
+        "has_downloads": True,
+        "has_wiki": False,
+        "has_pages": False,
+        "forks_count": 0,
+        "mirror_url": None,
+        "archived": False,
+        "disabled": False,
+        "open_issues_count": 1,
+        "license": None,
+        "forks": 0,
+        "open_issues": 1,
+        "watchers": 0,
+        "default_branch": "main",
+    }
+
+
 def github_time(moment: float | None = None) -> str:
     """A timestamp as GitHub writes it in payloads (UTC, whole seconds); now by default."""
     when = datetime.now(UTC) if moment is None else datetime.fromtimestamp(moment, UTC)
@@ -128,17 +219,129 @@ def comment_event(
     on_pull: bool = True,
     repo: str = REPO,
     created_at: str | None = None,
+    comment_id: int = 555,
 ) -> dict[str, Any]:
     issue: dict[str, Any] = {"number": number, "title": "Change the replay loop"}
     if on_pull:
         issue["pull_request"] = {"url": f"https://api.github.com/repos/{repo}/pulls/{number}"}
+    comment = {
+        "id": comment_id,
+        "body": body,
+        "user": _user(sender),
+        "created_at": created_at or github_time(),
+        "html_url": f"https://github.com/{repo}/pull/{number}#issuecomment-{comment_id}",
+    }
     return {
         "action": action,
         "issue": issue,
-        "comment": {"id": 555, "body": body, "user": _user(sender), "created_at": created_at or github_time()},
+        "comment": comment,
         "sender": _user(sender),
         "repository": {"full_name": repo},
     }
+
+
+def check_suite_event(
+    action: str,
+    *,
+    suite_id: int,
+    head_sha: str,
+    sender: str = "maintainer",
+    pulls: tuple[int, ...] = (1,),
+    repo: str = REPO,
+    app_id: int = 4242,
+) -> dict[str, Any]:
+    """A `check_suite` delivery shaped like GitHub's (the fields of its webhook schema the bot and a reader see)."""
+    owner = repo.split("/")[0]
+    return {
+        "action": action,
+        "check_suite": {
+            "id": suite_id,
+            "node_id": f"CS_{suite_id}",
+            "head_branch": "feature",
+            "head_sha": head_sha,
+            "status": "completed",
+            "conclusion": "failure",
+            "url": f"https://api.github.com/repos/{repo}/check-suites/{suite_id}",
+            "before": None,
+            "after": head_sha,
+            "pull_requests": [
+                {
+                    "url": f"https://api.github.com/repos/{repo}/pulls/{n}",
+                    "id": 1000 + n,
+                    "number": n,
+                    "head": {"ref": "feature", "sha": head_sha, "repo": _repo_ref(repo)},
+                    "base": {"ref": "main", "sha": "0" * 40, "repo": _repo_ref(repo)},
+                }
+                for n in pulls
+            ],
+            "app": {
+                "id": app_id,
+                "slug": "kv-parity",
+                "node_id": f"A_{app_id}",
+                "owner": full_user(owner),
+                "name": "kv-parity",
+                "description": "Replay parity campaigns",
+                "external_url": "https://example.com/kv-parity",
+                "html_url": "https://github.com/apps/kv-parity",
+                "created_at": "2026-01-01T00:00:00Z",
+                "updated_at": "2026-01-01T00:00:00Z",
+            },
+            "created_at": github_time(),
+            "updated_at": github_time(),
+            "rerequestable": True,
+            "runs_rerequestable": True,
+            "latest_check_runs_count": 1,
+            "check_runs_url": f"https://api.github.com/repos/{repo}/check-suites/{suite_id}/check-runs",
+            "head_commit": _head_commit(head_sha),
+        },
+        "sender": full_user(sender),
+        "repository": full_repository(repo),
+    }
+
+
+def _repo_ref(repo: str) -> dict[str, Any]:
+    return {"id": 17273051, "url": f"https://api.github.com/repos/{repo}", "name": repo.split("/")[1]}
+
+
+def _head_commit(sha: str) -> dict[str, Any]:
+    person = {"name": "Test", "email": "t@example.com"}
+    return {
+        "id": sha,
+        "tree_id": "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+        "message": "Merge the queue",
+        "timestamp": github_time(),
+        "author": person,
+        "committer": person,
+    }
+
+
+def merge_group_event(
+    action: str,
+    *,
+    head_sha: str,
+    base_sha: str,
+    number: int,
+    base: str = "main",
+    reason: str | None = None,
+    repo: str = REPO,
+    sender: str = "maintainer",
+) -> dict[str, Any]:
+    """A `merge_group` delivery shaped like GitHub's: `head_ref` is the queue's branch for pull request `number`."""
+    payload: dict[str, Any] = {
+        "action": action,
+        "merge_group": {
+            "head_sha": head_sha,
+            "head_ref": f"refs/heads/gh-readonly-queue/{base}/pr-{number}-{base_sha}",
+            "base_sha": base_sha,
+            "base_ref": f"refs/heads/{base}",
+            "head_commit": _head_commit(head_sha),
+        },
+        "repository": full_repository(repo),
+        "sender": full_user(sender),
+    }
+    if reason is not None:
+        payload["reason"] = reason
+    return payload
 
 
 def check_run_event(

@@ -1,4 +1,5 @@
-"""Comment commands (`/parity rerun [rows=a,b] [sha=<head>]`, `cancel`, `status`, `help`): a pure parser.
+"""Comment commands (`/parity rerun [rows=a,b] [sha=<head>]`, `profile`, `bisect`, `accept`, `cancel`, `status`,
+`help`): a pure parser.
 
 A command counts only when it stands on its own line of a top-level paragraph, found by a CommonMark tokenizer
 (markdown-it-py, with GitHub's tables), never by guessing at lines. Code spans, indented and fenced code blocks,
@@ -90,6 +91,20 @@ COMMANDS: tuple[CommandSpec, ...] = (
         example="bisect",
     ),
     CommandSpec(
+        name="accept",
+        usage="accept perf [rows=a,b] max=<ratio> <reason> · accept size max=<percent>% <reason> · accept revoke",
+        description=(
+            "Accept an intended slowdown or size growth of the current head, with the reason on the same line: "
+            "the latest finished campaign of this head (and any rerun of it) passes if every performance FAIL "
+            "(of the named rows) has an upper bound at most `max` (a ratio, e.g. 1.10), or the size growth is at "
+            "most `max` percent; a FAIL above it stays a failure. A semantic FAIL is never accepted (it needs a "
+            "semantic exception record), nor an inconclusive or blocked result (rerun it). A new push ends the "
+            "acceptance. `revoke` withdraws this head's acceptances."
+        ),
+        who="collaborators with the base branch config's `[checks] accept_permission` (default maintain)",
+        example="accept perf max=1.10 the new admission pass is intended",
+    ),
+    CommandSpec(
         name="cancel",
         usage="cancel",
         description="Cancel this pull request's queued and running campaigns.",
@@ -115,6 +130,31 @@ COMMANDS: tuple[CommandSpec, ...] = (
 COMMAND_NAMES = frozenset(spec.name for spec in COMMANDS)
 
 
+ACCEPT_GATES = {"perf": "performance", "performance": "performance", "size": "sizes", "sizes": "sizes"}
+"""The words `accept` takes for each gate it may accept."""
+MAX_ACCEPT_RATIO = 10.0
+MAX_ACCEPT_PERCENT = 1000.0
+ACCEPT_REASON_LIMIT = 300
+"""Characters of an acceptance's reason: it is shown on the check run's one-line title."""
+_RATIO = re.compile(r"^(?:\d+(?:\.\d*)?|\.\d+)$")
+
+
+@dataclass(frozen=True)
+class AcceptArgs:
+    """`accept perf|size ... max=... <reason>` or `accept revoke`: what is accepted, up to where, and why."""
+
+    gate: str | None
+    """`performance` or `sizes`; None for `revoke`."""
+    rows: tuple[str, ...] | None
+    max: float | None
+    """performance: a ratio (1.10); sizes: a growth fraction (0.08 for `max=8%`)."""
+    reason: str
+
+    @property
+    def revoke(self) -> bool:
+        return self.gate is None
+
+
 @dataclass(frozen=True)
 class ParsedCommand:
     """A recognised command line; `rows` None means every row of the config."""
@@ -123,6 +163,8 @@ class ParsedCommand:
     rows: tuple[str, ...] | None = None
     sha: str | None = None
     line: str = ""
+    accept: AcceptArgs | None = None
+    """Set for `accept`."""
 
 
 @dataclass(frozen=True)
@@ -220,12 +262,77 @@ def _prose_lines(body: str) -> list[str]:
     return [line for line in lines if line]
 
 
+def _parse_rows(value: str) -> tuple[str, ...]:
+    names = tuple(parse_rows(value) or ())
+    bad = [part for part in names if not ROW_ID.match(part)]
+    if not names or bad:
+        raise ValueError(f"`rows=` needs comma-separated row ids, got {value!r}")
+    return tuple(dict.fromkeys(names))
+
+
+def _parse_accept(args: list[str]) -> AcceptArgs:
+    """`perf [rows=a,b] max=<ratio> <reason>`, `size max=<percent>% <reason>` or `revoke [<reason>]`; a
+    ValueError says what is missing or wrong."""
+    usage = "`accept perf [rows=a,b] max=<ratio> <reason>`, `accept size max=<percent>% <reason>` or `accept revoke`"
+    if not args:
+        raise ValueError(f"`accept` needs what to accept: {usage}")
+    word = args[0].lower()
+    if word == "revoke":
+        return AcceptArgs(gate=None, rows=None, max=None, reason=" ".join(args[1:])[:ACCEPT_REASON_LIMIT])
+    gate = ACCEPT_GATES.get(word)
+    if gate is None:
+        raise ValueError(f"`accept` takes `perf`, `size` or `revoke`, got {args[0]!r}: {usage}")
+    rows: tuple[str, ...] | None = None
+    limit: float | None = None
+    rest = args[1:]
+    while rest and "=" in rest[0] and limit is None:
+        key, _, value = rest.pop(0).partition("=")
+        if key == "rows" and gate == "performance" and rows is None:
+            rows = _parse_rows(value)
+        elif key == "max":
+            limit = _accept_max(gate, value)
+        else:
+            raise ValueError(f"`accept {word}` does not understand {key + '=' + value!r}: {usage}")
+    if limit is None:
+        example = "max=1.10" if gate == "performance" else "max=8%"
+        raise ValueError(f"`accept {word}` needs the largest accepted {'ratio' if gate == 'performance' else 'growth'} "
+                         f"before the reason (`{example}`)")
+    reason = " ".join(rest)
+    if not reason:
+        raise ValueError(f"`accept {word}` needs a reason after `max=`: the rest of the line says why it is intended")
+    if len(reason) > ACCEPT_REASON_LIMIT:
+        raise ValueError(f"the reason is {len(reason)} characters; at most {ACCEPT_REASON_LIMIT} fit on the check run")
+    return AcceptArgs(gate=gate, rows=rows, max=limit, reason=reason)
+
+
+def _accept_max(gate: str, value: str) -> float:
+    if gate == "performance":
+        if not _RATIO.match(value) or not 1.0 < float(value) <= MAX_ACCEPT_RATIO:
+            raise ValueError(
+                f"`max=` of `accept perf` is a candidate / baseline ratio above 1 and at most {MAX_ACCEPT_RATIO:g} "
+                f"(e.g. `max=1.10`), got {value!r}"
+            )
+        return float(value)
+    number = value[:-1] if value.endswith("%") else ""
+    if not _RATIO.match(number) or not 0.0 < float(number) <= MAX_ACCEPT_PERCENT:
+        raise ValueError(
+            f"`max=` of `accept size` is a growth in percent above 0 and at most {MAX_ACCEPT_PERCENT:g}, with its `%` "
+            f"(e.g. `max=8%`), got {value!r}"
+        )
+    return float(number) / 100
+
+
 def _parse_line(words: list[str], line: str) -> ParsedCommand | UnknownCommand:
     if not words:
         return UnknownCommand(line, "no subcommand given")
     name, args = words[0].lower(), words[1:]
     if name not in COMMAND_NAMES:
         return UnknownCommand(line, f"unknown subcommand {words[0]!r}")
+    if name == "accept":
+        try:
+            return ParsedCommand(name=name, line=line, accept=_parse_accept(args))
+        except ValueError as exc:
+            return UnknownCommand(line, str(exc))
     if name not in ("rerun", "profile"):
         if args:
             return UnknownCommand(line, f"`{name}` takes no arguments, got {' '.join(args)!r}")
@@ -235,11 +342,10 @@ def _parse_line(words: list[str], line: str) -> ParsedCommand | UnknownCommand:
     for arg in args:
         key, sep, value = arg.partition("=")
         if key == "rows" and sep and rows is None:
-            names = tuple(parse_rows(value) or ())
-            bad = [part for part in names if not ROW_ID.match(part)]
-            if not names or bad:
-                return UnknownCommand(line, f"`rows=` needs comma-separated row ids, got {value!r}")
-            rows = tuple(dict.fromkeys(names))
+            try:
+                rows = _parse_rows(value)
+            except ValueError as exc:
+                return UnknownCommand(line, str(exc))
         elif key == "sha" and sep and sha is None:
             if not SHA_PREFIX.match(value.lower()):
                 return UnknownCommand(line, f"`sha=` needs 7 to 40 hex digits, got {value!r}")

@@ -24,20 +24,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
+from bot.core.acceptance import AcceptanceDesk
 from bot.core.authz import cached_lookup
 from bot.core.commands import FULL_SHA, approval_command
-from bot.core.events import CheckRunEvent, IssueCommentEvent, PullRequestEvent, WebhookEvent
+from bot.core.events import CheckRunEvent, CheckSuiteEvent, IssueCommentEvent, PullRequestEvent, WebhookEvent
+from bot.core.heads import not_the_head_written_about
 from bot.core.ledger import CampaignRequest, Ledger
-from bot.core.ports import Publisher, RepoApi
+from bot.core.ports import PullRequestPublisher, RepoApi
+from bot.core.queue_actions import MergeQueueDesk
 from bot.core.resolve import resolve
 from bot.core.triggers import (
+    Accept,
     Bisect,
     Cancel,
     Help,
     Ignore,
     Intent,
+    MergeQueue,
     NeedsApproval,
     Refuse,
     Rerun,
@@ -55,9 +59,6 @@ S = CampaignState
 CONFIG_ERROR = "config_error"
 """The `state` given to `Publisher.ended` when the base branch's config is missing or invalid."""
 
-
-def _utc(unix: float) -> str:
-    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class _RememberedPermissions:
@@ -81,7 +82,7 @@ class Decisions:
         self,
         ledger: Ledger,
         api: RepoApi,
-        publisher: Publisher,
+        publisher: PullRequestPublisher,
         settings: Settings,
         *,
         clock: Callable[[], float] = time.time,
@@ -105,12 +106,28 @@ class Decisions:
             min_permission=self.settings.min_permission,
             permission_of=cached_lookup(_RememberedPermissions(self.ledger, self._event_pr(event), self.api, since)),
             is_approved=self.ledger.is_approved,
+            suite_campaign=self._suite_campaign,
         )
         return self.act(decide(event, context))
+
+    def _suite_campaign(self, check_suite_id: int) -> str | None:
+        """The campaign id of the campaign check run a check suite holds ('' without one), None without the run."""
+        runs = self.api.suite_check_runs(check_suite_id, self.settings.check_name)
+        return (runs[0].external_id or "") if runs else None
 
     def act(self, intent: Intent) -> str:
         if isinstance(intent, Ignore):
             return f"ignored: {intent.reason}"
+        if isinstance(intent, Accept):
+            since = self.clock() - self.settings.refusal_window_seconds
+            desk = AcceptanceDesk(
+                self.ledger, self.api, self.publisher, self.settings, clock=self.clock, pull=self._pull,
+                permission_of=cached_lookup(_RememberedPermissions(self.ledger, intent.pr, self.api, since)),
+                refuse=self._refuse,
+            )
+            return desk.act(intent)
+        if isinstance(intent, MergeQueue):
+            return MergeQueueDesk(self.ledger, self.api, self.publisher, self.settings).act(intent.event)
         if isinstance(intent, Refuse):
             return self._refuse(intent)
         if isinstance(intent, Help):
@@ -150,7 +167,11 @@ class Decisions:
             return event.pull_request.number
         if isinstance(event, IssueCommentEvent):
             return event.issue.number
-        assert isinstance(event, CheckRunEvent)
+        if isinstance(event, CheckSuiteEvent):
+            pulls = event.check_suite.pull_requests
+            return pulls[0].number if pulls else None
+        if not isinstance(event, CheckRunEvent):
+            return None
         return self._campaign_pr(
             event.check_run.pull_requests[0].number if event.check_run.pull_requests else None,
             event.check_run.external_id,
@@ -178,11 +199,14 @@ class Decisions:
         if self.ledger.answered_refusal(pr, login, self.clock() - window) is not None:
             self.ledger.record_refusal(pr, login, intent.permission, intent.reason, answered=False)
             return f"refused again, not answered (one answer per {window:g} s): {intent.reason}"
-        fix = (
+        fix = intent.fix or (
             f"ask a collaborator with at least {self.settings.min_permission!r} permission to add the "
             f"{self.settings.label!r} label or comment `{self.settings.command_word} rerun`"
         )
-        self.publisher.reply(pr, "refused", reason=intent.reason, fix=fix, login=login)
+        if intent.action is not None:
+            self.publisher.reply(pr, "refused", reason=intent.reason, fix=fix, login=login, action=intent.action)
+        else:
+            self.publisher.reply(pr, "refused", reason=intent.reason, fix=fix, login=login)
         self.ledger.record_refusal(pr, login, intent.permission, intent.reason, answered=True)
         return f"refused: {intent.reason}"
 
@@ -210,6 +234,8 @@ class Decisions:
             return self._rerun_side_run(original, intent.requested_by)
         if pr is None:
             return f"ignored: check run of unknown campaign {intent.campaign_id}"
+        if intent.independent:
+            original = None  # a new independent campaign: the original only said which pull request
         if original is not None and original.purpose == "bisect":
             return self._bisect(Bisect(pr, intent.requested_by, intent.trigger))
         rows = (
@@ -308,28 +334,10 @@ class Decisions:
         return self._plain_approval_refusal(pull.number, head, intent.written_at.timestamp(), approve)
 
     def _plain_approval_refusal(self, pr: int, head: str, written: float, approve: str) -> tuple[str, str] | None:
-        """A plain rerun approves `head` only if the ledger recorded it as the head when the comment was written
-        and no other head since: a review of one commit never approves another pushed after it, even one pushed
-        away and back (A-B-A) before the comment was handled."""
-        seen = self.ledger.heads_since(pr, written)
-        then = {record.head_sha for record in seen if record.at <= written}
-        if then != {head}:
-            recorded = ", ".join(sorted(sha[:12] for sha in then)) if then else "no head"
-            reason = (
-                f"the head of this fork pull request is {head[:12]}, but when the comment was written "
-                f"({_utc(written)}) the bot had recorded {recorded} as its head: it may not be the commit that "
-                "was reviewed"
-            )
-            return reason, approve
-        moved = next((record for record in seen if record.head_sha != head), None)
-        if moved is not None:
-            reason = (
-                f"the head of this fork pull request moved after the comment was written ({_utc(written)}): "
-                f"to {moved.head_sha[:12]} at {_utc(moved.at)} ({moved.source}), and is {head[:12]} now; it may "
-                "not be the commit that was reviewed"
-            )
-            return reason, approve
-        return None
+        """A plain rerun approves `head` only if it is the head the comment was written about (bot.core.heads)."""
+        reason = not_the_head_written_about(self.ledger.heads_since(pr, written), head, written,
+                                            "the head of this fork pull request")
+        return None if reason is None else (reason, approve)
 
     def _supersede(self, pr: int, head_sha: str, reason: str) -> None:
         for campaign in self.ledger.live(pr):

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 Sha = Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
-HANDLED_EVENTS = ("pull_request", "issue_comment", "check_run", "push")
+HANDLED_EVENTS = ("pull_request", "issue_comment", "check_run", "check_suite", "merge_group", "push")
 
 
 class PayloadError(ValueError):
@@ -91,6 +91,8 @@ class Comment(_Read):
     user: User
     created_at: datetime
     """When it was written: a plain fork approval covers only the head the bot recorded at that time."""
+    html_url: str = ""
+    """Where it is read: an acceptance links to the comment that made it."""
 
 
 class IssueCommentEvent(_Read):
@@ -128,6 +130,50 @@ class CheckRunEvent(_Read):
     repository: Repo
 
 
+class CheckSuitePull(_Read):
+    number: int
+
+
+class CheckSuite(_Read):
+    id: int
+    head_sha: Sha
+    pull_requests: list[CheckSuitePull] = Field(default_factory=list)
+    """Empty for pull requests from forks; the campaign is then found through the suite's kv-parity check run."""
+
+
+class CheckSuiteEvent(_Read):
+    """`check_suite`: `rerequested` is GitHub's "Re-run all checks" / "Re-run failed checks" on a suite."""
+
+    kind: Literal["check_suite"] = "check_suite"
+    action: str
+    check_suite: CheckSuite
+    sender: User
+    repository: Repo
+
+
+class MergeGroup(_Read):
+    head_sha: Sha
+    """The merge group's commit: the queue waits for the required checks on it."""
+    head_ref: str
+    """`refs/heads/gh-readonly-queue/<base branch>/pr-<number>-<head sha>`: names the pull request that entered."""
+    base_sha: Sha
+    """The group's parent commit (the base branch's tip, or the group ahead of it in the queue)."""
+    base_ref: str
+    """`refs/heads/<base branch>`."""
+
+
+class MergeGroupEvent(_Read):
+    """`merge_group`: `checks_requested` when the queue built a group, `destroyed` when it is merged or dropped."""
+
+    kind: Literal["merge_group"] = "merge_group"
+    action: str
+    merge_group: MergeGroup
+    reason: str | None = None
+    """Why a group was destroyed: merged, invalidated or dequeued."""
+    sender: User | None = None
+    repository: Repo
+
+
 class PushedRepo(Repo):
     default_branch: str
     """A push to this branch is a push to the default branch, which main-branch tracking measures."""
@@ -154,13 +200,23 @@ class PushEvent(_Read):
         return self.after if re.fullmatch(r"[0-9a-f]{40}", self.after) and set(self.after) != {"0"} else None
 
 
-WebhookEvent = PullRequestEvent | IssueCommentEvent | CheckRunEvent
+WebhookEvent = PullRequestEvent | IssueCommentEvent | CheckRunEvent | CheckSuiteEvent | MergeGroupEvent
 AnyEvent = WebhookEvent | PushEvent
 """Every handled event: a push goes to main-branch tracking, the others to the pull-request decision core."""
-_MODELS: dict[str, type[PullRequestEvent] | type[IssueCommentEvent] | type[CheckRunEvent] | type[PushEvent]] = {
+_MODELS: dict[
+    str,
+    type[PullRequestEvent]
+    | type[IssueCommentEvent]
+    | type[CheckRunEvent]
+    | type[CheckSuiteEvent]
+    | type[MergeGroupEvent]
+    | type[PushEvent],
+] = {
     "pull_request": PullRequestEvent,
     "issue_comment": IssueCommentEvent,
     "check_run": CheckRunEvent,
+    "check_suite": CheckSuiteEvent,
+    "merge_group": MergeGroupEvent,
     "push": PushEvent,
 }
 

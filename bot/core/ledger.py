@@ -16,6 +16,7 @@ from typing import Protocol
 from bot.store.campaigns import CampaignPurpose, CampaignState, CampaignView
 from bot.store.people import HeadSeen
 from runners.config import CampaignMode
+from runners.report import Acceptance, CampaignReport
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,25 @@ class CampaignRequest:
     """Asked to run again (`rerun`, `profile`, a Rerun button), not a label or a push."""
     purpose: CampaignPurpose = "pull_request"
     """A pull request's gate, a `/parity bisect`, or main-branch tracking (`pr` is 0: bot.core.tracking)."""
+
+
+@dataclass(frozen=True)
+class FinishedCampaign:
+    """The latest campaign of a head that finished with a report, and that report as measured."""
+
+    campaign: CampaignView
+    report: CampaignReport
+
+
+@dataclass(frozen=True)
+class HeadConclusion:
+    """The kv-parity check's standing at a pull request's head, as the merge queue carries it forward."""
+
+    conclusion: str | None
+    """The conclusion published for the head's latest campaign (with its acceptances); None without one."""
+    campaign_id: str | None
+    detail: str
+    """What a person reads: which campaign concluded what, or why there is no conclusion."""
 
 
 class Ledger(Protocol):
@@ -117,3 +137,31 @@ class Ledger(Protocol):
         ...
 
     def record_refusal(self, pr: int, login: str, permission: str, reason: str, *, answered: bool) -> None: ...
+
+    # ------------------------------------------------------------------ acceptances and the merge queue
+
+    def latest_finished(self, pr: int, head_sha: str) -> FinishedCampaign | None:
+        """The newest campaign (not a profile) of this head that finished with a report."""
+        ...
+
+    def acceptances(self, pr: int, head_sha: str) -> list[Acceptance]:
+        """The standing acceptances of this head, oldest first."""
+        ...
+
+    def record_acceptance(self, pr: int, acceptance: Acceptance) -> None:
+        """Keep an acceptance (a ledger whose record is the bot's reply itself keeps nothing here)."""
+        ...
+
+    def revoke_acceptances(self, pr: int, head_sha: str, login: str, comment_id: int) -> int:
+        """Withdraw the head's standing acceptances; returns how many there were."""
+        ...
+
+    def republish(self, finished: FinishedCampaign) -> str:
+        """Publish the finished campaign again, judged with the head's standing acceptances."""
+        ...
+
+    def head_conclusion(self, pr: int, head_sha: str) -> HeadConclusion: ...
+
+    def live_of_head(self, head_sha: str) -> list[CampaignView]:
+        """The queued and running campaigns of a commit (a merge group's), whichever pull request recorded them."""
+        ...

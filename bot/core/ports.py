@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from bot.core.merge_queue import CarriedResult
 from bot.core.resolve import RevisionSource
-from bot.github.gateway import BotIdentity, CommitInfo, PullInfo
+from bot.github.gateway import BotIdentity, CheckRunInfo, CommentInfo, CommitInfo, PullInfo
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.bisect_rule import BisectReport
@@ -55,9 +56,19 @@ class Publisher(Protocol):
 
     def reply(self, number: int, kind: str, **context: object) -> None:
         """Kinds and their context: refused(reason, fix), help(), status(campaigns), duplicate(campaign),
-        unknown_command(line, reason)."""
+        unknown_command(line, reason), accepted(marker, acceptance, outcome, verdicts, campaign),
+        revoked(marker, count, campaign)."""
         ...
 
+
+
+class PullRequestPublisher(Publisher, Protocol):
+    """A pull request's publisher, which also concludes the campaign check on a merge group's commit (the decision
+    core's; a side run's publisher reports only its own campaigns)."""
+
+    def merge_group_carried(self, head_sha: str, result: CarriedResult) -> int:
+        """Create the campaign check's run on a merge group's commit, concluded from `result` (carry mode)."""
+        ...
 
 class RepoApi(RevisionSource, Protocol):
     """The reads the bot makes through `bot.github.gateway.GitHubGateway`."""
@@ -69,6 +80,16 @@ class RepoApi(RevisionSource, Protocol):
     def commit(self, ref: str) -> CommitInfo:
         """A commit or tag's commit and its parents (main-branch tracking: the first parent, the reference)."""
         ...
+
+    def suite_check_runs(self, check_suite_id: int, check_name: str) -> list[CheckRunInfo]: ...
+
+    def check_runs_of(self, ref: str, check_name: str) -> list[CheckRunInfo]: ...
+
+    def matching_refs(self, prefix: str) -> list[tuple[str, str]]: ...
+
+    def commits_between(self, base: str, head: str) -> list[str]: ...
+
+    def comment(self, comment_id: int) -> CommentInfo | None: ...
 
 
 class SideRunPublisher(Publisher, Protocol):
@@ -85,7 +106,7 @@ class RepoServices:
     """Everything bound to one repository: its gateway, its publisher and who the bot is there."""
 
     api: RepoApi
-    publisher: Publisher
+    publisher: PullRequestPublisher
     bot: BotIdentity
     side_runs: SideRunPublisher | None = None
     """Reports bisects and main-branch tracking (None: a service that runs neither)."""

@@ -12,8 +12,16 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bot.core.authz import is_sufficient
-from bot.core.commands import ParsedCommand, UnknownCommand, approval_command, parse_commands
-from bot.core.events import CheckRunEvent, IssueCommentEvent, PullRequestEvent, User, WebhookEvent
+from bot.core.commands import AcceptArgs, ParsedCommand, UnknownCommand, approval_command, parse_commands
+from bot.core.events import (
+    CheckRunEvent,
+    CheckSuiteEvent,
+    IssueCommentEvent,
+    MergeGroupEvent,
+    PullRequestEvent,
+    User,
+    WebhookEvent,
+)
 
 CHECK_ACTIONS = ("rerun", "cancel")
 """Identifiers of the check run's requested actions (the buttons the publisher offers)."""
@@ -47,6 +55,9 @@ class Rerun:
     """When the comment was written: without `sha=`, a fork's head is approved only if it was the head then."""
     profile: bool = False
     """`/parity profile`: correctness, then regression attribution instead of the performance gate."""
+    independent: bool = False
+    """A new independent campaign (GitHub's Re-run of a check suite): `campaign_id` only finds the pull request,
+    its rows and mode are not reused."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,33 @@ class Refuse:
     permission: str
     reason: str
     campaign_id: str | None = None
+    fix: str | None = None
+    """What to do instead, when it is not to ask for the label or a rerun (an acceptance needs another role)."""
+    action: str | None = None
+    """What is refused, in the reply's words ("accepting"); None: starting a parity campaign."""
+
+
+@dataclass(frozen=True)
+class Accept:
+    """`/parity accept ...`: authorised against the base branch's `[checks] accept_permission` by the decisions,
+    which read that config (`bot.core.acceptance`)."""
+
+    pr: int
+    requested_by: str
+    args: AcceptArgs
+    comment_id: int
+    comment_url: str
+    written_at: datetime
+    """When the comment was written: it accepts the head that was current then."""
+    body: str
+    """The comment as written (Actions-only mode reads it back by id and refuses it if edited)."""
+
+
+@dataclass(frozen=True)
+class MergeQueue:
+    """A merge-group event: decided by `bot.core.merge_queue` with the base branch's `[merge_queue] mode`."""
+
+    event: MergeGroupEvent
 
 
 @dataclass(frozen=True)
@@ -107,7 +145,7 @@ class Ignore:
     reason: str
 
 
-Intent = Start | Rerun | Bisect | Cancel | Status | Help | Refuse | NeedsApproval | Ignore
+Intent = Start | Rerun | Bisect | Cancel | Status | Help | Refuse | NeedsApproval | Ignore | Accept | MergeQueue
 
 
 @dataclass(frozen=True)
@@ -121,6 +159,9 @@ class TriggerContext:
     """Sender login -> repository permission (called only once the earlier guards passed)."""
     is_approved: Callable[[int, str], bool]
     """(pull request, head SHA) -> an authorised human approved exactly this head of a fork."""
+    suite_campaign: Callable[[int], str | None] | None = None
+    """Check suite id -> the campaign id (external id) of the kv-parity check run it holds, or None when it holds
+    none (called only for a Re-run of a check suite)."""
 
 
 def _is_bot(user: User, ctx: TriggerContext) -> bool:
@@ -207,10 +248,14 @@ def _issue_comment(event: IssueCommentEvent, ctx: TriggerContext) -> Intent:
     if not commands:
         return Ignore("no command")
     sender, pr = event.sender.login, event.issue.number
+    first = commands[0]
+    if isinstance(first, ParsedCommand) and first.accept is not None:
+        comment = event.comment
+        return Accept(pr, sender, first.accept, comment.id, comment.html_url, comment.created_at, comment.body or "")
     refused = _refusal(sender, ctx, f"a `{ctx.command_word}` command")
     if refused:
         return Refuse(pr, sender, refused[0], refused[1])
-    return _command_intent(commands[0], pr, sender, event.comment.created_at)
+    return _command_intent(first, pr, sender, event.comment.created_at)
 
 
 def _check_run(event: CheckRunEvent, ctx: TriggerContext) -> Intent:
@@ -236,10 +281,32 @@ def _check_run(event: CheckRunEvent, ctx: TriggerContext) -> Intent:
     return Rerun(pr, sender, "check_run", sha=run.head_sha, campaign_id=run.external_id)
 
 
+def _check_suite(event: CheckSuiteEvent, ctx: TriggerContext) -> Intent:
+    """GitHub's "Re-run all checks" / "Re-run failed checks": a `rerun` by whoever pressed it, for the suite's head,
+    when the suite holds the kv-parity check run."""
+    if event.action != "rerequested":
+        return Ignore(f"check_suite action {event.action!r} is not a trigger")
+    if _is_bot(event.sender, ctx):
+        return Ignore("the bot's own action")
+    suite, sender = event.check_suite, event.sender.login
+    campaign_id = ctx.suite_campaign(suite.id) if ctx.suite_campaign is not None else None
+    if campaign_id is None:
+        return Ignore(f"check suite {suite.id} holds no kv-parity check run")
+    pr = suite.pull_requests[0].number if suite.pull_requests else None
+    refused = _refusal(sender, ctx, "re-running the checks")
+    if refused:
+        return Refuse(pr, sender, refused[0], refused[1], campaign_id=campaign_id or None)
+    return Rerun(pr, sender, "check_suite", sha=suite.head_sha, campaign_id=campaign_id or None, independent=True)
+
+
 def decide(event: WebhookEvent, ctx: TriggerContext) -> Intent:
     """The one intent of a delivery; only the first command of a comment counts."""
     if isinstance(event, PullRequestEvent):
         return _pull_request(event, ctx)
     if isinstance(event, IssueCommentEvent):
         return _issue_comment(event, ctx)
+    if isinstance(event, CheckSuiteEvent):
+        return _check_suite(event, ctx)
+    if isinstance(event, MergeGroupEvent):
+        return MergeQueue(event)
     return _check_run(event, ctx)

@@ -235,6 +235,8 @@ class CommentInfo(_Frozen):
     author_login: str
     author_id: int
     html_url: str
+    created_at: datetime | None = None
+    """When it was written (an acceptance read back from its comment keeps it)."""
 
 
 class BotIdentity(_Frozen):
@@ -260,6 +262,35 @@ def _comment_info(comment: IssueComment) -> CommentInfo:
         author_login=comment.user.login,
         author_id=comment.user.id,
         html_url=comment.html_url,
+        created_at=comment.created_at,
+    )
+
+
+class CheckRunInfo(_Frozen):
+    """A check run as the merge queue and the Re-run buttons read it: which campaign, and how it ended."""
+
+    id: int
+    name: str
+    head_sha: str
+    status: str
+    conclusion: str | None
+    external_id: str | None
+    app_slug: str | None
+    """Which App wrote it (`github-actions` in Actions-only mode): a check run's name is not an identity."""
+    html_url: str
+
+
+def _check_run_info(data: Mapping[str, Any]) -> CheckRunInfo:
+    app = data.get("app") or {}
+    return CheckRunInfo(
+        id=int(data["id"]),
+        name=str(data["name"]),
+        head_sha=str(data["head_sha"]),
+        status=str(data["status"]),
+        conclusion=data.get("conclusion"),
+        external_id=data.get("external_id") or None,
+        app_slug=app.get("slug"),
+        html_url=str(data.get("html_url") or ""),
     )
 
 
@@ -536,6 +567,66 @@ class RepositoryReads(GitHubTransport):
         role = data.get("role_name")
         return role if role in BASE_ROLES else str(data["permission"])
 
+    def check_runs_of(self, ref: str, check_name: str) -> list[CheckRunInfo]:
+        """The check runs of this name on a commit, newest first (GitHub's `filter=latest` keeps the newest run of
+        each name per App)."""
+        url = f"{self._repo.url}/commits/{urllib.parse.quote(ref, safe='')}/check-runs"
+
+        def fetch() -> list[CheckRunInfo]:
+            _, data = self._requester.requestJsonAndCheck(
+                "GET", url, parameters={"check_name": check_name, "filter": "latest", "per_page": 100}
+            )
+            return [_check_run_info(run) for run in data.get("check_runs", [])]
+
+        return self._call(f"GET check runs {check_name!r} of {ref}", fetch)
+
+    def suite_check_runs(self, check_suite_id: int, check_name: str) -> list[CheckRunInfo]:
+        """The check runs of this name in one check suite (what GitHub's Re-run buttons act on); none for a suite
+        GitHub does not know."""
+        url = f"{self._repo.url}/check-suites/{check_suite_id}/check-runs"
+
+        def fetch() -> list[CheckRunInfo]:
+            _, data = self._requester.requestJsonAndCheck(
+                "GET", url, parameters={"check_name": check_name, "per_page": 100}
+            )
+            return [_check_run_info(run) for run in data.get("check_runs", [])]
+
+        try:
+            return self._call(f"GET check runs {check_name!r} of suite {check_suite_id}", fetch)
+        except GitHubNotFoundError:
+            return []  # a suite GitHub does not know (or no longer shows) holds nothing of ours
+
+    def matching_refs(self, prefix: str) -> list[tuple[str, str]]:
+        """(ref, commit SHA) of every branch or tag whose name starts with `prefix`
+        (e.g. `heads/gh-readonly-queue/main/`)."""
+        url = f"{self._repo.url}/git/matching-refs/{urllib.parse.quote(prefix, safe='/')}"
+
+        def fetch() -> list[tuple[str, str]]:
+            _, data = self._requester.requestJsonAndCheck("GET", url)
+            return [(str(ref["ref"]), str(ref["object"]["sha"])) for ref in data or []]
+
+        return self._call(f"GET refs matching {prefix}", fetch)
+
+    def commits_between(self, base: str, head: str) -> list[str]:
+        """The SHAs of the commits in `head` that `base` lacks (GitHub's comparison, every page)."""
+
+        def fetch() -> list[str]:
+            return [commit.sha for commit in self._repo.compare(base, head).commits]
+
+        return self._call(f"commits of {base}...{head}", fetch)
+
+    def comment(self, comment_id: int) -> CommentInfo | None:
+        """One issue comment by id, as it reads now; None when it was deleted."""
+        try:
+            return self._call(
+                f"GET comment {comment_id}",
+                lambda: _comment_info(
+                    IssueComment(self._requester, url=f"{self._repo.url}/issues/comments/{comment_id}")
+                ),
+            )
+        except GitHubNotFoundError:
+            return None
+
     def read_file(self, path: str, ref: str) -> bytes | None:
         """The file's bytes at ``ref``; None when the path (or the ref) does not exist."""
         try:
@@ -566,13 +657,17 @@ class ChecksAndComments(GitHubTransport):
         output: CheckOutput | None = None,
         actions: Sequence[CheckAction] = (),
         details_url: str | None = None,
+        conclusion: CheckConclusion | None = None,
     ) -> int:
+        """Create a check run; with `conclusion` (and status `completed`) it is created already concluded."""
         kwargs: dict[str, Any] = {
             "name": name,
             "head_sha": head_sha,
             "external_id": external_id,
             "status": status,
         }
+        if conclusion is not None:
+            kwargs["conclusion"] = conclusion
         if output is not None:
             kwargs["output"] = output.model_dump(exclude_none=True)
         if actions:

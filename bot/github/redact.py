@@ -125,6 +125,7 @@ class Gateway(Protocol):
         output: CheckOutput | None = None,
         actions: Sequence[CheckAction] = (),
         details_url: str | None = None,
+        conclusion: CheckConclusion | None = None,
     ) -> int: ...
 
     def update_check_run(
@@ -174,9 +175,14 @@ class RedactingGateway:
         output: CheckOutput | None = None,
         actions: Sequence[CheckAction] = (),
         details_url: str | None = None,
+        conclusion: CheckConclusion | None = None,
     ) -> int:
+        if conclusion is None:
+            return self.inner.create_check_run(
+                head_sha, name, external_id, status, self._output(output), actions, details_url
+            )
         return self.inner.create_check_run(
-            head_sha, name, external_id, status, self._output(output), actions, details_url
+            head_sha, name, external_id, status, self._output(output), actions, details_url, conclusion=conclusion
         )
 
     def update_check_run(

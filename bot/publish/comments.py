@@ -86,7 +86,8 @@ class CommentWriter:
     # --- result comments
 
     def post_result(self, campaign: CampaignView, body: str) -> CommentInfo:
-        """Post the campaign's result comment once; a second call finds the first by its marker.
+        """Post the campaign's result comment once; a second call finds the first by its marker and edits it when
+        the words changed (a republish after an acceptance).
 
         Older campaigns' result comments (the bot's only) are folded as outdated.
         """
@@ -94,6 +95,8 @@ class CommentWriter:
         self.remember_status(campaign, ours)
         existing = [c for c in ours if render.result_marker_campaign(c.body) == campaign.id]
         result = existing[0] if existing else self.gateway.create_comment(campaign.pr_number, body)
+        if existing and result.body != self.gateway.redactor.redact(body):
+            result = self.gateway.edit_comment(result.id, body)  # republished (an acceptance): same comment, new words
         for comment in ours:
             owner = render.result_marker_campaign(comment.body)
             if (

@@ -346,7 +346,7 @@ def report_html(
     return ENV.get_template("report.html.j2").render(
         report=report,
         verdicts=verdicts,
-        headline=headline(report),
+        headline=headline(report, markdown=False),
         verdict_line=verdict_line(report, markdown=False),
         gates=_gates(report),
         rows=row_pages(report),

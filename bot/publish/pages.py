@@ -35,6 +35,7 @@ from bot.publish.publisher import web_url
 from bot.publish.render import ENDED_STATES, Links, PublicReport, one_line
 from bot.publish.svg import line_chart
 from bot.settings import Settings
+from bot.store.acceptances import AcceptanceEntry
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from bot.store.pages import NOT_COMPARABLE, BaselinePoint, CampaignPage, RepositorySeen
 from runners.report import CampaignReport, RowReport
@@ -291,6 +292,7 @@ class PageViews:
             )
         history = sorted({p.row_id for p in self.store.baseline_history(repo)})
         body = Markup(f"<h1>kv-parity · {escape(repo)}#{pr_number}</h1><p>Campaigns, newest first.</p>")
+        body += self._acceptances(self.store.acceptance_history(repo, pr_number), "Acceptances of this pull request")
         body += Markup(
             '<div class="scroll"><table><thead><tr><th>campaign</th><th>head</th><th>trigger</th><th>who</th>'
             "<th>state</th><th>semantic</th><th>performance</th><th>requested</th></tr></thead><tbody>"
@@ -303,6 +305,34 @@ class PageViews:
             )
             body += Markup(f'<h2>Merge-base timing over time</h2><nav class="toc">{links}</nav>')
         return self.pages.redactor.redact(page(f"kv-parity {repo}#{pr_number}", body))
+
+    @staticmethod
+    def _acceptances(entries: list[AcceptanceEntry], title: str) -> Markup:
+        """A table of acceptances (revoked ones say so): who, of which head, what, up to where, why."""
+        if not entries:
+            return Markup("")
+        def where(url: str) -> str:
+            safe = url.startswith("https://")
+            return f'<a href="{escape(url)}" rel="noopener noreferrer">comment</a>' if safe else "—"
+
+        def revoked(entry: AcceptanceEntry) -> str:
+            if entry.revoked_at is None:
+                return "—"
+            return f"revoked by {escape(entry.revoked_by or '?')}, {_when(entry.revoked_at)}"
+
+        rows = "".join(
+            f"<tr><td>#{e.pr_number}</td><td><code>{escape(e.acceptance.head_sha[:12])}</code></td>"
+            f"<td>{escape(e.acceptance.line())}</td><td>{escape(e.acceptance.permission)}</td>"
+            f"<td>{where(e.acceptance.comment_url)}</td><td>{_when(e.acceptance.recorded_unix)}</td>"
+            f"<td>{revoked(e)}</td></tr>"
+            for e in entries
+        )
+        return Markup(
+            f"<h2>{escape(title)}</h2>"
+            '<div class="scroll"><table><thead><tr><th>pull request</th><th>head</th><th>acceptance</th>'
+            "<th>permission</th><th>where</th><th>recorded</th><th>revoked</th></tr></thead><tbody>"
+            f"{rows}</tbody></table></div>"
+        )
 
     def row(self, repo: str, pr_number: int, pr_token: str, row_id: str) -> str | None:
         points = self.store.baseline_history(repo, row_id)
@@ -335,6 +365,15 @@ class PageViews:
             '<div class="scroll"><table><thead><tr><th>when</th><th>node label</th><th>base</th><th>campaign</th>'
             '<th class="num">median</th><th>field</th><th class="num">n</th></tr></thead><tbody>'
             f"{table}</tbody></table></div>"
+        )
+        accepted = [
+            entry
+            for entry in self.store.acceptance_history(repo)
+            if entry.acceptance.gate == "performance"
+            and (not entry.acceptance.rows or row_id in entry.acceptance.rows)
+        ]
+        body += self._acceptances(
+            accepted, f"Accepted performance FAILs that may name row {row_id} (a step above may be one of them)"
         )
         return self.pages.redactor.redact(page(f"kv-parity {repo} row {row_id}", body))
 

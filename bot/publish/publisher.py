@@ -24,8 +24,18 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
 
+from bot.core.accept_comments import read_back
 from bot.core.commands import COMMANDS
-from bot.github.gateway import CheckConclusion, GitHubError, GitHubGateway, PullInfo, TokenAuth
+from bot.core.merge_queue import MERGE_GROUP_TRIGGER, CarriedResult, queue_entry
+from bot.github.gateway import (
+    CheckConclusion,
+    CheckOutput,
+    CommentInfo,
+    GitHubError,
+    GitHubGateway,
+    PullInfo,
+    TokenAuth,
+)
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
 from bot.publish import render
 from bot.publish.artifact import write_artifact as write_artifact
@@ -37,8 +47,8 @@ from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.config import parse_rows
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
-from runners.verdicts import with_verdicts
+from runners.report import Acceptance, CampaignReport
+from runners.verdicts import with_acceptances, with_verdicts
 
 PROGRESS_INTERVAL_SECONDS = 10.0
 """At most one progress update per campaign in this window, except when the stage or row changes."""
@@ -55,6 +65,11 @@ STATE_CONCLUSIONS: dict[str, CheckConclusion] = {
 Superseded is neutral rather than `stale` because only GitHub may set `stale`; neutral does not block a merge
 and the newer campaign's check run carries the verdict.
 """
+
+
+def _comments_on_pull(campaign: CampaignView) -> bool:
+    """A merge group's campaign reports on the group's check run only, never in the pull request's comments."""
+    return campaign.trigger != MERGE_GROUP_TRIGGER
 
 
 def _details_url(links: Links) -> str | None:
@@ -173,6 +188,8 @@ class Publisher:
                     campaign, progress, links, self.settings.command_word, position=position
                 )
                 self.check_runs.running(run_id, content, started, campaign.details_url)
+            if not _comments_on_pull(campaign):
+                return None
             body = render.status_comment(
                 campaign, "running" if started else "queued", links, self.settings.command_word, position=position
             )
@@ -198,6 +215,8 @@ class Publisher:
     def waiting(self, campaign: CampaignView) -> None:
         """The running status comment again, now saying where the campaign waits in its scheduler's queue (or
         no longer): a person sees why nothing runs without opening the check run. One edit per change."""
+        if not _comments_on_pull(campaign):
+            return
         with self._lock:
             body = render.status_comment(campaign, "running", self._links(campaign), self.settings.command_word)
             self.comments.upsert_status(campaign, body)
@@ -227,6 +246,8 @@ class Publisher:
             self.check_runs.complete(
                 campaign, run_id, report.concluded.conclusion.value, content, _details_url(links)
             )
+            if not _comments_on_pull(campaign):
+                return
             result = self.comments.post_result(
                 campaign, render.result_comment(report, links, command_word, prior_attempts)
             )
@@ -254,6 +275,8 @@ class Publisher:
             if run_id is not None:
                 content = render.ended_content(campaign, state, reason, links, self.settings.command_word)
                 self.check_runs.complete(campaign, run_id, STATE_CONCLUSIONS[state], content, _details_url(links))
+            if not _comments_on_pull(campaign):
+                return
             self.comments.upsert_status(
                 campaign,
                 render.status_comment(
@@ -261,11 +284,22 @@ class Publisher:
                 ),
             )
 
+    def merge_group_carried(self, head_sha: str, result: CarriedResult) -> int:
+        """The campaign check's run on a merge group's commit, created and concluded at once from the standing of
+        the group's pull requests (carry mode); no buttons, since there is nothing to rerun there."""
+        content = render.merge_group_content(result, self.settings.command_word)
+        with self._lock:
+            return self.gateway.create_check_run(
+                head_sha, self.check_runs.check_name, f"merge-group-{head_sha[:12]}", status="completed",
+                output=CheckOutput(title=content.title, summary=content.summary), conclusion=result.conclusion,
+            )
+
     def reply(self, number: int, kind: str, **context: Any) -> None:
         """Answer a command with a new short comment.
 
-        Context per kind: refused(reason, fix), help(), status(campaigns), duplicate(campaign),
-        unknown_command(line, reason).
+        Context per kind: refused(reason, fix[, action]), help(), status(campaigns), duplicate(campaign),
+        unknown_command(line, reason), accepted(marker, acceptance, outcome, verdicts, campaign),
+        revoked(marker, count, head_sha, campaign).
         """
         body = render.reply(kind, self.settings.command_word, COMMANDS, self.settings.label, context)
         with self._lock:
@@ -293,9 +327,35 @@ class CliSettings:
 
 
 class PublishGateway(Gateway, Protocol):
-    """The gateway `kv-parity publish` needs: the publisher's calls plus the pull request's current head."""
+    """The gateway `kv-parity publish` needs: the publisher's calls plus the pull request's current head and the
+    accept comments an acceptance is read back from."""
 
     def pull(self, number: int) -> PullInfo: ...
+
+    def comment(self, comment_id: int) -> CommentInfo | None: ...
+
+    def matching_refs(self, prefix: str) -> list[tuple[str, str]]: ...
+
+
+def in_merge_queue(gateway: PublishGateway, pr: int, sha: str) -> bool:
+    """Whether `sha` is the commit of a live merge group of pull request `pr` (a queue branch names both): the
+    report of a `measure` campaign is then published on the group's check run, not refused as another head."""
+    for ref, head in gateway.matching_refs("heads/gh-readonly-queue/"):
+        entry = queue_entry(ref)
+        if entry is not None and entry[1] == pr and head == sha:
+            return True
+    return False
+
+
+def standing_acceptances(gateway: PublishGateway, pr: int, head_sha: str, command_word: str) -> list[Acceptance]:
+    """The head's acceptances as GitHub itself records them (Actions-only mode): the bot's own replies point at
+    accept comments, each read back by id; an edited or deleted one is refused, saying so on stderr."""
+    me = gateway.identity().id
+    ours = [comment for comment in gateway.list_comments(pr) if comment.author_id == me]
+    found = read_back(ours, head_sha, gateway.comment, command_word)
+    for refused in found.refused:
+        print(f"kv-parity publish: {refused}", file=sys.stderr)
+    return found.acceptances
 
 
 def campaign_from_report(
@@ -437,13 +497,17 @@ def publish_main(argv: Sequence[str], gateway: PublishGateway | None = None) -> 
     )
     try:
         head = gateway.pull(args.pr).head_sha
-        if head != campaign.head_sha:
+        if head != campaign.head_sha and in_merge_queue(gateway, args.pr, campaign.head_sha):
+            campaign = campaign.model_copy(update={"trigger": MERGE_GROUP_TRIGGER})
+        elif head != campaign.head_sha:
             print(
                 f"kv-parity publish: refused, nothing published: head SHA is {campaign.head_sha!r} in the "
                 f"report but pull request #{args.pr}'s current head is {head!r}",
                 file=sys.stderr,
             )
             return EXIT_REFUSED
+        accepted = standing_acceptances(gateway, args.pr, campaign.head_sha, settings.command_word)
+        report = with_acceptances(report, accepted)
         Publisher(gateway, settings).finished(campaign, report, out_dir, artifact_url=args.artifact_url)
     except GitHubError as exc:
         print(f"kv-parity publish: GitHub refused: {exc}", file=sys.stderr)

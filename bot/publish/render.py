@@ -18,6 +18,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel
 
 from bot.core.commands import CommandSpec
+from bot.core.merge_queue import CarriedResult
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignView
 from runners.progress import ProgressEvent
@@ -611,6 +612,13 @@ def gate_lines(report: CampaignReport) -> list[tuple[str, str, str]]:
         else f"not run on {', '.join(perf_rows[PerfVerdict.NOT_RUN]) or 'any row'}",
     }[verdicts.performance]
     sizes_why = report.sizes.reason if report.sizes else "not measured"
+    accepted_rows = sorted(
+        {row for o in verdicts.acceptances if o.acceptance.gate == "performance" for row in o.covered}
+    )
+    if accepted_rows:
+        perf_why += f"; accepted on {', '.join(accepted_rows)} (see Accepted)"
+    if any(o.covered for o in verdicts.acceptances if o.acceptance.gate == "sizes"):
+        sizes_why += "; accepted (see Accepted)"
     return [
         ("Semantic parity", f"{icon(verdicts.semantic)} {verdicts.semantic.value}", semantic_why),
         ("Performance", f"{icon(verdicts.performance)} {verdicts.performance.value}", perf_why),
@@ -630,9 +638,22 @@ def relationship(report: CampaignReport) -> str:
     }.get(report.relationship, md(report.relationship))
 
 
-def headline(report: CampaignReport) -> str:
-    """The verdict in words; a pass with exceptions never reads as plain byte parity."""
+def accepted_line(report: CampaignReport) -> str | None:
+    """`performance FAIL accepted by @who (max 1.10): reason` for each acceptance that covers a FAIL of a campaign
+    that succeeded because of them, joined; None when no acceptance made the difference."""
     verdicts = report.concluded
+    if verdicts.conclusion != CheckConclusion.SUCCESS or not verdicts.accepted:
+        return None
+    return "; ".join(o.acceptance.line() for o in verdicts.acceptances if o.covered)
+
+
+def headline(report: CampaignReport, markdown: bool = True) -> str:
+    """The verdict in words; a pass with exceptions never reads as plain byte parity, an accepted FAIL never as a
+    pass (its words carry who accepted it and why: escaped for Markdown unless `markdown` is False)."""
+    verdicts = report.concluded
+    accepted = accepted_line(report)
+    if accepted is not None:
+        return f"☑️ {md(accepted) if markdown else accepted}"
     if (
         verdicts.conclusion == CheckConclusion.SUCCESS
         and verdicts.semantic == SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS
@@ -709,6 +730,7 @@ def _context(
         "conclusion": verdicts.conclusion.value,
         "headline": headline(report),
         "undecided_note": undecided_note(report, command_word),
+        "accepted": accepted_line(report),
         "verdict_line": verdict_line(report),
         "gates": gate_lines(report),
         "rows": row_views(report),
@@ -752,7 +774,7 @@ def check_run_content(
     """The completed check run: title, summary (glance) and text (every row's evidence and charts)."""
     report = PublicReport.of(report).report
     context = _context(report, links, command_word, prior_attempts)
-    title = f"{headline(report)} — {verdict_line(report, markdown=False)}"
+    title = f"{headline(report, markdown=False)} — {verdict_line(report, markdown=False)}"
     summary = _fit_rows("check_run_summary.md.j2", context, CHECK_TEXT_LIMIT, _pointer(links))
     text = _fit_rows("check_run_text.md.j2", context, CHECK_TEXT_LIMIT, _pointer(links))
     return CheckRunContent(title=_one_line(title, TITLE_LIMIT), summary=summary, text=text)
@@ -997,7 +1019,7 @@ def status_comment(
     )
 
 
-REPLY_KINDS = ("refused", "help", "status", "duplicate", "unknown_command")
+REPLY_KINDS = ("refused", "help", "status", "duplicate", "unknown_command", "accepted", "revoked")
 
 
 def reply(
@@ -1012,6 +1034,37 @@ def reply(
     return trim_markdown(text, COMMENT_LIMIT, "Trimmed to fit GitHub's limit.")
 
 
+def merge_group_content(result: CarriedResult, command_word: str = "/parity") -> CheckRunContent:
+    """The campaign check on a merge group's commit in carry mode: concluded from the group's pull requests,
+    saying plainly that nothing was measured on that commit."""
+    lacking = [member for member in result.members if not member.carried]
+    if result.conclusion == "success":
+        title = f"✅ Carried forward: {plural(len(result.members), 'pull request')} passed kv-parity at their heads"
+    elif not result.members:
+        title = "❌ Not carried forward: the merge group names no pull request"
+    else:
+        title = f"❌ Not carried forward: {', '.join(f'#{m.number}' for m in lacking)} lack a successful kv-parity"
+    summary = _render("merge_group.md.j2", result=result, lacking=lacking, command_word=command_word)
+    return CheckRunContent(
+        title=_one_line(title, TITLE_LIMIT),
+        summary=trim_markdown(summary, CHECK_TEXT_LIMIT, "Trimmed to fit GitHub's limit."),
+        text="",
+    )
+
+
+_SAFE_URL = re.compile(r"^https?://[^\s()<>\[\]`]+$")
+
+
+def link(label: str, url: object) -> str:
+    """A Markdown link when `url` is a plain http(s) URL, else the label alone (a URL is never made to break out)."""
+    return f"[{label}]({url})" if isinstance(url, str) and _SAFE_URL.match(url) else label
+
+
+def covered_label(covered: Sequence[str]) -> str:
+    """What an acceptance covers: `the size gate`, or the rows as code."""
+    return ", ".join("the size gate" if item == "sizes" else code(item) for item in covered)
+
+
 def rows_label(rows: Sequence[str] | None) -> str:
     return ", ".join(rows) if rows else "every row"
 
@@ -1019,6 +1072,8 @@ def rows_label(rows: Sequence[str] | None) -> str:
 ENV.filters["rows_label"] = rows_label
 ENV.filters.update(state_label=state_label)
 ENV.globals.update(
+    link=link,
+    covered_label=covered_label,
     first_line=first_line,
     sentence=sentence,
     diagnostics_breached=diagnostics_breached,

@@ -24,6 +24,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from bot.store.acceptances import SCHEMA as ACCEPTANCES_SCHEMA
+from bot.store.acceptances import AcceptanceRecords
 from bot.store.attempts import PriorAttempt
 from bot.store.deliveries import SCHEMA as DELIVERIES_SCHEMA
 from bot.store.deliveries import Delivery, DeliveryQueue
@@ -325,7 +327,7 @@ def campaign_from_row(
     )
 
 
-class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords, TrackingRecords):
+class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords, TrackingRecords, AcceptanceRecords):
     """One SQLite connection guarded by a lock; cheap enough to share between the HTTP side and a worker."""
 
     def __init__(self, path: Path, *, power_safe: bool = True, busy_timeout: float = 30.0) -> None:
@@ -343,8 +345,10 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords, Trackin
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if power_safe else 'NORMAL'}")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(DELIVERIES_SCHEMA + _SCHEMA + PEOPLE_SCHEMA + PUBLICATIONS_SCHEMA + PAGES_SCHEMA
-                               + TRACKING_SCHEMA)
+        self._db.executescript(
+            DELIVERIES_SCHEMA + _SCHEMA + PEOPLE_SCHEMA + PUBLICATIONS_SCHEMA + PAGES_SCHEMA + TRACKING_SCHEMA
+            + ACCEPTANCES_SCHEMA
+        )
         present = {str(row[1]) for row in self._db.execute("PRAGMA table_info(campaigns)")}
         for column, kind in _ADDED_COLUMNS.items():
             if column not in present:
@@ -425,6 +429,30 @@ class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords, Trackin
             (repo, pr_number, head_sha, base_sha, rows_key),
         )
         return found[0] if found else None
+
+    def latest_of_head(
+        self, repo: str, pr_number: int, head_sha: str, *, completed: bool = False
+    ) -> CampaignView | None:
+        """The newest campaign (mode campaign, not a merge group's) of this pull-request head; with `completed`, the
+        newest that finished with a report."""
+        state = " AND state = 'completed'" if completed else ""
+        found = self._select(
+            f"repo = ? AND pr_number = ? AND head_sha = ? AND mode = 'campaign' AND trigger != 'merge_group'{state} "
+            "ORDER BY seq DESC LIMIT 1",
+            (repo, pr_number, head_sha),
+        )
+        return found[0] if found else None
+
+    def live_of_head(self, repo: str, head_sha: str) -> list[CampaignView]:
+        """The queued and running campaigns of a commit, whichever pull request they are recorded under."""
+        return self._select(
+            "repo = ? AND head_sha = ? AND state IN ('requested', 'dispatched', 'running') ORDER BY seq",
+            (repo, head_sha),
+        )
+
+    def set_conclusion(self, campaign_id: str, conclusion: str) -> None:
+        """The conclusion last published (a republish with an acceptance changes it)."""
+        self._set(campaign_id, "conclusion", conclusion)
 
     def prior_attempts(self, campaign_id: str) -> list[PriorAttempt]:
         """The campaigns of the same pull request and head created before this one, oldest first, with their

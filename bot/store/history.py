@@ -12,9 +12,26 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bot.store.acceptances import AcceptanceEntry
 from bot.store.campaigns import CampaignView, Store
 from bot.store.pages import NOT_COMPARABLE, BaselinePoint
 from bot.store.tracking import MainPoint
+
+
+def _stamp(unix: float) -> str:
+    return f"{datetime.fromtimestamp(unix, UTC):%Y-%m-%d %H:%M:%S}"
+
+
+def acceptance_line(entry: AcceptanceEntry) -> str:
+    """One acceptance: who, with which permission, of which head, what and why, where, and whether it stands."""
+    accepted = entry.acceptance
+    line = (
+        f"acceptance by {accepted.login} ({accepted.permission}) of head {accepted.head_sha[:12]}: {accepted.line()} "
+        f"· {accepted.comment_url} · written {_stamp(accepted.written_unix)} recorded {_stamp(accepted.recorded_unix)}"
+    )
+    if entry.revoked_at is not None:
+        line += f" · revoked by {entry.revoked_by} at {_stamp(entry.revoked_at)}"
+    return line
 
 
 def _campaign_lines(store: Store, campaign: CampaignView) -> list[str]:
@@ -28,6 +45,11 @@ def _campaign_lines(store: Store, campaign: CampaignView) -> list[str]:
         source = step.from_state.value if step.from_state else "(new)"
         lines.append(f"  {step.at:%Y-%m-%d %H:%M:%S} {source} -> {step.to_state.value}: {step.reason}")
     lines.extend(f"  publication {kind}: {status}" for kind, status in store.publications(campaign.id))
+    lines.extend(
+        f"  {acceptance_line(entry)}"
+        for entry in store.acceptance_history(campaign.repo, campaign.pr_number)
+        if entry.acceptance.head_sha == campaign.head_sha
+    )
     return lines
 
 
@@ -110,7 +132,8 @@ def _lines(store: Store, args: argparse.Namespace) -> list[str]:
         repo, _, number = str(args.pr).rpartition("#")
         if not repo or not number.isdigit():
             raise SystemExit(f"kv-parity history: --pr wants OWNER/NAME#N, got {args.pr!r}")
-        return [line for c in store.for_pr(repo, int(number)) for line in _campaign_lines(store, c)]
+        accepted = [acceptance_line(entry) for entry in store.acceptance_history(repo, int(number))]
+        return [line for c in store.for_pr(repo, int(number)) for line in _campaign_lines(store, c)] + accepted
     if args.baseline:
         return _baseline_lines(store.baseline_history(args.baseline, args.row))
     if args.main:

@@ -66,3 +66,13 @@ class PublicationQueue(StorePart):
                 "SELECT kind, status FROM publications WHERE campaign_id = ? ORDER BY rowid", (campaign_id,)
             ).fetchall()
         return [(str(r[0]), str(r[1])) for r in rows]
+
+    def republish(self, campaign_id: str, kind: str, reason: str) -> None:
+        """Publish a campaign's `kind` again (an acceptance changed its conclusion): pending now, attempts reset."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO publications (campaign_id, kind, state, reason) VALUES (?, ?, 'completed', ?) "
+                "ON CONFLICT (campaign_id, kind) DO UPDATE SET status = 'pending', attempts = 0, not_before = 0, "
+                "error = NULL, reason = excluded.reason",
+                (campaign_id, kind, reason),
+            )

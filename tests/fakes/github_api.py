@@ -299,6 +299,13 @@ class _Git:
     def count(self, revision_range: str) -> int:
         return int(self._run("rev-list", "--count", revision_range).stdout.decode().strip())
 
+    def refs(self, prefix: str) -> list[tuple[str, str]]:
+        """(ref, commit sha) of every ref under `refs/<prefix>` whose full name starts with it, sorted by name."""
+        directory = f"refs/{prefix.rsplit('/', 1)[0]}"
+        done = self._run("for-each-ref", "--format=%(refname)%09%(objectname)", "--", directory)
+        found = [tuple(line.split("\t", 1)) for line in done.stdout.decode().splitlines() if "\t" in line]
+        return sorted((ref, sha) for ref, sha in found if ref.startswith(f"refs/{prefix}"))
+
     def commits(self, *revisions: str, limit: int) -> list[dict[str, str]]:
         """Commit metadata, oldest first."""
         fmt = "%H%x1f%an%x1f%ae%x1f%aI%x1f%cn%x1f%ce%x1f%cI%x1f%P%x1f%B%x1e"
@@ -1385,19 +1392,59 @@ class FakeGitHub:
         self._apply_check_run(run, body)
         return JSONResponse(self._check_run_json(repo, run))
 
+    def _listed_check_runs(self, ctx: _Ctx, repo: _Repo, runs: Iterable[dict[str, Any]]) -> Response:
+        """Newest first, filtered by `check_name` and `status`; `filter=latest` (GitHub's default) keeps the newest
+        run of each name per App."""
+        found, seen = [], set()
+        for run in sorted(runs, key=lambda run: run["id"], reverse=True):
+            if ctx.query.get("check_name", run["name"]) != run["name"]:
+                continue
+            if ctx.query.get("status", run["status"]) != run["status"]:
+                continue
+            key = (run["name"], (run["app"] or {}).get("id"))
+            if ctx.query.get("filter", "latest") == "latest" and key in seen:
+                continue
+            seen.add(key)
+            found.append(self._check_run_json(repo, run))
+        return self._paginate(ctx, found, lambda chunk: {"total_count": len(found), "check_runs": chunk})
+
     @_route("GET", _REPO + r"/commits/(?P<ref>[^/]+)/check-runs")
     def _list_check_runs(self, ctx: _Ctx) -> Response:
         repo = self._repo(ctx)
         ref = ctx.params["ref"]
         sha = (repo.git.commit(ref) if repo.git else None) or ref
-        runs = [
-            self._check_run_json(repo, run)
-            for run in reversed(repo.check_runs.values())
-            if run["head_sha"] == sha
-            and ctx.query.get("check_name", run["name"]) == run["name"]
-            and ctx.query.get("status", run["status"]) == run["status"]
-        ]
-        return self._paginate(ctx, runs, lambda chunk: {"total_count": len(runs), "check_runs": chunk})
+        return self._listed_check_runs(ctx, repo, [run for run in repo.check_runs.values() if run["head_sha"] == sha])
+
+    @_route("GET", _REPO + r"/check-suites/(?P<check_suite_id>\d+)/check-runs")
+    def _list_suite_check_runs(self, ctx: _Ctx) -> Response:
+        repo = self._repo(ctx)
+        suite = int(ctx.params["check_suite_id"])
+        runs = [run for run in repo.check_runs.values() if run["check_suite"]["id"] == suite]
+        if not runs:
+            raise _not_found()
+        return self._listed_check_runs(ctx, repo, runs)
+
+    # ----------------------------------------------------------------- refs
+
+    @_route("GET", _REPO + r"/git/matching-refs/(?P<ref>.+)")
+    def _matching_refs(self, ctx: _Ctx) -> Response:
+        repo = self._repo(ctx)
+        found = repo.git.refs(ctx.params["ref"]) if repo.git is not None else []
+        return JSONResponse(
+            [
+                {
+                    "ref": ref,
+                    "node_id": f"REF_{ref}",
+                    "url": f"{self.url}/repos/{repo.full_name}/git/{ref}",
+                    "object": {
+                        "type": "commit",
+                        "sha": sha,
+                        "url": f"{self.url}/repos/{repo.full_name}/git/commits/{sha}",
+                    },
+                }
+                for ref, sha in found
+            ]
+        )
 
     # ----------------------------------------------------------------- issue comments
 

@@ -114,8 +114,11 @@ class GitHubOpenAPI:
         )
         self._routes: list[tuple[re.Pattern[str], str, int]] = []
         for template in spec["paths"]:
+            # `{path}` spans segments, and so does a git ref ending the path (`git/matching-refs/heads/feature/`).
             pattern = "".join(
-                (".+" if part == "{path}" else "[^/]+") if part.startswith("{") else re.escape(part)
+                (".+" if part == "{path}" or (part == "{ref}" and template.endswith(part)) else "[^/]+")
+                if part.startswith("{")
+                else re.escape(part)
                 for part in re.split(r"(\{[^}]+\})", template)
             )
             literal = len(re.sub(r"\{[^}]+\}", "", template))
@@ -198,6 +201,11 @@ class GitHubOpenAPI:
         schema_pointer = f"{pointer}/content/{_escape(content_type)}/schema"
         return [f"response {status}: {e}" for e in _errors(self.validator(schema_pointer, False), body)]
 
+
+    def check_webhook(self, schema: str, payload: Any) -> list[str]:
+        """Where a webhook payload departs from GitHub's schema of that event (`components/schemas/<schema>`, e.g.
+        `webhook-merge-group-checks-requested`), strictly: a field the schema does not name is a departure too."""
+        return _errors(self.validator(f"/components/schemas/{schema}", False), payload)
 
     def complete(self, operation: Operation, status: int, data: Any) -> Any:
         """`data` with the fields its schema requires but it lacks taken from GitHub's documented example of the
