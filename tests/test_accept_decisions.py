@@ -264,12 +264,13 @@ def _tick_lifecycle(mode: Mode) -> None:
 def test_a_comment_written_before_the_current_head_existed_accepts_it_only_without_a_record_of_heads(
     mode: Mode,
 ) -> None:
-    """The store knows when it first saw each head, so it refuses; Actions-only mode accepts the head of the
-    moment the comment is handled, as it does a fork approval."""
+    """The store records which head was current when the comment was written, so it refuses (the rule a fork
+    approval follows, bot/core/heads.py); Actions-only mode, which records no heads, accepts the head of the moment
+    the comment is handled."""
     mode.finish("perf_fail", seen_before=False)
     outcome = mode.decisions().act(accept(mode, ACCEPT))
     if mode.name == "sqlite":
-        assert outcome.startswith(f"accept refused: the head is now {HEAD[:12]}, which the bot first saw at")
+        assert outcome.startswith(f"accept refused: the head is {HEAD[:12]}, but when the comment was written")
     else:
         assert re.match(ACCEPTED, outcome)
 
