@@ -149,7 +149,10 @@ class LocalRun:
         env = {**self.substitute(self.workflow_env, base_scope), **self.substitute(job.get("env", {}), base_scope)}
         record = Job(label, {}, "success")
         for index, step in enumerate(job.get("steps", [])):
-            scope = {**base_scope, "env": env, "steps": {k: {"outputs": v} for k, v in record.step_outputs.items()}}
+            # A step that failed ends the replay (`_run` raises), so every recorded step's outcome is success; one
+            # skipped by its `if` is not recorded, and its `outcome` reads as "" (GitHub's "skipped" is no match).
+            steps = {k: {"outputs": v, "outcome": "success"} for k, v in record.step_outputs.items()}
+            scope = {**base_scope, "env": env, "steps": steps}
             if "if" in step and not self.substitute("${{ " + step["if"] + " }}", scope):
                 continue
             step_env = {**env, **self.substitute(step.get("env", {}), scope)}

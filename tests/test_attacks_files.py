@@ -265,7 +265,11 @@ def test_every_upload_after_pull_request_code_is_checked_for_links_first() -> No
         assert uploads, job
         for index in uploads:
             directory = steps[index]["with"]["path"].replace("${{ runner.temp }}", "$RUNNER_TEMP")
-            assert steps[index - 1].get("run") == f'python -m runners.untrusted "{directory}"', (job, steps[index - 1])
+            check = steps[index - 1]
+            assert check.get("run") == f'python -m runners.untrusted "{directory}"', (job, check)
+            # An upload that runs after failures (`!cancelled()`) must still never run past a failed check.
+            if "cancelled()" in str(steps[index].get("if", "")):
+                assert f"steps.{check.get('id')}.outcome == 'success'" in steps[index]["if"], (job, steps[index])
 
 
 def test_a_campaign_artifact_holding_a_link_is_refused_naming_it(
