@@ -6,6 +6,7 @@ verdicts, so every reader after it takes them from the report instead of recompu
 
 from __future__ import annotations
 
+from runners.config import PerfConfig
 from runners.report import (
     ARMS,
     CampaignReport,
@@ -17,7 +18,9 @@ from runners.report import (
     FixtureReport,
     FixtureStatus,
     GateVerdict,
+    InstructionCounts,
     ParityResult,
+    PerfResult,
     PerfVerdict,
     SemanticVerdict,
     Verdicts,
@@ -137,6 +140,48 @@ def row_semantic_verdict(
     return SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS, [
         f"all {parity.differences_total} differing pointers covered by verified exceptions {used}"
     ]
+
+
+def instruction_change(counts: InstructionCounts) -> str | None:
+    """The counted change in words, `×1.1000 (+17,335,700 instructions) in the timed region (...)`; None without
+    complete counts. The one wording of the figure on every surface."""
+    ratio, delta = counts.ratio, counts.delta
+    if ratio is None or delta is None:
+        return None
+    spread = "" if all(counts.agree(arm) for arm in ARMS) else f", at least ×{counts.lowest_ratio:.4f} across runs"
+    return f"×{ratio:.4f} ({delta:+,} instructions{spread}) in the {counts.scope_label}"
+
+
+def instruction_contradiction(perf: PerfResult | None, counts: InstructionCounts | None) -> str | None:
+    """A reported time that fell while the counted work rose: shown whatever the verdict, as the kernel clocks'
+    contradiction is (the work rose in every run, the median pair ratio of the reported figure is below 1)."""
+    if perf is None or perf.bounds is None or counts is None or counts.lowest_ratio is None:
+        return None
+    if perf.bounds.median >= 1.0 or counts.lowest_ratio <= 1.0:
+        return None
+    return (f"contradiction: the reported `{perf.timing_field}` fell (median ratio {perf.bounds.median:.4f}) while "
+            f"the counted work rose, {instruction_change(counts)}")
+
+
+def row_performance(perf: PerfResult, counts: InstructionCounts | None, config: PerfConfig) -> tuple[PerfVerdict, str]:
+    """A row's performance verdict: the wall-time gate's, unless `perf.instructions = "corroborate"` and the gate
+    PASSes while the counted instructions grew above `instructions_threshold` (a contradiction, FAIL naming both
+    figures). The counts only corroborate, as the kernel clocks do: they never rescue a FAIL or decide alone."""
+    threshold = config.instructions_threshold
+    lowest = counts.lowest_ratio if counts is not None else None
+    if (config.instructions != "corroborate" or perf.verdict != PerfVerdict.PASS or counts is None
+            or lowest is None or lowest <= threshold):
+        return perf.verdict, perf.reason
+    bounds = perf.bounds
+    wall = (f"the wall-time gate PASSes (`{perf.timing_field}` median {bounds.median:.4f}, upper "
+            f"X({bounds.upper_index})={bounds.upper:.4f} <= {config.threshold:g})" if bounds is not None
+            else "the wall-time gate PASSes")
+    return (
+        PerfVerdict.FAIL,
+        f"wall-time PASS contradicted by the instruction count: {wall}, while the candidate executes "
+        f"{instruction_change(counts)} > {threshold:g}, counted by valgrind in both arms; a verdict never rests "
+        "on the candidate's own figures alone",
+    )
 
 
 _PERF_PRECEDENCE = (
