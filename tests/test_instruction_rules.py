@@ -3,12 +3,15 @@ the config, and what `perf stat` printed (recorded here, and on bare metal as pe
 
 from __future__ import annotations
 
+from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
 
 from bot.publish.html_report import report_html
+from bot.publish.pages import instruction_points
 from bot.publish.render import Links, check_run_content
+from bot.store.campaigns import Store
 from runners.attribution import parse_callgrind
 from runners.config import ConfigError, PerfConfig, parse_config
 from runners.instructions import (
@@ -24,6 +27,7 @@ from runners.untrusted import UntrustedFileError
 from runners.verdicts import campaign_verdicts, instruction_change, instruction_contradiction, row_performance
 from runners.verify import verify_report
 from tests.report_factory import make_report, synthetic_perf
+from tests.test_render_golden import campaign
 
 RUN = "_ZN12dynamo_bench3sim8Prepared3run17he2df2eb5c8846d1bE"
 HOT = "_ZN12dynamo_bench7hotspot8hot_spot17h0123456789abcdefE"
@@ -313,3 +317,16 @@ def _all(text: str, needle: str) -> list[int]:
         found.append(start)
         start = text.find(needle, start + 1)
     return found
+
+
+def test_the_merge_base_count_of_each_counted_row_is_kept_for_the_history_page(tmp_path: Path) -> None:
+    report = make_report("pass")
+    points = instruction_points(campaign(), report)
+    assert [(p.row_id, p.instructions, p.exact) for p in points] == [
+        ("vllm-disagg", 41_872_306_118, True), ("sglang-disagg", 41_873_306_140, False)]
+    assert points[0].counted == report.rows[0].instructions.scope_label  # type: ignore[union-attr]
+    store = Store(tmp_path / "bot.sqlite3")
+    store.record_instruction_points(points)
+    store.record_instruction_points(points)
+    assert store.instruction_history(campaign().repo, "sglang-disagg") == [points[1]], "a re-publish adds none"
+    assert instruction_points(campaign(), make_report("parity_fail")) == [], "no counts, no point"
