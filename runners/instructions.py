@@ -15,9 +15,9 @@ The capture is written by the sandboxed tool that runs the candidate: it is copi
 arms' counted runs see the binary at one fixed path and write into directories of one name length, since a count
 moves by a few instructions with the length of a path the harness is given.
 
-Where the hardware offers `instructions:u` to perf_event_open (bare metal, or a VM exposing its PMU), every
-measured sample can also count its own instructions through `perf stat` at no extra run
-(`counted_command`, `read_counted`); `check_hardware_counter` is the doctor's answer to whether this node does.
+Where the hardware offers `instructions:u` to perf_event_open (bare metal, or a VM exposing its PMU), a sample
+can count its own instructions through `perf stat` at no extra run: `parse_perf_stat` reads what perf prints,
+and `check_hardware_counter` is the doctor's answer to whether this node offers the counter.
 """
 
 from __future__ import annotations
@@ -163,8 +163,8 @@ def count_instructions(*, row_id: str, binaries: dict[Arm, Path], args: list[str
 
 
 def counted_command(perf: str, output: Path, command: list[str]) -> list[str]:
-    """`command` under `perf stat`, counting the user-space instructions of it and everything it starts; perf
-    runs as the bot, outside the sandbox, and writes its count to `output` (a directory of the bot's)."""
+    """`command` under `perf stat`, counting the user-space instructions of it and everything it starts into
+    `output`. For trusted commands only: perf's output stream is inherited by what it starts."""
     return [perf, "stat", "-x,", "-e", PERF_STAT_EVENT, "-o", str(output), "--", *command]
 
 
@@ -172,14 +172,15 @@ def parse_perf_stat(text: str) -> int | None:
     """User-space instructions from `perf stat -x, -e instructions:u` output; None when perf did not count them
     exactly (`<not supported>` on a VM without a PMU, `<not counted>`, or a count scaled from part of the run).
 
-    CSV fields: value, unit, event, run time, percentage of the run counted, then optional metric columns.
-    A hybrid CPU reports one line per core type; their counts add up."""
+    CSV fields: value, unit, event, (with `-G`, the cgroup,) run time, percentage of the run counted, then
+    optional metric columns. A hybrid CPU reports one line per core type; their counts add up."""
     total: int | None = None
     for line in text.splitlines():
         fields = line.split(",")
         if line.startswith("#") or len(fields) < 5 or not _COUNTED_EVENT.fullmatch(fields[2].strip()):
             continue
-        value, share = fields[0].strip(), fields[4].strip()
+        cgroup = fields[3].startswith("/") and len(fields) > 5
+        value, share = fields[0].strip(), fields[5 if cgroup else 4].strip()
         if not value.isdigit():
             continue
         try:
@@ -189,14 +190,6 @@ def parse_perf_stat(text: str) -> int | None:
             return None
         total = (total or 0) + int(value)
     return total
-
-
-def read_counted(output: Path) -> int | None:
-    """The count `counted_command` wrote; None when perf wrote none or did not count."""
-    try:
-        return parse_perf_stat(output.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return None
 
 
 def hardware_counter_check(perf: str | None, output: str | None, count: int | None) -> DoctorCheck:
@@ -234,12 +227,6 @@ def probe_hardware_counter(search_path: str | None = None) -> tuple[str | None, 
         except (OSError, subprocess.SubprocessError) as exc:
             return perf, f"perf stat failed: {exc}", None
     return perf, text, parse_perf_stat(text or "")
-
-
-def hardware_counter(search_path: str | None = None) -> str | None:
-    """The perf to wrap each measured sample in when this node counts `instructions:u`, else None."""
-    perf, _, count = probe_hardware_counter(search_path)
-    return perf if count is not None else None
 
 
 def check_hardware_counter(search_path: str | None = None) -> DoctorCheck:

@@ -266,6 +266,9 @@ the run counted, metric), as it prints a counted event; this VM cannot produce i
     ("<not counted>,,instructions:u,0,0.00,,\n", None),
     ("2114632,,instructions:u,1032845,49.87,,\n", None),
     ("1000,,cpu_core/instructions:u/,2000,100.00,,\n234,,cpu_atom/instructions:u/,2000,100.00,,\n", 1234),
+    ("<not supported>,,instructions:u,/,0,100.00,,\n", None),
+    ("5120,,instructions:u,/kv-parity/sample-7,812345,100.00,,\n", 5120),
+    ("5120,,instructions:u,/kv-parity/sample-7,812345,62.50,,\n", None),
     ("", None),
 ])
 def test_perf_stat_output_gives_an_exact_count_or_none(text: str, expected: int | None) -> None:
