@@ -210,7 +210,7 @@ def test_verify_recomputes_the_instruction_gate() -> None:
 # --- the config ---------------------------------------------------------------------------------------------
 
 
-def _config(perf: str = "", harness: str = "") -> str:
+def _config(perf: str = "", harness_table: str = "") -> str:
     return f"""
 [build]
 command = ["cargo", "build", "--release", "--features", "replay-bench"]
@@ -222,7 +222,7 @@ sha256 = "{'0' * 64}"
 offset = 0
 count = 10
 [harness]
-{harness}
+{harness_table}
 [[rows]]
 id = "a"
 args = []
@@ -238,7 +238,7 @@ def test_the_instruction_settings_are_predeclared_with_defaults() -> None:
     assert config.perf.instructions == "corroborate" and config.perf.instructions_threshold == 1.05
     assert config.harness.timed_function is None
     chosen = parse_config(_config('instructions = "show"\ninstructions_threshold = 1.2',
-                                  'timed_function = "crate::*::run"'), "t")
+                                  harness_table='timed_function = "crate::*::run"'), "t")
     assert chosen.perf.instructions == "show" and chosen.perf.instructions_threshold == 1.2
     assert chosen.harness.timed_function == "crate::*::run"
     with pytest.raises(ConfigError, match="perf.instructions: Input should be 'corroborate' or 'show'"):
@@ -246,7 +246,7 @@ def test_the_instruction_settings_are_predeclared_with_defaults() -> None:
     with pytest.raises(ConfigError, match="perf.instructions_threshold: Input should be greater than 1"):
         parse_config(_config("instructions_threshold = 0.95"), "t")
     with pytest.raises(ConfigError, match="harness.timed_function: String should have at least 1 character"):
-        parse_config(_config(harness='timed_function = ""'), "t")
+        parse_config(_config(harness_table='timed_function = ""'), "t")
 
 
 # --- perf stat and the doctor -------------------------------------------------------------------------------
