@@ -36,8 +36,9 @@ def _largest_upper(perf: PerfResult) -> float | None:
 
 def row_upper_bound(row: RowReport) -> float | None:
     """The largest upper bound of the candidate / baseline ratio any of the row's gates recorded (the reported
-    series and every kernel clock), so an acceptance covers the worst slowdown the evidence allows; None when the
-    row has no measured bound (a FAIL because the arms were built differently)."""
+    series, every kernel clock, and the counted instructions where they corroborate the gate), so an acceptance
+    covers the worst slowdown the evidence allows; None when the row has no measured bound (a FAIL because the arms
+    were built differently)."""
     perf = row.performance
     if perf is None:
         return None
@@ -47,6 +48,9 @@ def row_upper_bound(row: RowReport) -> float | None:
             bounds.append(max(batch.bounds.upper for batch in gate.dependence.batches))
         else:
             bounds.append(gate.bounds.upper)
+    counts = row.instructions
+    if counts is not None and (perf.perf_config is None or perf.perf_config.instructions == "corroborate"):
+        bounds.append(counts.lowest_ratio)
     found = [bound for bound in bounds if bound is not None]
     return max(found) if found else None
 

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,18 +41,25 @@ CAPTURE_MAX_BYTES = 1 << 30
 on the fixture); a larger one is refused, recorded in `skipped`."""
 
 
+Mount = tuple[Path, Path]
+"""(host file, the path the sandboxed process sees it at): a binary at one fixed path for both arms."""
+
+
 class Launcher(Protocol):
-    """(argv, directories it must write, files it must read) -> (argv, environment) that start it: the sandbox
-    and CPU pinning. Absolute paths in argv are readable already; `readable` names files argv does not."""
+    """(argv, directories it must write, files it must read, files bound at fixed paths) -> (argv, environment)
+    that start it: the sandbox and CPU pinning. Absolute paths in argv are readable already; `readable` names
+    files argv does not; argv names a mounted file by its inside path."""
 
-    def __call__(self, argv: list[str], writable: list[Path],
-                 readable: Sequence[Path] = ()) -> tuple[list[str], dict[str, str] | None]: ...
+    def __call__(self, argv: list[str], writable: list[Path], readable: Sequence[Path] = (),
+                 mounts: Sequence[Mount] = ()) -> tuple[list[str], dict[str, str] | None]: ...
 
 
-def bare_launcher(argv: list[str], writable: list[Path],
-                  readable: Sequence[Path] = ()) -> tuple[list[str], dict[str, str] | None]:
-    """No wrapping: for tools whose absence is being tested; pull-request code always goes through the sandbox."""
-    return argv, None
+def bare_launcher(argv: list[str], writable: list[Path], readable: Sequence[Path] = (),
+                  mounts: Sequence[Mount] = ()) -> tuple[list[str], dict[str, str] | None]:
+    """No wrapping: for tools whose absence is being tested; pull-request code always goes through the sandbox.
+    Without a sandbox nothing is mounted: argv names each file by its host path."""
+    inside = {str(target): str(host) for host, target in mounts}
+    return [inside.get(word, word) for word in argv], None
 
 
 def sandbox_launcher(sandbox: Sandbox, cpu_set: list[int]) -> Launcher:
@@ -60,12 +67,16 @@ def sandbox_launcher(sandbox: Sandbox, cpu_set: list[int]) -> Launcher:
     its own /proc (valgrind reads it) and the process's own capture directory writable. The profiler (valgrind,
     `perf record`) is the command the sandbox starts, so it writes its capture as the sandbox user."""
 
-    def launch(argv: list[str], writable: list[Path],
-               readable: Sequence[Path] = ()) -> tuple[list[str], dict[str, str] | None]:
-        run = sandbox.harness_run(argv)
+    def launch(argv: list[str], writable: list[Path], readable: Sequence[Path] = (),
+               mounts: Sequence[Mount] = ()) -> tuple[list[str], dict[str, str] | None]:
+        if sandbox.kind == "none":
+            argv, mounts = bare_launcher(argv, writable, readable, mounts)[0], ()
+        targets = {str(target) for _, target in mounts}
+        run = sandbox.harness_run([word for word in argv if word not in targets])  # a mount is not an output
         sandbox.hand_over(*writable)
-        run = replace(run, writable=tuple(dict.fromkeys([*run.writable, *writable])),
-                      read_only=tuple(dict.fromkeys([*run.read_only, *readable])), proc=True)
+        run = replace(run, argv=argv, writable=tuple(dict.fromkeys([*run.writable, *writable])),
+                      read_only=tuple(dict.fromkeys([*run.read_only, *readable])),
+                      mounts=tuple(dict.fromkeys([*run.mounts, *mounts])), proc=True)
         command, env = sandbox.command(run)
         return pinned_argv(cpu_set, command), env
 
@@ -127,40 +138,82 @@ def compare_work(baseline: Mapping[str, Any], candidate: Mapping[str, Any]) -> W
 # --- 2. Instruction counts (callgrind) --------------------------------------------------------------------
 
 _NAMED = re.compile(r"^(c?fn)=\((\d+)\)(?: (.*))?$")
+_HEADER_NUMBER = re.compile(r"^(summary|totals): (\d+)$")
 
 
-def callgrind_self_costs(text: str) -> dict[str, int]:
-    """Self instruction count per (mangled) function from a callgrind output file.
+@dataclass(frozen=True)
+class CallgrindProfile:
+    """What one callgrind capture (`--dump-instr=no`, the one event Ir) says, by mangled function name."""
+
+    self_costs: dict[str, int]
+    """Each function's own instructions."""
+    calls: dict[tuple[str, str], tuple[int, int]]
+    """(caller, callee) -> (calls, instructions inside those calls, the callee's callees included)."""
+    summary: int | None
+    """The header's `summary:` line, written before any function name (so no name can forge it)."""
+    totals: int | None
+    """The last `totals:` line."""
+
+
+def parse_callgrind(text: str) -> CallgrindProfile:
+    """Self costs, call arcs with their inclusive costs, and the totals of a callgrind output file.
 
     Cost lines under `fn=` are the function's own cost; the cost line right after `calls=` is the inclusive cost
-    of a call and belongs to the callee, so it is skipped. Compressed names `fn=(id)` refer to an earlier
-    `fn=(id) name` or `cfn=(id) name` definition. Names are the candidate's own (one holding a newline puts
-    text of its choosing at the start of a line), so a line that only looks like a cost line counts nothing.
+    of a call and belongs to the arc from the current `fn` to the last `cfn`, not to either function's own cost.
+    Compressed names `fn=(id)` refer to an earlier `fn=(id) name` or `cfn=(id) name` definition. Names are the
+    candidate's own (one holding a newline puts text of its choosing at the start of a line), which is why the
+    header's `summary:` counts only before the first name and callers cross-check it against `totals:` and the
+    sum of the self costs.
     """
     names: dict[str, str] = {}
     costs: Counter[str] = Counter()
+    calls: dict[tuple[str, str], tuple[int, int]] = {}
     current: str | None = None
-    skip_next_cost = False
+    callee: str | None = None
+    pending_calls: int | None = None
+    summary: int | None = None
+    totals: int | None = None
+    named_yet = False
     for line in text.splitlines():
         named = _NAMED.match(line)
         if named:
+            named_yet = True
             kind, ident, name = named.groups()
             if name is not None:
                 names[ident] = name
             if kind == "fn":
                 current = names.get(ident, f"fn({ident})")
+            else:
+                callee = names.get(ident, f"fn({ident})")
             continue
         if line.startswith("calls="):
-            skip_next_cost = True
+            count = line[len("calls="):].split(maxsplit=1)[:1]
+            pending_calls = int(count[0]) if count and count[0].isdigit() else 0
+            continue
+        header = _HEADER_NUMBER.match(line)
+        if header:
+            if header.group(1) == "summary" and not named_yet and summary is None:
+                summary = int(header.group(2))
+            elif header.group(1) == "totals":
+                totals = int(header.group(2))
             continue
         if line[:1].isdigit() or line[:1] in "+-*":
-            if skip_next_cost:
-                skip_next_cost = False
-                continue
             parts = line.split()
-            if current is not None and len(parts) >= 2 and parts[1].isdigit():
-                costs[current] += int(parts[1])
-    return dict(costs)
+            cost = int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
+            if pending_calls is not None:
+                if current is not None and callee is not None and cost is not None:
+                    made, inside = calls.get((current, callee), (0, 0))
+                    calls[current, callee] = (made + pending_calls, inside + cost)
+                pending_calls = None
+                continue
+            if current is not None and cost is not None:
+                costs[current] += cost
+    return CallgrindProfile(self_costs=dict(costs), calls=calls, summary=summary, totals=totals)
+
+
+def callgrind_self_costs(text: str) -> dict[str, int]:
+    """Self instruction count per (mangled) function from a callgrind output file (`parse_callgrind`)."""
+    return parse_callgrind(text).self_costs
 
 
 # --- 3. Sampled stacks (perf) -----------------------------------------------------------------------------
@@ -258,21 +311,31 @@ def _own_dir(scratch: Path, label: str) -> Path:
     return own
 
 
-def count_instructions(binary: Path, args: list[str], scratch: Path, out_dir: Path, arm: str,
-                       launch: Launcher) -> dict[str, int]:
-    """One run under callgrind (inside the sandbox, writing its capture into its own directory); the capture is
-    copied into `out_dir`, then the self instruction count per mangled function is read from that copy."""
+def callgrind_capture(binary: Path, args: list[str], scratch: Path, label: str, kept: Path, launch: Launcher,
+                      *, seen_as: Path | None = None) -> str:
+    """One run of the row's sample invocation under callgrind (inside the sandbox, writing its capture into its
+    own directory `scratch/label`); the capture is copied to `kept`, in a directory of the bot's, and read from
+    that copy. `seen_as` is the path the process sees the binary at (a fixed path both arms share), default its
+    own. The timings file is named after `label`, so labels of one length give arms argv of one length."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise FileNotFoundError("valgrind is not installed")
-    own = _own_dir(scratch, f"{arm}.callgrind")
+    own = _own_dir(scratch, label)
     capture = own / "callgrind.out"
+    shown = seen_as or binary
     argv, env = launch([valgrind, "--tool=callgrind", "--demangle=no", f"--callgrind-out-file={capture}",
-                        str(binary), *_timed_args(args, own, f"{arm}.callgrind")], [own])
+                        str(shown), *_timed_args(args, own, label)], [own],
+                       mounts=[(binary, shown)] if seen_as else [])
     _run(argv, f"callgrind of {binary.name}", env)
-    kept = out_dir / f"{arm}.callgrind.out"
     untrusted.copy_out(capture, kept, max_bytes=CAPTURE_MAX_BYTES, root=scratch)
-    return callgrind_self_costs(kept.read_text(encoding="utf-8", errors="replace"))
+    return kept.read_text(encoding="utf-8", errors="replace")
+
+
+def count_instructions(binary: Path, args: list[str], scratch: Path, out_dir: Path, arm: str,
+                       launch: Launcher) -> dict[str, int]:
+    """One run under callgrind; the self instruction count per mangled function, kept as `<arm>.callgrind.out`."""
+    text = callgrind_capture(binary, args, scratch, f"{arm}.callgrind", out_dir / f"{arm}.callgrind.out", launch)
+    return callgrind_self_costs(text)
 
 
 def sample_stacks(binary: Path, args: list[str], scratch: Path, out_dir: Path, label: str,

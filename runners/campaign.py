@@ -34,6 +34,7 @@ from runners.determinism import run_determinism
 from runners.doctor import LoadWindow, open_load_window, row_cpus, run_doctor
 from runners.exceptions import ExceptionFileError, load_records, verify_records
 from runners.harness import PreflightError, preflight_flags, row_args
+from runners.instructions import count_instructions, should_count
 from runners.lifecycles import fixture_trace, run_fixture
 from runners.parity import compare
 from runners.perf import SampleHooks, run_performance
@@ -73,6 +74,7 @@ from runners.verdicts import (
     campaign_verdicts,
     declared_exclusion_verdict,
     gated_build_differences,
+    row_performance,
     row_semantic_verdict,
 )
 
@@ -512,7 +514,14 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         perf = perf.model_copy(update={"schedule_path": kept.name})
     report.performance, report.perf_verdict, report.perf_reason = perf, perf.verdict, perf.reason
     report.placement_cpus = placement.cpu_set
-    if perf.verdict == PerfVerdict.FAIL and request.attribute_failures:
+    if should_count(perf):  # after every sample of the row, never beside one
+        emit(progress, "instructions", "counting both arms twice under callgrind", row=row.id)
+        report.instructions = count_instructions(
+            row_id=row.id, binaries=prepared.binaries, args=args, timed_function=config.harness.timed_function,
+            sandbox=request.sandbox, cpu_set=placement.cpu_set, scratch=work / f"instructions-{row.id}",
+            out_dir=request.out_dir / "instructions" / row.id, progress=progress)
+        report.perf_verdict, report.perf_reason = row_performance(perf, report.instructions, config.perf)
+    if report.perf_verdict == PerfVerdict.FAIL and request.attribute_failures:
         emit(progress, "attribution", "profiling both arms on the row's CPU (after the gate decided)", row=row.id)
         report.attribution = attribute_regression(
             prepared.binaries, args, {arm: outcome.canonical[arm].streamed() for arm in ARMS},

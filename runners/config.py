@@ -106,6 +106,10 @@ class HarnessConfig(_Strict):
     """A `git apply` patch extending the harness (e.g. adding the protocol's timer while the merge base lacks
     it), read from the trusted revision like the config and applied identically to both revisions after the
     determinism patch; its checksum is in the report."""
+    timed_function: str | None = Field(None, min_length=1, max_length=400)
+    """The function whose call the timer brackets, as demangled without its hash
+    (`dynamo_bench::sim::Prepared::run`; `*` matches any run of characters): the instruction counts after each
+    row's performance stage count inside its calls. Unset: the whole process is counted, and labelled so."""
 
     @field_validator("exclusions")
     @classmethod
@@ -271,6 +275,12 @@ class PerfConfig(_Strict):
     dependence_batches: int | None = Field(None, ge=2)
     """Contiguous batches (in run order, sizes differing by at most one) the batch IUT splits the pairs into;
     unset means max(2, pairs // 20), i.e. batches of at least 20 pairs: three for the protocol's 60."""
+    instructions: Literal["corroborate", "show"] = "corroborate"
+    """What the instruction counts counted after the samples do: `corroborate` fails a row whose wall-time gate
+    PASSes while the counted instructions grew by more than `instructions_threshold`; `show` only reports them."""
+    instructions_threshold: float = Field(1.05, gt=1.0)
+    """Candidate / baseline instruction count (in the timed region when `harness.timed_function` is set) above
+    which `corroborate` fails a wall-time PASS."""
 
     @field_validator("pairs")
     @classmethod

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runners.containment import UNCONTAINED, Containment, host_containment
+from runners.instructions import check_hardware_counter
 from runners.placement import (
     PROC,
     SYS,
@@ -377,6 +378,7 @@ def run_doctor(cpus: Sequence[int] | None = None, *, sandbox: SandboxKind = "bwr
             check_numa(pinned, sys_root),
             check_aslr(proc_root),
             check_perf_paranoid(proc_root),
+            check_hardware_counter(search_path),
         ]
         remaining = load_window_s - (time.monotonic() - window_started)
         if remaining > 0:

@@ -587,6 +587,104 @@ class PerfResult(_Model):
     None in reports from before containment."""
 
 
+# --- Instruction counts (after a row's performance stage; runners/instructions.py) ----------------------------
+
+InstructionScope = Literal["region", "process"]
+"""What a count covers: the calls of `harness.timed_function` (the timed region), or the whole process."""
+
+
+class CountedRun(_Model):
+    """One run of one arm's sample invocation under callgrind, in the sandbox, after every sample of the row."""
+
+    arm: Arm
+    run: int
+    argv: list[str]
+    """What the sandbox started (valgrind, its options, the binary at the path both arms share, the row's args)."""
+    seconds: float
+    process_ir: int | None = None
+    """Instructions of the whole process, from the capture's header (checked against its totals and functions)."""
+    region_ir: int | None = None
+    """Instructions inside the calls of the timed function (None: no timed function configured)."""
+    region_calls: int = 0
+    """Calls of the timed function from outside it (0: never entered: inlined, renamed or absent)."""
+    failure: str | None = None
+    """Why this run has no count (the process failed under valgrind, an unreadable or inconsistent capture)."""
+
+
+class InstructionCounts(_Model):
+    """Each arm's instruction count, twice: a figure the bot measures, exact for a deterministic replay."""
+
+    tool: str
+    """The counting tool as it named itself (`valgrind-3.19.0 callgrind`)."""
+    timed_function: str | None
+    """`harness.timed_function` as configured when the counts were taken."""
+    runs: list[CountedRun] = Field(default_factory=list)
+    problem: str | None = None
+    """Why there is no figure to compare (valgrind missing, a run that failed); the counts then decide nothing."""
+
+    def counted(self, arm: Arm) -> list[CountedRun]:
+        return [run for run in self.runs if run.arm == arm]
+
+    @property
+    def scope(self) -> InstructionScope:
+        """`region` when a timed function is configured and every run entered it, else `process`."""
+        entered = self.runs and all(run.region_ir is not None and run.region_calls > 0 for run in self.runs)
+        return "region" if self.timed_function and entered else "process"
+
+    @property
+    def scope_label(self) -> str:
+        """What the compared figures count, in words: the label every surface shows next to them."""
+        if self.scope == "region":
+            return f"timed region (`{self.timed_function}`)"
+        if not self.timed_function:
+            return "whole process (no `harness.timed_function` configured)"
+        missing = sorted({run.arm for run in self.runs if run.region_calls == 0})
+        return (f"whole process (`{self.timed_function}` was never entered by {' and '.join(missing)}: "
+                "inlined, renamed or absent)")
+
+    def figures(self, arm: Arm) -> list[int]:
+        """The arm's compared figure from each run that produced one."""
+        values = [run.region_ir if self.scope == "region" else run.process_ir for run in self.counted(arm)]
+        return [value for value in values if value is not None]
+
+    def complete(self) -> bool:
+        """Both arms counted twice with no failure: only then do the counts compare the arms."""
+        return self.problem is None and all(
+            len(self.figures(arm)) == len(self.counted(arm)) >= 2 for arm in ARMS)
+
+    def agree(self, arm: Arm) -> bool:
+        """The arm's runs counted the same instructions exactly (a difference is nondeterministic work)."""
+        return len(set(self.figures(arm))) <= 1
+
+    def process_agree(self, arm: Arm) -> bool:
+        values = {run.process_ir for run in self.counted(arm)}
+        return len(values) <= 1
+
+    def mean(self, arm: Arm) -> float | None:
+        values = self.figures(arm)
+        return sum(values) / len(values) if values else None
+
+    @property
+    def ratio(self) -> float | None:
+        """Candidate / baseline of the arms' mean figures; None without complete counts."""
+        base, cand = self.mean("baseline"), self.mean("candidate")
+        return cand / base if self.complete() and base and cand is not None else None
+
+    @property
+    def lowest_ratio(self) -> float | None:
+        """The smallest ratio the runs allow (the candidate's least over the baseline's most): the gate's figure,
+        equal to `ratio` when each arm's runs agree."""
+        if not self.complete() or not min(self.figures("baseline")):
+            return None
+        return min(self.figures("candidate")) / max(self.figures("baseline"))
+
+    @property
+    def delta(self) -> int | None:
+        """Candidate minus baseline instructions (mean figures, rounded); None without complete counts."""
+        base, cand = self.mean("baseline"), self.mean("candidate")
+        return round(cand - base) if self.complete() and base is not None and cand is not None else None
+
+
 # --- Sizes, rows, campaign ----------------------------------------------------------------------------------
 
 
@@ -723,6 +821,9 @@ class RowReport(_Model):
     perf_reason: str = "performance gate not run"
     attribution: RegressionAttribution | None = None
     """The protocol's investigation of a performance FAIL (or a requested profile), run after the gate decided."""
+    instructions: InstructionCounts | None = None
+    """Both arms' instruction counts, taken after the performance stage (None: the stage did not complete, or a
+    report from before the counts); under `perf.instructions = "corroborate"` they can fail a wall-time PASS."""
     scheduled: ScheduledOn | None = None
     """The Slurm job that ran this row and its node (the `slurm` backend only)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runners.acceptance import accepted_rows, judge_acceptances, sizes_accepted
+from runners.config import PerfConfig
 from runners.report import (
     ARMS,
     Acceptance,
@@ -21,7 +22,9 @@ from runners.report import (
     FixtureReport,
     FixtureStatus,
     GateVerdict,
+    InstructionCounts,
     ParityResult,
+    PerfResult,
     PerfVerdict,
     SemanticVerdict,
     Verdicts,
@@ -141,6 +144,56 @@ def row_semantic_verdict(
     return SemanticVerdict.PASS_WITH_SEMANTIC_EXCEPTIONS, [
         f"all {parity.differences_total} differing pointers covered by verified exceptions {used}"
     ]
+
+
+def instruction_change(counts: InstructionCounts, scope: bool = True) -> str | None:
+    """The counted change in words, `×1.1000 (+17,335,700 instructions) in the timed region (...)` (without what
+    was counted when `scope` is false: a page that says it already); None without complete counts. The one
+    wording of the figure on every surface."""
+    ratio, delta = counts.ratio, counts.delta
+    if ratio is None or delta is None:
+        return None
+    spread = "" if all(counts.agree(arm) for arm in ARMS) else f", at least ×{counts.lowest_ratio:.4f} across runs"
+    return f"×{ratio:.4f} ({delta:+,} instructions{spread})" + (f" in the {counts.scope_label}" if scope else "")
+
+
+CONTRADICTION_RISE = 1.005
+"""Counted work at least this much above the baseline's contradicts a faster reported time: 0.5 %, the smallest
+change regression attribution calls a finding (`runners.attribution.FINDING_FLOOR`)."""
+
+
+def instruction_contradiction(perf: PerfResult | None, counts: InstructionCounts | None) -> str | None:
+    """A reported time that fell while the counted work rose: shown whatever the verdict. Fell: the reported
+    figures' upper bound is below 1 (faster by the candidate's own account); rose: every run of the candidate
+    counted at least `CONTRADICTION_RISE` times every run of the baseline."""
+    if perf is None or perf.bounds is None or counts is None or counts.lowest_ratio is None:
+        return None
+    if perf.bounds.upper >= 1.0 or counts.lowest_ratio < CONTRADICTION_RISE:
+        return None
+    return (f"contradiction: the reported `{perf.timing_field}` fell (median ratio {perf.bounds.median:.4f}) while "
+            f"the counted work rose, {instruction_change(counts)}")
+
+
+def row_performance(perf: PerfResult, counts: InstructionCounts | None, config: PerfConfig) -> tuple[PerfVerdict, str]:
+    """A row's performance verdict: the wall-time gate's, unless `perf.instructions = "corroborate"` and the gate
+    PASSes while the counted instructions grew above `instructions_threshold` (a contradiction, FAIL naming both
+    figures). The counts only corroborate, as the kernel clocks do: they never rescue a FAIL or decide alone."""
+    threshold = config.instructions_threshold
+    lowest = counts.lowest_ratio if counts is not None else None
+    if (config.instructions != "corroborate" or perf.verdict != PerfVerdict.PASS or counts is None
+            or lowest is None or lowest <= threshold):
+        return perf.verdict, perf.reason
+    bounds = perf.bounds
+    wall = (f"median {bounds.median:.4f}, upper X({bounds.upper_index})={bounds.upper:.4f} <= {config.threshold:g}"
+            if bounds is not None else "its gate")
+    spread = "" if all(counts.agree(arm) for arm in ARMS) else f", at least ×{lowest:.4f} across runs"
+    return (
+        PerfVerdict.FAIL,
+        f"wall-time PASS contradicted by the instruction count: the candidate executes ×{counts.ratio:.4f} the "
+        f"baseline's instructions ({counts.delta:+,}{spread}) > {threshold:g} while `{perf.timing_field}` PASSes "
+        f"({wall}); counted by valgrind in both arms, in the {counts.scope_label}; a verdict never rests on the "
+        "candidate's own figures alone",
+    )
 
 
 _PERF_PRECEDENCE = (

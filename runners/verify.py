@@ -43,6 +43,7 @@ from runners.verdicts import (
     declared_exclusion_verdict,
     fixture_status,
     gated_build_differences,
+    row_performance,
     row_semantic_verdict,
 )
 
@@ -172,12 +173,27 @@ def _verify_row(report: CampaignReport, row: RowReport) -> list[str]:
     if perf.perf_config is not None and perf.perf_config != report.config.perf:
         problems.append(f"{where}: performance ran with thresholds that differ from the campaign config")
     problems.extend(f"{where}: {p}" for p in verify_performance(perf, config, row.row.id))
-    if row.perf_verdict != perf.verdict:
+    expected, _ = row_performance(perf, row.instructions, config)
+    if row.perf_verdict != expected:
+        counted = "" if expected == perf.verdict else " with the instruction counts"
         problems.append(
-            f"{where}: row performance verdict {row.perf_verdict.value}, its evidence says "
-            f"{perf.verdict.value}"
+            f"{where}: row performance verdict {row.perf_verdict.value}, its evidence{counted} says "
+            f"{expected.value}"
         )
+    problems.extend(f"{where}: {p}" for p in _audit_instructions(row))
     return problems
+
+
+def _audit_instructions(row: RowReport) -> list[str]:
+    """A run without a count must say why, and the stage must then record that it decided nothing."""
+    counts = row.instructions
+    if counts is None:
+        return []
+    failed = [run for run in counts.runs if run.failure is not None or run.process_ir is None]
+    if failed and counts.problem is None:
+        return [f"instruction counts: {failed[0].arm} run {failed[0].run} has no count, but the counts record no "
+                "problem and would compare the arms"]
+    return []
 
 
 def _verify_sizes(report: CampaignReport) -> list[str]:

@@ -27,6 +27,7 @@ from runners.report import (
     Artifact,
     BuildCacheRecord,
     CampaignReport,
+    CountedRun,
     CoverageCheck,
     CoverageCounts,
     CoverageResult,
@@ -40,6 +41,7 @@ from runners.report import (
     FixtureReport,
     FixtureStatus,
     HostFacts,
+    InstructionCounts,
     Invalidation,
     ParityResult,
     PerfResult,
@@ -62,7 +64,7 @@ from runners.report import (
 )
 from runners.sizes import size_gate
 from runners.stats import SAMPLING_ASSUMPTION
-from runners.verdicts import campaign_verdicts, fixture_status, row_semantic_verdict
+from runners.verdicts import campaign_verdicts, fixture_status, row_performance, row_semantic_verdict
 
 CAMPAIGN_ID = "c-20251129-0001"
 BASE_SHA = "e8828036e3d32d8361e2abb819e0ee60e569f518"
@@ -85,6 +87,7 @@ BUILD_COMMAND = [
     "offline_replay_bench",
 ]
 COMMON_ARGS = ["--router-mode", "kv-router", "--arrival-speedup-ratio", "4", "--trace-block-size", "512"]
+TIMED_FUNCTION = "dynamo_mocker::replay::entrypoints::simulate_loaded_trace_*with_router_mode_and_capture_options"
 
 OUTCOMES: tuple[str, ...] = (
     "pass",
@@ -92,6 +95,7 @@ OUTCOMES: tuple[str, ...] = (
     "parity_fail",
     "perf_fail",
     "kernel_contradiction",
+    "instruction_contradiction",
     "inconclusive_diagnostics",
     "perf_fail_after_breach",
     "inconclusive_straddle",
@@ -150,7 +154,7 @@ def make_config(row_ids: list[str] | None = None) -> CampaignConfig:
                 "offset": 0,
                 "count": 5000,
             },
-            "harness": {"common_args": COMMON_ARGS},
+            "harness": {"common_args": COMMON_ARGS, "timed_function": TIMED_FUNCTION},
             "rows": [row.model_dump() for row in rows],
             "determinism": {"patch": ".github/kv-parity/determinism.patch"},
         }
@@ -565,6 +569,23 @@ EXCEPTION = ExceptionRecord(
 )
 
 
+def synthetic_counts(index: int, ratio: float, *, jitter: int = 0) -> InstructionCounts:
+    """Both arms counted twice in the timed region, the candidate `ratio` times the baseline; `jitter` more
+    instructions in the baseline's second run (nondeterministic work). The whole process adds setup."""
+    base = 41_872_306_118 + index * 1_000_003
+    figures = {"baseline": [base, base + jitter], "candidate": [round(base * ratio)] * 2}
+    return InstructionCounts(
+        tool="valgrind-3.22.0 callgrind",
+        timed_function=TIMED_FUNCTION,
+        runs=[
+            CountedRun(arm=arm, run=run, argv=["valgrind", "--tool=callgrind", "/opt/kv-parity/binary"],
+                       seconds=412.4 + run, process_ir=value + 9_214_377_402 + run * 812, region_ir=value,
+                       region_calls=1)
+            for run in range(2) for arm in ARMS for value in [figures[arm][run]]
+        ],
+    )
+
+
 def _row(
     index: int,
     row: RowConfig,
@@ -574,6 +595,7 @@ def _row(
     pointers: list[str] | None = None,
     exceptions: list[ExceptionOutcome] | None = None,
     pressure: int = 14,
+    instructions: InstructionCounts | None = None,
 ) -> RowReport:
     """One row whose semantic verdict comes from the real rule."""
     base_digest = _hex(100 + index)
@@ -620,6 +642,8 @@ def _row(
     coverage = _coverage(row, pressure)
     outcomes = exceptions or []
     semantic, reasons = row_semantic_verdict(row.id, determinism, parity, coverage, outcomes)
+    perf_verdict, perf_reason = (row_performance(perf, instructions, PERF) if perf
+                                 else (PerfVerdict.NOT_RUN, f"correctness not established ({semantic.value})"))
     return RowReport(
         row=row,
         harness_args=[*COMMON_ARGS, *row.args],
@@ -632,8 +656,9 @@ def _row(
         semantic=semantic,
         semantic_reasons=reasons,
         performance=perf,
-        perf_verdict=perf.verdict if perf else PerfVerdict.NOT_RUN,
-        perf_reason=perf.reason if perf else f"correctness not established ({semantic.value})",
+        perf_verdict=perf_verdict,
+        perf_reason=perf_reason,
+        instructions=instructions,
     )
 
 
@@ -731,9 +756,11 @@ def _pass_perf(index: int, row: RowConfig) -> PerfResult:
 
 
 def _pass() -> CampaignReport:
-    """Also the surfaces of a baseline reused from the build cache (the service's usual case)."""
+    """Also the surfaces of a baseline reused from the build cache (the service's usual case); the second row's
+    baseline counted a few instructions more in its second run (nondeterministic work, shown, not failing)."""
     config = make_config()
-    rows = [_row(i, r, perf=_pass_perf(i, r)) for i, r in enumerate(config.rows)]
+    rows = [_row(i, r, perf=_pass_perf(i, r), instructions=synthetic_counts(i, 1.0 + 0.0004 * i, jitter=37 * i))
+            for i, r in enumerate(config.rows)]
     for index, row in enumerate(rows):
         row.doctor = _doctor(index)
     report = _base_report(config, rows)
@@ -838,10 +865,12 @@ def _attribution() -> RegressionAttribution:
 
 def _perf_fail() -> CampaignReport:
     config = make_config()
-    failing = _row(1, config.rows[1], perf=_perf(1, config.rows[1], PerfVerdict.FAIL, centre=1.118, spread=0.02))
+    failing = _row(1, config.rows[1], perf=_perf(1, config.rows[1], PerfVerdict.FAIL, centre=1.118, spread=0.02),
+                   instructions=synthetic_counts(1, 1.1106))
     failing.attribution = _attribution()
     failing.doctor = _doctor(1, noisy=True)
-    rows = [_row(0, config.rows[0], perf=_pass_perf(0, config.rows[0])), failing]
+    rows = [_row(0, config.rows[0], perf=_pass_perf(0, config.rows[0]), instructions=synthetic_counts(0, 1.0)),
+            failing]
     return _base_report(config, rows)
 
 
@@ -850,7 +879,21 @@ def _kernel_contradiction() -> CampaignReport:
     config = make_config()
     lying = _perf(1, config.rows[1], PerfVerdict.FAIL, centre=1.25, spread=0.02, reported_scale=0.8)
     assert lying.reported_verdict == PerfVerdict.PASS, lying.reason
-    rows = [_row(0, config.rows[0], perf=_pass_perf(0, config.rows[0])), _row(1, config.rows[1], perf=lying)]
+    rows = [_row(0, config.rows[0], perf=_pass_perf(0, config.rows[0])),
+            _row(1, config.rows[1], perf=lying, instructions=synthetic_counts(1, 1.19))]
+    return _base_report(config, rows)
+
+
+def _instruction_contradiction() -> CampaignReport:
+    """A candidate doing 12 % more replay work that reports its replay times x 0.9: the reported figures PASS,
+    the kernel's clocks, diluted by the process's setup, cannot decide, and the counted work of the timed region
+    grew by x1.079: FAIL by the instruction count, naming both figures."""
+    config = make_config()
+    lying = _perf(1, config.rows[1], PerfVerdict.PASS, centre=1.06, spread=0.02, reported_scale=0.9)
+    assert lying.verdict == PerfVerdict.PASS and lying.reported_verdict == PerfVerdict.PASS, lying.reason
+    rows = [_row(0, config.rows[0], perf=_pass_perf(0, config.rows[0]), instructions=synthetic_counts(0, 1.0)),
+            _row(1, config.rows[1], perf=lying, instructions=synthetic_counts(1, 1.0793))]
+    assert rows[1].perf_verdict == PerfVerdict.FAIL, rows[1].perf_reason
     return _base_report(config, rows)
 
 
@@ -1040,6 +1083,7 @@ BUILDERS: dict[str, Callable[[], CampaignReport]] = {
     "parity_fail": _parity_fail,
     "perf_fail": _perf_fail,
     "kernel_contradiction": _kernel_contradiction,
+    "instruction_contradiction": _instruction_contradiction,
     "inconclusive_diagnostics": _inconclusive_diagnostics,
     "perf_fail_after_breach": _perf_fail_after_breach,
     "inconclusive_straddle": _inconclusive_straddle,

@@ -161,3 +161,16 @@ def test_a_profile_accepts_nothing(gate: str) -> None:
     report = make_report("profile")
     judged = with_acceptances(report, [accept(report, gate)])
     assert judged.concluded.acceptances[0].uncovered == ["a profile decides no gate, so there is nothing to accept"]
+
+
+def test_an_instruction_count_fail_is_covered_only_up_to_its_counted_ratio() -> None:
+    """A wall-time PASS failed by the counted instructions (x1.0793): its bound is the counted ratio, so an
+    acceptance below it leaves the FAIL standing and one above it covers it."""
+    report = make_report("instruction_contradiction")
+    row = report.rows[1]
+    assert row.perf_verdict == PerfVerdict.FAIL and row.instructions is not None
+    assert row_upper_bound(row) == pytest.approx(row.instructions.lowest_ratio)
+    below = with_acceptances(report, [accept(report, max_=1.06)]).concluded
+    assert below.conclusion == CheckConclusion.FAILURE and not below.accepted
+    above = with_acceptances(report, [accept(report, max_=1.09)]).concluded
+    assert above.conclusion == CheckConclusion.SUCCESS and above.accepted_performance == PerfVerdict.PASS

@@ -48,7 +48,8 @@ from tests.report_factory import make_report
 from tests.test_placement import _write, fake_sys
 
 CHECK_NAMES = ["sandbox", "containment", "profilers", "frequency governor", "turbo/boost", "cpuset and affinity",
-               "SMT siblings", "isolated CPUs", "NUMA layout", "ASLR", "perf_event_paranoid", "load on the pinned CPUs"]
+               "SMT siblings", "isolated CPUs", "NUMA layout", "ASLR", "perf_event_paranoid",
+               "hardware instruction counter", "load on the pinned CPUs"]
 
 
 def fake_proc(root: Path, *, cmdline: str = "quiet", aslr: str | None = "2", paranoid: str | None = "2",

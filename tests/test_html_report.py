@@ -128,7 +128,8 @@ def test_goldens_exist_for_every_outcome_and_nothing_else() -> None:
 def test_every_ran_row_draws_its_ratio_chart_and_histogram() -> None:
     report = make_report("perf_fail")
     html = report_html(report)
-    assert html.count('<svg class="chart"') == 2 * len([r for r in report.rows if r.performance])
+    assert html.count('<svg class="chart"') == 2 * len([r for r in report.rows if r.performance]) + len(
+        [r for r in report.rows if r.instructions]), "and one figure of the instruction counts per counted row"
     first = report.rows[0].performance
     assert first is not None and first.invalidations, "the factory's first row has an invalidated pair"
     assert "invalidated attempt" in html

@@ -213,12 +213,18 @@ def test_pull_request_page_lists_campaigns_newest_first_and_row_history_has_one_
         assert all(p.base_sha == env.base and p.samples > 0 and p.unit == "ms" for p in points)
         assert "Intel" in points[0].node_label and "bare-metal" in points[0].node_label
 
+        counted = svc.store.instruction_history(REPO, "vllm-disagg")
+        assert [p.campaign_id for p in counted] == [first.id, second.id], "one instruction count per campaign"
+        assert all(p.instructions > 0 and p.exact and p.counted.startswith("timed region") for p in counted)
+
         row_page = svc.open(f"{PUBLIC}/pr/{pr_token}/rows/vllm-disagg")
         assert row_page.status_code == 200
         _assert_headers(row_page)
         assert "<svg" in row_page.text and NOT_COMPARABLE.split(":")[0] in row_page.text
+        assert row_page.text.count("<svg") == 2 and "Merge-base instructions of row vllm-disagg" in row_page.text
+        assert f"{counted[0].instructions:,}" in row_page.text
         assert _in_browser(f"{svc.url}/pr/{pr_token}/rows/vllm-disagg") > 0, "the history chart is drawn"
-        assert row_page.text.count(first.id) == 1 and row_page.text.count(second.id) == 1
+        assert row_page.text.count(first.id) == 2 and row_page.text.count(second.id) == 2, "timing and count tables"
         assert svc.open(f"{PUBLIC}/pr/{pr_token}/rows/no-such-row").status_code == 404
         assert loopback().get(f"{svc.url}/pr/{pr_token[:-1]}x/rows/vllm-disagg").status_code == 404
 
@@ -226,6 +232,7 @@ def test_pull_request_page_lists_campaigns_newest_first_and_row_history_has_one_
         report = CampaignReport.model_validate_json((second.artifact_dir / "report.json").read_text())  # type: ignore[operator]
         Pages(svc.store, settings).finished(second, report)
         assert len(svc.store.baseline_history(REPO, "vllm-disagg")) == 2, "a re-publish adds no point"
+        assert len(svc.store.instruction_history(REPO, "vllm-disagg")) == 2
 
     assert history_main(["--db", str(env.tmp / "bot.sqlite3"), "--baseline", REPO, "--row", "vllm-disagg"]) == 0
     out = capsys.readouterr().out.splitlines()

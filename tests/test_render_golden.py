@@ -163,7 +163,7 @@ def test_prior_attempts_surfaces() -> None:
     )
 
 
-@pytest.mark.parametrize("outcome", ["pass", "parity_fail", "kernel_contradiction"])
+@pytest.mark.parametrize("outcome", ["pass", "parity_fail", "kernel_contradiction", "instruction_contradiction"])
 def test_report_markdown(outcome: str) -> None:
     check_golden(f"{outcome}.report.md", render.report_markdown(make_report(outcome), Links()))
 
@@ -342,6 +342,7 @@ def test_every_golden_is_produced_by_a_test() -> None:
         "pass.report.md",
         "parity_fail.report.md",
         "kernel_contradiction.report.md",
+        "instruction_contradiction.report.md",
         "rerun_after_fail.check_summary.md",
         "rerun_after_fail.result_comment.md",
         *(f"{s}.{k}.md" for s in ENDED for k in ("check_summary", "status_comment")),

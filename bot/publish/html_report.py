@@ -38,17 +38,20 @@ from bot.publish.render import (
     when,
 )
 from bot.store.attempts import PriorAttempt
+from runners.config import PerfConfig
 from runners.report import (
     KERNEL_CLOCK_LABELS,
     CampaignReport,
     DeterminismResult,
     HostFacts,
+    InstructionCounts,
     ParityResult,
     PerfResult,
     RowReport,
     Sample,
     build_setting_differences,
 )
+from runners.verdicts import instruction_change, instruction_contradiction
 
 _PUNCTUATION = re.escape("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _INLINE = re.compile(rf"\\([{_PUNCTUATION}])|(`+)")
@@ -107,7 +110,8 @@ def _environment() -> Environment:
         short=short,
         href=lambda name: artifact_href(*str(name).split("/")),
     )
-    env.globals.update(diagnostics_breached=diagnostics_breached, kernel_clocks=KERNEL_CLOCK_LABELS)
+    env.globals.update(diagnostics_breached=diagnostics_breached, kernel_clocks=KERNEL_CLOCK_LABELS,
+                       instruction_change=instruction_change, instruction_contradiction=instruction_contradiction)
     return env
 
 
@@ -234,6 +238,21 @@ def row_charts(row_id: str, perf: PerfResult | None, threshold: float) -> list[M
     return [Markup(scatter), Markup(hist)]
 
 
+def instruction_chart(row_id: str, counts: InstructionCounts, perf: PerfConfig) -> Markup:
+    """Each arm's count per run as a bar, against the count above which the candidate's would fail a PASS."""
+    title = f"{row_id}: instructions in the {'timed region' if counts.scope == 'region' else 'whole process'}"
+    if counts.problem is not None:
+        return Markup(svg.empty_chart(title, f"not counted: {one_line(counts.problem, '')}"))
+    colours = {"baseline": svg.PALETTE[0], "candidate": svg.PALETTE[1]}
+    values = [(f"{run.arm} run {run.run + 1}", figure / 1e6, colours[run.arm])
+              for run in sorted(counts.runs, key=lambda run: (run.arm != "baseline", run.run))
+              for figure in [run.region_ir if counts.scope == "region" else run.process_ir] if figure is not None]
+    baseline = counts.figures("baseline")
+    references = ({f"baseline ×{perf.instructions_threshold:g} ({perf.instructions})":
+                   max(baseline) * perf.instructions_threshold / 1e6} if baseline else {})
+    return Markup(svg.bars(values, title=title, x_label="million instructions", reference_lines=references))
+
+
 def _determinism_cell(determinism: DeterminismResult | None) -> str:
     if determinism is None:
         return "— no evidence"
@@ -262,6 +281,7 @@ class RowPage:
     charts: list[Markup]
     host: HostFacts | None
     files: list[tuple[str, str | None]] = field(default_factory=list)
+    instruction_chart: Markup | None = None
 
 
 def _anchor(prefix: str, index: int, name: str) -> str:
@@ -305,6 +325,8 @@ def row_pages(report: CampaignReport) -> list[RowPage]:
                 charts=row_charts(view.id, perf, threshold) if row is not None else [],
                 host=(row.node or (perf.placement.host if perf else None)) if row is not None else None,
                 files=files,
+                instruction_chart=(instruction_chart(view.id, row.instructions, report.config.perf)
+                                   if row is not None and row.instructions is not None else None),
             )
         )
     return pages

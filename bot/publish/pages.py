@@ -37,7 +37,7 @@ from bot.publish.svg import line_chart
 from bot.settings import Settings
 from bot.store.acceptances import AcceptanceEntry
 from bot.store.campaigns import CampaignState, CampaignView, Store
-from bot.store.pages import NOT_COMPARABLE, BaselinePoint, CampaignPage, RepositorySeen
+from bot.store.pages import NOT_COMPARABLE, BaselinePoint, CampaignPage, InstructionPoint, RepositorySeen
 from runners.report import CampaignReport, RowReport
 from runners.verdicts import with_verdicts
 
@@ -144,6 +144,23 @@ def baseline_points(campaign: CampaignView, report: CampaignReport) -> list[Base
     return points
 
 
+def instruction_points(campaign: CampaignView, report: CampaignReport) -> list[InstructionPoint]:
+    """Each counted row's merge-base instruction count: the mean of the baseline's runs (exact when they agree),
+    labelled with what it counts; a trend without noise, by-product of the campaigns like the medians."""
+    points = []
+    for row in report.rows:
+        counts = row.instructions
+        mean = counts.mean("baseline") if counts is not None and counts.complete() else None
+        if counts is None or mean is None:
+            continue
+        points.append(InstructionPoint(
+            repo=campaign.repo, row_id=row.row.id, campaign_id=campaign.id, node_label=node_label(row),
+            base_sha=campaign.base_sha, measured_unix=report.created_unix, instructions=round(mean),
+            counted=counts.scope_label, exact=counts.agree("baseline"),
+        ))
+    return points
+
+
 class Pages:
     """Which campaign has a page and at which URL, and what is kept when it finishes (used by the lifecycle)."""
 
@@ -191,6 +208,7 @@ class Pages:
     def finished(self, campaign: CampaignView, report: CampaignReport) -> None:
         """Keep the merge-base figures (always) and the page's report (when the campaign has a page)."""
         self.store.record_baselines(baseline_points(campaign, report))
+        self.store.record_instruction_points(instruction_points(campaign, report))
         found = self.page_of(campaign)
         if found is not None and found.token is not None:
             self.store.keep_page_report(campaign.id, page_report(report, self.redactor).model_dump_json())
@@ -365,7 +383,7 @@ class PageViews:
             '<div class="scroll"><table><thead><tr><th>when</th><th>node label</th><th>base</th><th>campaign</th>'
             '<th class="num">median</th><th>field</th><th class="num">n</th></tr></thead><tbody>'
             f"{table}</tbody></table></div>"
-        )
+        ) + self._instruction_history(repo, row_id)
         accepted = [
             entry
             for entry in self.store.acceptance_history(repo)
@@ -376,6 +394,35 @@ class PageViews:
             accepted, f"Accepted performance FAILs that may name row {row_id} (a step above may be one of them)"
         )
         return self.pages.redactor.redact(page(f"kv-parity {repo} row {row_id}", body))
+
+
+    def _instruction_history(self, repo: str, row_id: str) -> Markup:
+        """The row's merge-base instruction count per campaign: one line per node label and what was counted."""
+        points = self.store.instruction_history(repo, row_id)
+        if not points:
+            return Markup("")
+        series: dict[str, list[tuple[float, float]]] = {}
+        for p in points:
+            series.setdefault(f"{p.node_label} · {p.counted}", []).append((p.measured_unix, p.instructions / 1e6))
+        chart = line_chart(series, title=f"Merge-base instructions of row {row_id}", x_label="campaign time (UTC)",
+                           y_label="million instructions", x_is_unix_time=True)
+        table = "".join(
+            f"<tr><td>{_when(p.measured_unix)}</td><td>{escape(p.node_label)}</td>"
+            f"<td><code>{escape(p.base_sha[:12])}</code></td><td><code>{escape(p.campaign_id)}</code></td>"
+            f'<td class="num">{p.instructions:,}</td><td>{escape(p.counted)}</td>'
+            f"<td>{'exact' if p.exact else 'runs differ'}</td></tr>"
+            for p in points
+        )
+        return Markup(
+            f"<h2>Merge-base instructions of row {escape(row_id)}</h2>"
+            "<p>Each point is the merge base's instruction count in one campaign (valgrind, after the samples; the "
+            "mean of its two runs, exact when they agree). A count does not move with load: a step between points "
+            "of one label and one counted region is a change in the work done (or in the binary's toolchain).</p>"
+            f'<figure class="chart">{chart}</figure>'
+            '<div class="scroll"><table><thead><tr><th>when</th><th>node label</th><th>base</th><th>campaign</th>'
+            '<th class="num">instructions</th><th>counted</th><th>runs</th></tr></thead><tbody>'
+            f"{table}</tbody></table></div>"
+        )
 
 
 # --- routes --------------------------------------------------------------------------------------------------

@@ -21,8 +21,10 @@ from bot.core.commands import CommandSpec
 from bot.core.merge_queue import CarriedResult
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignView
+from runners.config import PerfConfig
 from runners.progress import ProgressEvent
 from runners.report import (
+    ARMS,
     KERNEL_CLOCK_LABELS,
     CampaignReport,
     CheckConclusion,
@@ -35,6 +37,7 @@ from runners.report import (
     SemanticVerdict,
 )
 from runners.resources import package_dir
+from runners.verdicts import instruction_change, instruction_contradiction
 
 TEMPLATES_DIR = package_dir("kv_parity_templates")
 
@@ -226,6 +229,7 @@ def _environment() -> Environment:
         icon=icon,
         plural=plural,
     )
+    env.globals.update(instruction_change=instruction_change, instruction_contradiction=instruction_contradiction)
     return env
 
 
@@ -282,7 +286,7 @@ def trim_markdown(text: str, limit: int, pointer: str) -> str:
 REASON_LIMIT = 300
 """Characters of a one-line reason on GitHub; the complete text stays in the artifact."""
 ONE_LINE_FIELDS = frozenset(
-    {"reason", "perf_reason", "semantic_reasons", "failure", "error", "evidence", "detail"}
+    {"reason", "perf_reason", "semantic_reasons", "failure", "error", "evidence", "detail", "problem"}
 )
 """Report fields whose text may be built around output of the code under test (an exception, a stderr
 excerpt): on GitHub only their first line is shown, capped at REASON_LIMIT."""
@@ -428,6 +432,9 @@ class RowView:
     perf_verdict: str
     reasons: list[str] = field(default_factory=list)
     chart: Chart | None = None
+    instructions: str = "—"
+    """The instruction counts' cell: candidate / baseline and the difference, what they count, and whether they
+    contradict the reported time."""
 
 
 def _digest_cell(row: RowReport) -> str:
@@ -493,6 +500,27 @@ def _perf_cell(row: RowReport, threshold: float) -> str:
         kernel = failing[0].bounds
         cell += (f" as reported; kernel {md(KERNEL_CLOCK_LABELS[failing[0].clock])} {ratio(kernel.median)} "
                  f"[{ratio(kernel.lower)}, {ratio(kernel.upper)}] > {threshold:g}")
+    elif verdict == PerfVerdict.FAIL and perf.verdict == PerfVerdict.PASS and row.instructions is not None:
+        cell += " as reported; the instruction count fails it"
+    return cell
+
+
+def _instructions_cell(row: RowReport, perf: PerfConfig) -> str:
+    """`✅ ×1.0002 (+41,273) timed region`: ❌ above the threshold when the counts corroborate (⚠️ when they are
+    only shown); runs of one arm that differ and a reported time that fell while the work rose are flagged."""
+    counts = row.instructions
+    if counts is None:
+        return "—"
+    if counts.problem is not None or counts.ratio is None or counts.delta is None:
+        return f"⚠️ not counted: {md(one_line(counts.problem or 'incomplete counts', ''))}"
+    above = (counts.lowest_ratio or 0.0) > perf.instructions_threshold
+    mark = ("❌" if perf.instructions == "corroborate" else "⚠️") if above else "✅"
+    scope = "timed region" if counts.scope == "region" else "whole process"
+    cell = f"{mark} ×{counts.ratio:.4f} ({counts.delta:+,}) {scope}"
+    if not all(counts.agree(arm) for arm in ARMS):
+        cell += " · ⚠️ runs differ"
+    if instruction_contradiction(row.performance, counts) is not None:
+        cell += " · ⚠️ time fell, work rose"
     return cell
 
 
@@ -543,6 +571,9 @@ def row_views(report: CampaignReport) -> list[RowView]:
         reasons = [] if row.semantic == SemanticVerdict.PASS else list(row.semantic_reasons)
         if row.perf_verdict != PerfVerdict.PASS:
             reasons.append(f"performance {row.perf_verdict.value}: {row.perf_reason}")
+        contradiction = instruction_contradiction(row.performance, row.instructions)
+        if contradiction is not None and row.perf_verdict != PerfVerdict.FAIL:
+            reasons.append(contradiction)
         views.append(
             RowView(
                 id=row.row.id,
@@ -556,6 +587,7 @@ def row_views(report: CampaignReport) -> list[RowView]:
                 perf_verdict=row.perf_verdict.value,
                 reasons=reasons,
                 chart=_chart(row, threshold),
+                instructions=_instructions_cell(row, report.config.perf),
             )
         )
     for config_row in report.config.rows:
@@ -600,9 +632,16 @@ def gate_lines(report: CampaignReport) -> list[tuple[str, str, str]]:
                 parts.append(f"lifecycle fixture{'s' if len(ids) > 1 else ''} {word}: {', '.join(ids)}")
         semantic_why = "; ".join(parts) or "no row ran"
     perf_rows = {v: [r.row.id for r in rows if r.perf_verdict == v] for v in PerfVerdict}
+    counted = [r.row.id for r in rows if r.perf_verdict == PerfVerdict.FAIL and r.performance is not None
+               and r.performance.verdict == PerfVerdict.PASS]
+    timed = [row_id for row_id in perf_rows[PerfVerdict.FAIL] if row_id not in counted]
+    fail_why = "; ".join(
+        [f"lower bound > {threshold:g} on {', '.join(timed)}"] * bool(timed)
+        + [f"instructions above ×{report.config.perf.instructions_threshold:g} under a wall-time PASS on "
+           f"{', '.join(counted)}"] * bool(counted))
     perf_why = {
         PerfVerdict.PASS: f"upper bound ≤ {threshold:g} on every row",
-        PerfVerdict.FAIL: f"lower bound > {threshold:g} on {', '.join(perf_rows[PerfVerdict.FAIL])}",
+        PerfVerdict.FAIL: fail_why,
         PerfVerdict.INCONCLUSIVE: f"no decision on {', '.join(perf_rows[PerfVerdict.INCONCLUSIVE])}",
         PerfVerdict.BLOCKED: f"could not measure {', '.join(perf_rows[PerfVerdict.BLOCKED])}",
         PerfVerdict.NOT_RUN: f"not run: stopped at {report.stopped.stage}"

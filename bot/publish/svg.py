@@ -379,3 +379,60 @@ def histogram(
     out += _legend(legend, plot_bottom + BOTTOM + 4)
     out.append("</svg>")
     return "\n".join(out)
+
+
+def bars(
+    values: Sequence[tuple[str, float, str]],
+    *,
+    title: str,
+    x_label: str,
+    reference_lines: Mapping[str, float] | None = None,
+) -> str:
+    """Horizontal bars from zero, one per (label, value, colour), labelled with their value, with vertical
+    reference lines: a few figures side by side (each arm's instruction count per run against the threshold)."""
+    drawn = [(label, value, colour) for label, value, colour in values if math.isfinite(value) and value >= 0]
+    if not drawn:
+        return empty_chart(title, "no finite values to draw")
+    references = _reference_items(reference_lines or {})
+    legend = [(f"{name} {_label(value)}", colour, f"line {dash}") for name, value, colour, dash in references]
+    row, bar = 26.0, 18.0
+    left = max(float(LEFT), min(220.0, 12 + max(len(label) for label, _, _ in drawn) * CHAR_WIDTH))
+    plot_bottom = TOP + 8 + len(drawn) * row
+    height = plot_bottom + BOTTOM + _legend_height(legend) + 4
+    x_max = max([value for _, value, _ in drawn] + [value for _, value, _, _ in references]) * 1.08 or 1.0
+    right = WIDTH - RIGHT
+
+    def x(value: float) -> float:
+        return left + value / x_max * (right - left)
+
+    out = _svg_open(title, height)
+    ticks = nice_ticks(0.0, x_max)
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    for tick in ticks:
+        at = _num(x(tick))
+        out.append(f'<line x1="{at}" y1="{TOP}" x2="{at}" y2="{_num(plot_bottom)}" stroke="#e3e3e3" stroke-width="1"/>')
+        out.append(f'<text x="{at}" y="{_num(plot_bottom + 16)}" font-size="11" text-anchor="middle">'
+                   f"{escape(_tick_label(tick, step, False))}</text>")
+    for index, (label, value, colour) in enumerate(drawn):
+        top = TOP + 8 + index * row + (row - bar) / 2
+        middle = _num(top + bar / 2)
+        out.append(f'<text x="{_num(left - 6)}" y="{middle}" font-size="11" text-anchor="end" '
+                   f'dominant-baseline="middle">{escape(label)}</text>')
+        out.append(f'<path class="bars" d="M{_num(left)} {_num(top)}H{_num(x(value))}V{_num(top + bar)}'
+                   f'H{_num(left)}Z" fill="{colour}" fill-opacity="0.8"><title>{escape(label)} '
+                   f"{_label(value)}</title></path>")
+        out.append(f'<text x="{_num(x(value) + 4)}" y="{middle}" font-size="11" dominant-baseline="middle">'
+                   f"{escape(_label(value))}</text>")
+    for name, value, colour, dash in references:
+        at = _num(x(value))
+        dashed = f' stroke-dasharray="{dash}"' if dash else ""
+        out.append(f'<line class="reference" x1="{at}" y1="{TOP}" x2="{at}" y2="{_num(plot_bottom)}" '
+                   f'stroke="{colour}" stroke-width="1.5"{dashed}><title>{escape(name)} {_label(value)}</title></line>')
+    bottom = _num(plot_bottom)
+    out.append(f'<line x1="{_num(left)}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#555"/>')
+    out.append(f'<line x1="{_num(left)}" y1="{TOP}" x2="{_num(left)}" y2="{bottom}" stroke="#555"/>')
+    out.append(f'<text x="{_num((left + right) / 2)}" y="{_num(plot_bottom + 34)}" font-size="11" '
+               f'text-anchor="middle">{escape(x_label)}</text>')
+    out += _legend(legend, plot_bottom + BOTTOM + 4)
+    out.append("</svg>")
+    return "\n".join(out)

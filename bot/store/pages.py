@@ -41,6 +41,19 @@ CREATE TABLE IF NOT EXISTS baseline_history (
     PRIMARY KEY (repo, campaign_id, row_id)
 );
 CREATE INDEX IF NOT EXISTS baseline_history_by_row ON baseline_history (repo, row_id, measured_unix);
+CREATE TABLE IF NOT EXISTS baseline_instructions (
+    repo TEXT NOT NULL,
+    row_id TEXT NOT NULL,
+    campaign_id TEXT NOT NULL,
+    node_label TEXT NOT NULL,
+    base_sha TEXT NOT NULL,
+    measured_unix REAL NOT NULL,
+    instructions INTEGER NOT NULL,
+    counted TEXT NOT NULL,
+    exact INTEGER NOT NULL,
+    PRIMARY KEY (repo, campaign_id, row_id)
+);
+CREATE INDEX IF NOT EXISTS baseline_instructions_by_row ON baseline_instructions (repo, row_id, measured_unix);
 CREATE TABLE IF NOT EXISTS repository_visibility (
     repo TEXT PRIMARY KEY COLLATE NOCASE,
     private INTEGER NOT NULL,
@@ -106,8 +119,26 @@ class BaselinePoint(BaseModel):
     samples: int
 
 
+class InstructionPoint(BaseModel):
+    """One row's merge-base instruction count in one campaign: the mean of the baseline's counted runs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    repo: str
+    row_id: str
+    campaign_id: str
+    node_label: str
+    base_sha: str
+    measured_unix: float
+    instructions: int
+    counted: str
+    """What the count covers (`InstructionCounts.scope_label`): points counting different things differ."""
+    exact: bool
+    """The baseline's runs agreed exactly (no nondeterministic work)."""
+
+
 class PageRecords(StorePart):
-    """The campaign_pages, pr_pages and baseline_history tables."""
+    """The campaign_pages, pr_pages, baseline_history and baseline_instructions tables."""
 
     def campaign_page(self, campaign_id: str) -> CampaignPage | None:
         with self._lock:
@@ -262,5 +293,29 @@ class PageRecords(StorePart):
                 unit=r[8],
                 samples=r[9],
             )
+            for r in rows
+        ]
+
+    def record_instruction_points(self, points: list[InstructionPoint]) -> None:
+        """Keep merge-base instruction counts; a re-publish of the same (repo, campaign, row) is ignored."""
+        with self._tx() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO baseline_instructions (repo, row_id, campaign_id, node_label, base_sha, "
+                "measured_unix, instructions, counted, exact) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(p.repo, p.row_id, p.campaign_id, p.node_label, p.base_sha, p.measured_unix, p.instructions,
+                  p.counted, int(p.exact)) for p in points],
+            )
+
+    def instruction_history(self, repo: str, row_id: str) -> list[InstructionPoint]:
+        """One row's merge-base instruction counts, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT repo, row_id, campaign_id, node_label, base_sha, measured_unix, instructions, counted, exact "
+                "FROM baseline_instructions WHERE repo = ? AND row_id = ? ORDER BY measured_unix, rowid",
+                (repo, row_id),
+            ).fetchall()
+        return [
+            InstructionPoint(repo=r[0], row_id=r[1], campaign_id=r[2], node_label=r[3], base_sha=r[4],
+                             measured_unix=r[5], instructions=r[6], counted=r[7], exact=bool(r[8]))
             for r in rows
         ]
