@@ -59,29 +59,32 @@ def test_a_worker_forked_onto_another_core_is_confined_and_counted(
     tmp_path: Path, harness: HarnessBuilder, demo_row_args: list[str], placement: Placement
 ) -> None:
     """20 % more work, half of it in a forked worker that moves to the other core and is reaped by the kernel:
-    uncontained it read ×0.7-0.9 on every clock; in its cgroup the worker shares the pinned CPU and its CPU time
-    is counted, so the reported time and both kernel clocks see the whole 1.2."""
+    uncontained it read ×0.85 on its own timer and ×0.78 kernel CPU (PASS, benchmarks/README.md); in its cgroup
+    the worker shares the pinned CPU and its CPU time is counted, so the kernel's CPU clock sees the whole 1.2 and
+    the row can never PASS. The CPU clock is the assertion: a busy host moves wall times, not CPU time."""
     sandbox = Sandbox()
     if not sandbox.containment.uses_cgroup:
         pytest.skip(f"no usable cgroup here: {sandbox.containment.detail}")
     result = _gate(tmp_path, harness.binary(WORK_SCALE=2.0),
                    harness.binary(WORK_SCALE=2.4, ESCAPE_FRACTION=0.5), demo_row_args, placement, sandbox)
-    assert result.containment == sandbox.containment.kind
-    assert result.verdict == PerfVerdict.FAIL, result.reason
-    assert result.bounds is not None and result.bounds.lower > 1.05, "the reported time includes the worker's share"
-    cpu_gate = next(gate for gate in result.kernel_gates if gate.clock == "process_cpu_ms")
-    assert cpu_gate.verdict == PerfVerdict.FAIL and cpu_gate.bounds.lower > 1.05, "the cgroup counted the worker"
+    _never_passes_and_the_cpu_clock_fails(result, sandbox.containment.kind)
 
 
 def test_without_a_cgroup_the_seccomp_program_refuses_the_fork(
     tmp_path: Path, harness: HarnessBuilder, demo_row_args: list[str], placement: Placement
 ) -> None:
+    """The fork is refused, so the harness does all the work itself, where rusage counts it."""
     result = _gate(tmp_path, harness.binary(WORK_SCALE=2.0),
                    harness.binary(WORK_SCALE=2.4, ESCAPE_FRACTION=0.5), demo_row_args, placement,
                    Sandbox(containment=SECCOMP_ONLY))
-    assert result.containment == "seccomp"
-    assert result.verdict == PerfVerdict.FAIL, result.reason
-    assert result.bounds is not None and result.bounds.lower > 1.05
+    _never_passes_and_the_cpu_clock_fails(result, "seccomp")
+
+
+def _never_passes_and_the_cpu_clock_fails(result: PerfResult, containment: str) -> None:
+    assert result.containment == containment
+    assert result.verdict != PerfVerdict.PASS, result.reason
+    cpu_gate = next(gate for gate in result.kernel_gates if gate.clock == "process_cpu_ms")
+    assert cpu_gate.verdict == PerfVerdict.FAIL and cpu_gate.bounds.lower > 1.05, cpu_gate.reason
 
 
 def _python(code: str, *args: str) -> list[str]:
