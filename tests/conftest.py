@@ -27,8 +27,9 @@ SLOW_FILES = frozenset({
     "test_bot_fixture_e2e.py", "test_browser.py", "test_build_cache.py", "test_campaign.py", "test_cli.py",
     "test_coverage.py", "test_declared_exclusions.py", "test_distributed.py", "test_fixture_knobs.py",
     "test_fixture_noise.py", "test_html_report.py", "test_independent_harness.py", "test_installed.py",
-    "test_lifecycles.py", "test_pages.py", "test_perf.py", "test_publish.py", "test_publish_security.py",
-    "test_real_shapes.py", "test_real_size_canonical.py", "test_requests_e2e.py", "test_sandbox.py",
+    "test_lifecycles.py", "test_operability.py", "test_pages.py", "test_perf.py", "test_publish.py",
+    "test_publish_security.py", "test_real_shapes.py", "test_real_size_canonical.py", "test_requests_e2e.py",
+    "test_sandbox.py",
     "test_server_e2e.py", "test_slurm.py", "test_split_build.py", "test_symbols.py", "test_workflow_replay.py",
     "test_workflows.py",
 })
