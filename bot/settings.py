@@ -141,8 +141,8 @@ class Settings(BaseModel):
     public cannot reach); None: no such listener."""
     metrics_token: SecretStr | None = Field(None, min_length=16)
     """A bearer token: `GET /metrics` is then also served on the public listener, to a scraper sending
-    `Authorization: Bearer <token>` (compared in constant time); everyone else gets 404. None with no
-    `metrics_listen`: no metrics at all (nothing is counted)."""
+    `Authorization: Bearer <token>` (compared in constant time; everyone else gets 404), and `metrics_listen`
+    asks for it too. None with no `metrics_listen`: no metrics at all (nothing is counted)."""
 
     @property
     def metrics_enabled(self) -> bool:
