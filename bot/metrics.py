@@ -187,7 +187,7 @@ class ServiceMetrics:
         self.backend = backend
         """The service's backend: every campaign its lifecycle drives runs there."""
         self.clock = clock
-        disable_created_metrics()  # no `_created` twin of every counter: a scrape is half the size
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` twin of each counter: half the size
         self.registry = CollectorRegistry(auto_describe=True)
         self.deliveries = Counter(
             "kv_parity_deliveries", "Webhook deliveries at the door by event, action and outcome (accepted, "
@@ -212,12 +212,17 @@ class ServiceMetrics:
         self.build_cache_lookups = Counter(
             "kv_parity_build_cache_lookups", "Build-cache lookups of finished campaigns by arm and outcome (hit: "
             "reused, miss: built and stored).", ["arm", "outcome"], registry=self.registry)
+        self.store = store
         self.registry.register(StoreCollector(store, settings, clock))
         self._clocks: dict[str, _StageClock] = {}
         self._clocks_lock = threading.Lock()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    def close(self) -> None:
+        """Close the store connection scrapes read through (the service's lifespan ends)."""
+        self.store.close()
 
     # --- the door ----------------------------------------------------------------------------------------------
 

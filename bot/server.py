@@ -524,6 +524,8 @@ def create_app(
             worker.stop()
             ingest.store.close()
             store.close()
+            if metrics is not None:
+                metrics.close()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.store = store

@@ -15,6 +15,10 @@ _LAST_DISPATCH = (
     "(SELECT MAX(t.at) FROM transitions t WHERE t.campaign_id = c.id AND t.to_state = 'dispatched')"
 )
 """When the campaign's latest attempt was dispatched: its run is timed from there."""
+_DISPATCHES = (
+    "(SELECT campaign_id, MAX(at) AS at FROM transitions WHERE to_state = 'dispatched' GROUP BY campaign_id)"
+)
+"""Every campaign's latest dispatch, computed once for a query over many campaigns."""
 _QUEUED_SINCE = "(SELECT MAX(t.at) FROM transitions t WHERE t.campaign_id = c.id AND t.to_state = 'requested')"
 """When it last entered the queue (a campaign restarted after a lost process queues again)."""
 
@@ -62,25 +66,26 @@ class OperatorQueries(StorePart):
 
     def run_durations(self, bounds: Sequence[float]) -> list[RunDurations]:
         """Run times of every finished campaign that was dispatched, bucketed in SQL (one row per group)."""
-        run = f"(c.finished_at - {_LAST_DISPATCH})"
         buckets = ", ".join(f"SUM(CASE WHEN d <= {float(bound)!r} THEN 1 ELSE 0 END)" for bound in bounds)
         with self._lock:
             rows = self._db.execute(
                 f"SELECT backend, state, COUNT(*), COALESCE(SUM(d), 0){', ' + buckets if buckets else ''} FROM "
-                f"(SELECT c.backend AS backend, c.state AS state, {run} AS d FROM campaigns c "
-                "WHERE c.finished_at IS NOT NULL) WHERE d IS NOT NULL GROUP BY backend, state"
+                f"(SELECT c.backend AS backend, c.state AS state, c.finished_at - x.at AS d FROM campaigns c "
+                f"JOIN {_DISPATCHES} x ON x.campaign_id = c.id WHERE c.finished_at IS NOT NULL) GROUP BY backend, state"
             ).fetchall()
         return [RunDurations(str(r[0]), str(r[1]), [int(n) for n in r[4:]], int(r[2]), float(r[3])) for r in rows]
 
     def recent_run_seconds(self, backend: str, limit: int) -> list[float]:
-        """Run times of the latest `limit` campaigns that ran to an ending on `backend`, newest first."""
+        """Run times of the latest `limit` campaigns that ran to an ending on `backend`, newest first (looked for
+        among its latest `5 * limit` endings: a campaign ended before its dispatch has no run time)."""
         with self._lock:
             rows = self._db.execute(
-                f"SELECT c.finished_at - {_LAST_DISPATCH} AS d FROM campaigns c WHERE c.backend = ? "
-                "AND c.finished_at IS NOT NULL AND d IS NOT NULL ORDER BY c.finished_at DESC LIMIT ?",
-                (backend, limit),
+                f"SELECT c.finished_at - {_LAST_DISPATCH} FROM (SELECT id, finished_at FROM campaigns "
+                "WHERE backend = ? AND finished_at IS NOT NULL ORDER BY finished_at DESC LIMIT ?) c "
+                "ORDER BY c.finished_at DESC",
+                (backend, 5 * limit),
             ).fetchall()
-        return [float(r[0]) for r in rows]
+        return [float(r[0]) for r in rows if r[0] is not None][:limit]
 
     def recent_endings(self, limit: int) -> list[tuple[str, float, float | None]]:
         """(campaign id, when it ended, its run time or None if never dispatched) of the latest endings."""
