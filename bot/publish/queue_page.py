@@ -103,8 +103,8 @@ class QueueView:
         if live:
             cells = "".join(
                 f"<tr><td class=\"num\">{'running' if entry.position == 0 else entry.position}</td>"
-                f"<td>{self._campaign(entry.campaign, tokens)}</td><td>{self._pull(entry.campaign)}</td>"
-                f"<td><code>{escape(entry.campaign.head_sha[:12])}</code></td>"
+                f'<td class="id">{self._campaign(entry.campaign, tokens)}</td><td>{self._pull(entry.campaign)}</td>'
+                f'<td class="id"><code>{escape(entry.campaign.head_sha[:12])}</code></td>'
                 f"<td>{escape(', '.join(entry.rows) or '—')}"
                 f"{' (all)' if entry.campaign.rows is None else ''}<br><span class=\"muted\">runner labels "
                 f"{escape('; '.join(entry.runner_labels) or '—')}</span></td>"
