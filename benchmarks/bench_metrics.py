@@ -201,6 +201,41 @@ def scrape_cost(campaign_count: int) -> float:
         return statistics.median(runs)
 
 
+def counting_costs(calls: int = 20000) -> dict[str, float]:
+    """Microseconds per call of what the service's threads do when metrics are on: count a delivery (on the
+    acknowledgement path), a GitHub call and its rate limit (each API call), and time a progress event."""
+    from bot.metrics import ServiceMetrics
+    from bot.settings import Settings
+    from bot.store.campaigns import CampaignView, NewCampaign, Store
+    from runners.progress import ProgressEvent
+    from tests.webhooks import CONFIG_TOML
+
+    with tempfile.TemporaryDirectory(prefix="bench-metrics-counting-") as tmp:
+        work = Path(tmp)
+        settings = Settings(webhook_secret="s", token="t", local_repo_path=work, db_path=work / "db.sqlite3")
+        store = Store(settings.db_path, power_safe=False)
+        metrics = ServiceMetrics(store, settings, "local")
+        campaign: CampaignView = store.create_campaign(NewCampaign(
+            repo=REPO, pr_number=1, head_sha="a" * 40, base_sha="b" * 40, relationship="ancestor", rows=None,
+            rows_key="", requested_by="m", trigger="label", delivery_id="d", backend="local", config_text=CONFIG_TOML,
+            config_source="bench", config_sha=None))
+        events = [ProgressEvent(stage=("determinism", "parity", "performance")[n % 3], row=f"row-{n // 30 % 4}",
+                                unix=float(n)) for n in range(calls)]
+
+        def per_call(step: object) -> float:
+            started = time.perf_counter()
+            for n in range(calls):
+                step(n)  # type: ignore[operator]
+            return (time.perf_counter() - started) / calls * 1e6
+
+        return {
+            "delivery": per_call(lambda n: metrics.delivery("issue_comment", "created", "accepted")),
+            "github call + rate limit": per_call(
+                lambda n: (metrics.github_call(REPO), metrics.github_rate_limit(REPO, 4000, 5000))),
+            "progress event": per_call(lambda n: metrics.progress(campaign, [events[n]])),
+        }
+
+
 def _p(latencies: list[float], q: float) -> float:
     return latencies[int(q * (len(latencies) - 1))]
 
@@ -212,6 +247,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--campaigns", type=int, default=10)
+    parser.add_argument("--only", choices=["ack", "campaign", "counting"], help="run one part (with the scrape costs)")
     parser.add_argument("--serve", choices=["off", "on"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--metrics-port", type=int, help=argparse.SUPPRESS)
@@ -221,6 +257,20 @@ def main() -> int:
         _serve(args.serve, args.port, args.work, args.metrics_port)
         return 0
 
+    if args.only in (None, "ack"):
+        acknowledgement(args)
+    if args.only in (None, "campaign"):
+        campaign_cost(args)
+    print("3. counting, per call, in this process")
+    for what, micros in counting_costs().items():
+        print(f"   {what:<26} {micros:6.2f} us")
+    print("4. one scrape (collect + encode) against a database of N finished campaigns (5 queued)")
+    for n in (100, 1000, 10000):
+        print(f"   N={n:>5}: {scrape_cost(n):7.2f} ms")
+    return 0
+
+
+def acknowledgement(args: argparse.Namespace) -> None:
     print(f"1. acknowledgement: {args.count} signed deliveries at {args.rate:g}/s, {args.rounds} rounds off/on")
     latencies: dict[str, list[float]] = {"off": [], "on": []}
     scrapes = 0
@@ -240,6 +290,8 @@ def main() -> int:
     print(f"   ratio on/off: p50 x{_p(latencies['on'], 0.5) / _p(latencies['off'], 0.5):.3f}, "
           f"p99 x{_p(latencies['on'], 0.99) / _p(latencies['off'], 0.99):.3f} ({scrapes} scrapes during the load)")
 
+
+def campaign_cost(args: argparse.Namespace) -> None:
     print(f"2. a campaign (stand-in runner, per-row progress): {args.campaigns} per round, {args.rounds} rounds off/on")
     per: dict[str, list[float]] = {"off": [], "unscraped": [], "on": []}
     for _ in range(args.rounds):
@@ -256,11 +308,6 @@ def main() -> int:
         found, scraped = campaigns("on", args.campaigns)
     print(f"   inside the metrics' methods: {inside.counting / (len(found) + 1) * 1e6:.0f} us of counting per campaign,"
           f" {inside.scraping / max(1, scraped) * 1000:.2f} ms per scrape ({scraped} scrapes)")
-
-    print("3. one scrape (collect + encode) against a database of N finished campaigns (5 queued)")
-    for n in (100, 1000, 10000):
-        print(f"   N={n:>5}: {scrape_cost(n):7.2f} ms")
-    return 0
 
 
 if __name__ == "__main__":
