@@ -265,19 +265,23 @@ class Lifecycle:
         """Every campaign gets its check run (opening is retried on later ticks if GitHub was down)."""
         if campaign.check_run_id is not None:
             return campaign
-        try:
-            self.store.set_check_run(campaign.id, publisher.open_check_run(self.linked(campaign)))
-        except Exception as exc:
-            log_failure(log, exc, "campaign %s: opening the check run failed; retrying later", campaign.id)
+        with about(campaign):
+            try:
+                self.store.set_check_run(campaign.id, publisher.open_check_run(self.linked(campaign)))
+            except Exception as exc:
+                log_failure(log, exc, "campaign %s: opening the check run failed; retrying later", campaign.id)
         return self.store.require(campaign.id)
 
     def _refresh_positions(self) -> None:
         """Tell the publisher about every live campaign whose queue position changed (0 = started)."""
         for campaign in self.store.in_states(LIVE_STATES, self.backend.name):
-            with about(campaign):
-                self.announce(campaign)
+            self.announce(campaign)
 
     def announce(self, campaign: CampaignView) -> None:
+        with about(campaign):
+            self._announce(campaign)
+
+    def _announce(self, campaign: CampaignView) -> None:
         publisher = self.services(campaign.repo).publisher
         campaign = self.ensure_check_run(campaign, publisher)
         position = campaign.queue_position
