@@ -11,6 +11,7 @@ for the crash window between its call and our "done").
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -22,12 +23,14 @@ from pydantic import ValidationError
 from bot.core.ports import Publisher, RepoServices
 from bot.dispatch.base import Backend, RunHandle, StartError
 from bot.github.gateway import GitHubRetryLaterError, Interrupted
+from bot.logs import log_context, log_failure
 from bot.publish.pages import Pages
 from bot.settings import Settings
 from bot.store.campaigns import ACTIVE_STATES, LIVE_STATES, SIDE_RUN_CHECKS, CampaignState, CampaignView, Store
 from bot.store.publications import Publication
 from bot.store.tracking import main_points
 from runners.bisect_rule import BisectReport
+from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 from runners.verdicts import with_acceptances
 
@@ -42,6 +45,21 @@ class RunPages(Protocol):
     """A backend whose runs have a page of their own (the Actions backend: the workflow run)."""
 
     def run_url(self, campaign: CampaignView) -> str | None: ...
+
+
+class CampaignMetrics(Protocol):
+    """What the service's metrics (`bot.metrics`) learn from the campaigns it drives."""
+
+    def progress(self, campaign: CampaignView, events: list[ProgressEvent]) -> None: ...
+
+    def ended(self, campaign: CampaignView, report: CampaignReport | None) -> None:
+        """The campaign reached its ending, with its report when it completed."""
+        ...
+
+
+def about(campaign: CampaignView) -> contextlib.AbstractContextManager[None]:
+    """Every line logged inside names the campaign, its repository and pull request (`bot.logs`)."""
+    return log_context(campaign_id=campaign.id, repo=campaign.repo, pr=campaign.pr_number)
 
 
 def _first_line(text: str) -> str:
@@ -60,12 +78,14 @@ class Lifecycle:
         services: Callable[[str], RepoServices],
         *,
         clock: Callable[[], float] = time.time,
+        metrics: CampaignMetrics | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.backend = backend
         self.services = services
         self.clock = clock
+        self.metrics = metrics
         self.pages = Pages(store, settings)
 
     def linked(self, campaign: CampaignView) -> CampaignView:
@@ -83,6 +103,8 @@ class Lifecycle:
     ) -> CampaignView:
         """Persist the ending (and its publication), then stop the process if there was one."""
         ended = self.store.transition(campaign.id, state, reason, publish="ended", published_state=published_state)
+        if self.metrics is not None:
+            self.metrics.ended(ended, None)
         self._stop_process(ended)
         return ended
 
@@ -115,7 +137,7 @@ class Lifecycle:
         elif report is not None:
             verdicts = report.verdicts
             summary = verdicts.summary if verdicts else "report without verdicts"
-            self.store.transition(
+            completed = self.store.transition(
                 campaign.id,
                 S.COMPLETED,
                 f"report written: {summary}" + (f"; {note}" if note else ""),
@@ -124,6 +146,8 @@ class Lifecycle:
                 semantic=verdicts.semantic.value if verdicts else None,
                 performance=verdicts.performance.value if verdicts else None,
             )
+            if self.metrics is not None:
+                self.metrics.ended(completed, report)
         else:
             self.end(campaign, S.ERRORED, error or "runner ended without a report")
         self.store.clear_handle(campaign.id)
@@ -133,32 +157,38 @@ class Lifecycle:
     def recover(self) -> None:
         """After a restart: adopt live processes, restart lost ones, finish kills that were recorded."""
         for campaign in self.store.in_states(ACTIVE_STATES, self.backend.name):
-            raw = self.store.handle(campaign.id)
-            handle = RunHandle.model_validate_json(raw) if raw else self.backend.adopt(campaign)
-            if handle is None:
-                self._restart(campaign, "the service restarted before the process was started")
-                continue
-            if raw is None:
-                self.store.transition(
-                    campaign.id,
-                    S.RUNNING,
-                    f"adopted process {handle.ref} after a restart",
-                    handle=handle.model_dump_json(),
-                )
-            result = self.backend.poll(campaign, handle)
-            if result.running:
-                log.info("campaign %s: adopted running process %s", campaign.id, handle.ref)
-            elif result.report is not None or result.bisect is not None:
-                self._record_exit(self.store.require(campaign.id), result.report, None, result.note, result.bisect)
-            else:
-                self._restart(
-                    self.store.require(campaign.id),
-                    f"process {handle.ref} gone after a service restart ({_first_line(result.error or '')})",
-                )
+            with about(campaign):
+                self._recover(campaign)
         for campaign, raw in self.store.with_handles():
             if campaign.state not in ACTIVE_STATES:
-                self.backend.cancel(campaign, RunHandle.model_validate_json(raw))
-                self.store.clear_handle(campaign.id)
+                with about(campaign):
+                    self.backend.cancel(campaign, RunHandle.model_validate_json(raw))
+                    self.store.clear_handle(campaign.id)
+
+    def _recover(self, campaign: CampaignView) -> None:
+        """Adopt the campaign's process, record how it ended, or restart it."""
+        raw = self.store.handle(campaign.id)
+        handle = RunHandle.model_validate_json(raw) if raw else self.backend.adopt(campaign)
+        if handle is None:
+            self._restart(campaign, "the service restarted before the process was started")
+            return
+        if raw is None:
+            self.store.transition(
+                campaign.id,
+                S.RUNNING,
+                f"adopted process {handle.ref} after a restart",
+                handle=handle.model_dump_json(),
+            )
+        result = self.backend.poll(campaign, handle)
+        if result.running:
+            log.info("campaign %s: adopted running process %s", campaign.id, handle.ref)
+        elif result.report is not None or result.bisect is not None:
+            self._record_exit(self.store.require(campaign.id), result.report, None, result.note, result.bisect)
+        else:
+            self._restart(
+                self.store.require(campaign.id),
+                f"process {handle.ref} gone after a service restart ({_first_line(result.error or '')})",
+            )
 
     def tick(self) -> None:
         """One pass: poll the running campaign, start the next, refresh queue positions, publish.
@@ -167,7 +197,8 @@ class Lifecycle:
         next tick without holding up the others.
         """
         for campaign in self.store.in_states(ACTIVE_STATES, self.backend.name):
-            self._guarded(f"poll {campaign.id}", functools.partial(self._poll, campaign))
+            with about(campaign):
+                self._guarded(f"poll {campaign.id}", functools.partial(self._poll, campaign))
         if not self.store.in_states(ACTIVE_STATES, self.backend.name):
             self._guarded("dispatch", self._dispatch_next)
         self._guarded("queue positions", self._refresh_positions)
@@ -177,8 +208,8 @@ class Lifecycle:
     def _guarded(what: str, step: Callable[[], None]) -> None:
         try:
             step()
-        except Exception:
-            log.exception("lifecycle step %r failed; retrying on the next tick", what)
+        except Exception as exc:
+            log_failure(log, exc, "lifecycle step %r failed; retrying on the next tick", what)
 
     def _poll(self, campaign: CampaignView) -> None:
         raw = self.store.handle(campaign.id)
@@ -190,20 +221,22 @@ class Lifecycle:
             self.end(campaign, S.TIMED_OUT, f"deadline passed ({hours:g} h after dispatch)")
             return
         result = self.backend.poll(campaign, RunHandle.model_validate_json(raw))
+        if result.progress and self.metrics is not None:
+            self.metrics.progress(campaign, result.progress)
         if result.progress:
             publisher = self.publisher_of(campaign)
             linked = self.linked(campaign)
             for event in result.progress:
                 try:
                     publisher.progress(linked, event)
-                except Exception:
-                    log.exception("campaign %s: publishing progress failed", campaign.id)
+                except Exception as exc:
+                    log_failure(log, exc, "campaign %s: publishing progress failed", campaign.id)
         if result.running and result.waiting is not None and result.waiting != (campaign.scheduler_wait or ""):
             waiting = campaign.model_copy(update={"scheduler_wait": result.waiting or None})
             try:
                 self.publisher_of(campaign).waiting(self.linked(waiting))
-            except Exception:  # kept unstored, so the next poll that says the same publishes it again
-                log.exception("campaign %s: publishing where it waits failed", campaign.id)
+            except Exception as exc:  # kept unstored, so the next poll that says the same publishes it again
+                log_failure(log, exc, "campaign %s: publishing where it waits failed", campaign.id)
             else:
                 self.store.set_scheduler_wait(campaign.id, result.waiting)
         if not result.running:
@@ -213,7 +246,10 @@ class Lifecycle:
         queue = self.store.in_states(frozenset({S.REQUESTED}), self.backend.name)
         if not queue:
             return
-        campaign = queue[0]
+        with about(queue[0]):
+            self._dispatch(queue[0])
+
+    def _dispatch(self, campaign: CampaignView) -> None:
         attempt = campaign.attempt + 1
         out = (self.settings.work_dir / campaign.id / f"attempt-{attempt}" / "out").resolve()
         deadline = campaign.deadline.timestamp() if campaign.deadline else self.clock() + self.settings.deadline_seconds
@@ -241,10 +277,11 @@ class Lifecycle:
         """Every campaign gets its check run (opening is retried on later ticks if GitHub was down)."""
         if campaign.check_run_id is not None:
             return campaign
-        try:
-            self.store.set_check_run(campaign.id, publisher.open_check_run(self.linked(campaign)))
-        except Exception:
-            log.exception("campaign %s: opening the check run failed; retrying later", campaign.id)
+        with about(campaign):
+            try:
+                self.store.set_check_run(campaign.id, publisher.open_check_run(self.linked(campaign)))
+            except Exception as exc:
+                log_failure(log, exc, "campaign %s: opening the check run failed; retrying later", campaign.id)
         return self.store.require(campaign.id)
 
     def _refresh_positions(self) -> None:
@@ -253,6 +290,10 @@ class Lifecycle:
             self.announce(campaign)
 
     def announce(self, campaign: CampaignView) -> None:
+        with about(campaign):
+            self._announce(campaign)
+
+    def _announce(self, campaign: CampaignView) -> None:
         publisher = self.publisher_of(campaign)
         campaign = self.ensure_check_run(campaign, publisher)
         position = campaign.queue_position
@@ -262,8 +303,8 @@ class Lifecycle:
             return
         try:
             comment_id = publisher.queued(self.linked(campaign), position)
-        except Exception:
-            log.exception("campaign %s: publishing the queue position failed", campaign.id)
+        except Exception as exc:
+            log_failure(log, exc, "campaign %s: publishing the queue position failed", campaign.id)
             return
         self.store.set_published_position(campaign.id, position)
         if comment_id is not None:
@@ -271,24 +312,26 @@ class Lifecycle:
 
     def _publish_due(self) -> None:
         for publication in self.store.due_publications(self.clock()):
-            try:
-                self._publish(publication)
-            except Interrupted:
-                return  # the service is stopping: still due, published after the restart
-            except Exception as exc:
-                attempts = publication.attempts + 1
-                log.exception("campaign %s: publishing %s failed", publication.campaign_id, publication.kind)
-                # GitHub asked for a long wait (GitHubRetryLaterError): due then, and not held against it.
-                later = exc.not_before if isinstance(exc, GitHubRetryLaterError) else None
-                self.store.publication_failed(
-                    publication.campaign_id,
-                    publication.kind,
-                    f"{type(exc).__name__}: {exc}",
-                    max(self.clock() + min(5.0 * 2**attempts, 600.0), later or 0.0),
-                    give_up=attempts >= PUBLICATION_MAX_ATTEMPTS and later is None,
-                )
-            else:
-                self.store.publication_done(publication.campaign_id, publication.kind)
+            with about(self.store.require(publication.campaign_id)):
+                try:
+                    self._publish(publication)
+                except Interrupted:
+                    return  # the service is stopping: still due, published after the restart
+                except Exception as exc:
+                    attempts = publication.attempts + 1
+                    log_failure(log, exc, "campaign %s: publishing %s failed", publication.campaign_id,
+                                publication.kind)
+                    # GitHub asked for a long wait (GitHubRetryLaterError): due then, and not held against it.
+                    later = exc.not_before if isinstance(exc, GitHubRetryLaterError) else None
+                    self.store.publication_failed(
+                        publication.campaign_id,
+                        publication.kind,
+                        f"{type(exc).__name__}: {exc}",
+                        max(self.clock() + min(5.0 * 2**attempts, 600.0), later or 0.0),
+                        give_up=attempts >= PUBLICATION_MAX_ATTEMPTS and later is None,
+                    )
+                else:
+                    self.store.publication_done(publication.campaign_id, publication.kind)
 
     def publisher_of(self, campaign: CampaignView) -> Publisher:
         """Who reports the campaign: a side run (bisect, main-branch tracking) has check runs of its own and no

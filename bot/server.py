@@ -39,11 +39,13 @@ from bot.core.ports import PullRequestPublisher, RepoServices, SideRunPublisher
 from bot.dispatch.base import Backend
 from bot.dispatch.local import LocalBackend
 from bot.github.connect import make_gateway
-from bot.github.gateway import GitHubGateway, GitHubRetryLaterError, Interrupted
+from bot.github.gateway import ApiObserver, GitHubGateway, GitHubRetryLaterError, Interrupted
 from bot.intake import Intake
-from bot.lifecycle import Lifecycle
+from bot.lifecycle import Lifecycle, RunPages
+from bot.logs import LogFormat, configure_logging, delivery_concerns, log_context, log_failure
 from bot.publish.main_pages import main_routes
 from bot.publish.pages import page_routes, repository_seen
+from bot.publish.queue_page import queue_route
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import Delivery, Store
 
@@ -62,6 +64,8 @@ _JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 PublisherFactory = Callable[[GitHubGateway, Settings], PullRequestPublisher]
 SideRunFactory = Callable[[GitHubGateway, Settings], SideRunPublisher]
+UNVERIFIED = "(unverified)"
+"""The event label of a request refused before its signature was checked (its X-GitHub-Event proves nothing)."""
 
 
 def signature_valid(secret: bytes, body: bytes, header: str | None) -> bool:
@@ -127,11 +131,13 @@ def default_side_runs(gateway: GitHubGateway, settings: Settings) -> SideRunPubl
     return GitHubSideRuns(gateway, settings)
 
 
-def make_backend(settings: Settings, stop: threading.Event | None = None) -> Backend:
+def make_backend(
+    settings: Settings, stop: threading.Event | None = None, observer: ApiObserver | None = None
+) -> Backend:
     if settings.backend == "actions":
         from bot.dispatch.actions import ActionsBackend
 
-        gateways = functools.cache(lambda repo: make_gateway(settings, repo, stop))
+        gateways = functools.cache(lambda repo: make_gateway(settings, repo, stop, observer))
         return ActionsBackend(
             gateways,
             workflow=settings.actions_workflow,
@@ -282,13 +288,14 @@ class Worker:
     def _step(self) -> bool:
         delivery = self.store.next_delivery(time.time())
         if delivery is not None:
-            self._handle(delivery)
+            with log_context(delivery_id=delivery.id, **delivery_concerns(delivery.payload)):
+                self._handle(delivery)
         try:
             self.lifecycle.tick()
         except sqlite3.Error:
             raise
-        except Exception:
-            log.exception("lifecycle tick failed")
+        except Exception as exc:
+            log_failure(log, exc, "lifecycle tick failed")
         return delivery is not None
 
     def _handle(self, delivery: Delivery) -> None:
@@ -311,7 +318,7 @@ class Worker:
         except Exception as exc:
             attempts = delivery.attempts + 1
             give_up = attempts >= self.settings.delivery_max_attempts
-            log.exception("delivery %s (%s) failed, attempt %d", delivery.id, delivery.event, attempts)
+            log_failure(log, exc, "delivery %s (%s) failed, attempt %d", delivery.id, delivery.event, attempts)
             self.store.retry_delivery(
                 delivery.id,
                 f"{type(exc).__name__}: {exc}",
@@ -319,12 +326,14 @@ class Worker:
                 give_up=give_up,
             )
             return
-        log.info("delivery %s (%s): %s", delivery.id, delivery.event, outcome)
+        made = self.store.by_delivery(delivery.id)
+        with log_context(campaign_id=made[-1].id if made else None):
+            log.info("delivery %s (%s): %s", delivery.id, delivery.event, outcome)
         self.store.finish_delivery(delivery.id, outcome)
 
 
 def _services_factory(
-    settings: Settings, publisher_factory: PublisherFactory, stop: threading.Event,
+    settings: Settings, publisher_factory: PublisherFactory, stop: threading.Event, observer: ApiObserver | None,
     side_run_factory: SideRunFactory = default_side_runs,
 ) -> Callable[[str], RepoServices]:
     """Gateway + publisher per repository, built on first use and kept (installation tokens are cached)."""
@@ -333,7 +342,7 @@ def _services_factory(
     def services(repo: str) -> RepoServices:
         key = repo.lower()
         if key not in cache:
-            gateway = make_gateway(settings, repo, stop)
+            gateway = make_gateway(settings, repo, stop, observer)
             cache[key] = RepoServices(
                 api=gateway,
                 publisher=publisher_factory(gateway, settings),
@@ -399,17 +408,25 @@ def create_app(
     side_run_factory: SideRunFactory = default_side_runs,
 ) -> Starlette:
     """The webhook app; its lifespan opens the store and runs the worker (app.state.store/.worker). With
-    `settings.public_url` it also serves the details pages (`bot.publish.pages`); without, no page route exists.
+    `settings.public_url` it also serves the details pages (`bot.publish.pages`) and the queue page; without, no
+    page route exists. With metrics configured it counts (`bot.metrics`, app.state.metrics) and serves `/metrics`.
 
-    Raises DatabaseError (naming the path) when the database cannot be opened.
+    Raises DatabaseError (naming the path) when the database cannot be opened, SettingsError when `metrics_listen`
+    cannot be bound.
     """
     secret = settings.webhook_secret.get_secret_value().encode()
     store = open_store(settings, power_safe=False)
     ingest = Ingest(open_store(settings, power_safe=True))
     stop = threading.Event()
-    services = _services_factory(settings, publisher_factory, stop, side_run_factory)
-    runs_on = backend or make_backend(settings, stop)
-    lifecycle = Lifecycle(store, settings, runs_on, services)
+    metrics = None
+    if settings.metrics_enabled:
+        from bot.metrics import ServiceMetrics
+
+        backend_name = backend.name if backend is not None else settings.backend
+        metrics = ServiceMetrics(open_store(settings, power_safe=False), settings, backend_name)
+    services = _services_factory(settings, publisher_factory, stop, metrics, side_run_factory)
+    runs_on = backend or make_backend(settings, stop, metrics)
+    lifecycle = Lifecycle(store, settings, runs_on, services, metrics=metrics)
     # The intake records campaigns and the lifecycle runs them; wired here so neither builds the other.
     intake = Intake(store, settings, runs_on.name, services, lifecycle)
     worker = Worker(store, intake, lifecycle, settings, stop)
@@ -419,29 +436,37 @@ def create_app(
         "nothing was stored, deliver again later"
     )
 
+    def counted(response: JSONResponse, outcome: str, event: str = UNVERIFIED, action: str = "") -> JSONResponse:
+        """The answer, counted by event, action and outcome when metrics are on (the event name only once the
+        signature proved GitHub sent it: unsigned requests must not mint label values)."""
+        if metrics is not None:
+            metrics.delivery(event, action, outcome)
+        return response
+
     async def webhook(request: Request) -> JSONResponse:
         nonlocal unverified
         if unverified >= settings.max_unverified_bodies:
-            return _error(
+            return counted(_error(
                 503,
                 "too many deliveries being received at once; deliver again later",
                 Connection="close",
                 **{"Retry-After": "1"},
-            )
+            ), "refused")
         unverified += 1
         try:
             body = await read_signed_body(request, secret, settings.body_timeout_seconds)
         except Refused as refusal:
             # The rest of the body may still be on its way: close rather than read it for keep-alive.
-            return _error(refusal.status, str(refusal), Connection="close")
+            outcome = "bad_signature" if refusal.status == 401 else "refused"
+            return counted(_error(refusal.status, str(refusal), Connection="close"), outcome)
         finally:
             unverified -= 1
         delivery_id = request.headers.get("x-github-delivery", "")
         event = request.headers.get("x-github-event", "")
         if not delivery_id or len(delivery_id) > MAX_DELIVERY_ID:
-            return _error(400, "X-GitHub-Delivery missing or too long")
+            return counted(_error(400, "X-GitHub-Delivery missing or too long"), "refused", event)
         if event == "ping":
-            return JSONResponse({"ok": "pong"})
+            return counted(JSONResponse({"ok": "pong"}), "ignored", event)
         # Every signed delivery (a `repository` privatized event too) says whether its repository is private
         # now; pages follow it at once (`bot.publish.pages`). Written only when it changed.
         seen = None if json_too_deep(body) else repository_seen(body)
@@ -449,27 +474,27 @@ def create_app(
             try:
                 await run_in_threadpool(ingest.store.record_visibility, seen, time.time())
             except sqlite3.Error:
-                return _error(503, locked, **{"Retry-After": "5"})
+                return counted(_error(503, locked, **{"Retry-After": "5"}), "refused", event)
         if event not in HANDLED_EVENTS:
-            return JSONResponse({"ignored": f"event {event!r} is not handled"})
+            return counted(JSONResponse({"ignored": f"event {event!r} is not handled"}), "ignored", event)
         try:
             if json_too_deep(body):
                 raise PayloadError(f"payload nests deeper than {MAX_JSON_DEPTH} levels")
-            parse_event(event, body)
+            action = str(getattr(parse_event(event, body), "action", None) or "")
         except PayloadError as exc:
             try:
                 await run_in_threadpool(ingest.store.reject_delivery, delivery_id, event, str(exc), body)
             except sqlite3.Error:
                 log.error("keeping rejected delivery %s failed: %s", delivery_id, locked)
-            return _error(400, str(exc))
+            return counted(_error(400, str(exc)), "refused", event)
         try:
             fresh = await ingest.add(delivery_id, event, body)
         except sqlite3.Error:
-            return _error(503, locked, **{"Retry-After": "5"})
+            return counted(_error(503, locked, **{"Retry-After": "5"}), "refused", event, action)
         if not fresh:
-            return JSONResponse({"duplicate": delivery_id})
+            return counted(JSONResponse({"duplicate": delivery_id}), "duplicate", event, action)
         worker.wake()
-        return JSONResponse({"queued": delivery_id}, status_code=202)
+        return counted(JSONResponse({"queued": delivery_id}, status_code=202), "accepted", event, action)
 
     async def health(request: Request) -> JSONResponse:
         writable = await run_in_threadpool(database_writable, settings.db_path, settings.db_busy_timeout_seconds)
@@ -482,25 +507,43 @@ def create_app(
             status_code=200 if worker.alive and writable else 503,
         )
 
+    routes = [Route("/webhook", webhook, methods=["POST"]), Route("/healthz", health, methods=["GET"])]
+    run_url = runs_on.run_url if isinstance(runs_on, RunPages) else None
+    if settings.public_url is not None:
+        routes += [*page_routes(lifecycle.pages), *main_routes(lifecycle.pages), queue_route(lifecycle.pages, run_url)]
+    listener = None
+    if metrics is not None:
+        from bot.metrics import MetricsListener, metrics_endpoint
+
+        if settings.metrics_token is not None:
+            routes.append(Route("/metrics", metrics_endpoint(metrics, settings.metrics_token), methods=["GET"]))
+        address = settings.metrics_address
+        listener = None if address is None else MetricsListener(address, metrics, settings.metrics_token)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         ingest.start()
         worker.start()
+        if listener is not None:
+            listener.start()
         try:
             yield
         finally:
             stop.set()
+            if listener is not None:
+                listener.stop()
             ingest.stop(timeout=settings.db_busy_timeout_seconds + 1)
             worker.stop()
             ingest.store.close()
             store.close()
+            if metrics is not None:
+                metrics.close()
 
-    routes = [Route("/webhook", webhook, methods=["POST"]), Route("/healthz", health, methods=["GET"])]
-    if settings.public_url is not None:
-        routes += page_routes(lifecycle.pages) + main_routes(lifecycle.pages)
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.store = store
     app.state.worker = worker
+    app.state.metrics = metrics
+    app.state.metrics_listener = listener
     return app
 
 
@@ -561,11 +604,13 @@ def guarded_protocol(header_timeout: float, max_waiting: int) -> type[H11Protoco
 def uvicorn_config(
     app: Starlette, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, log_level: str = "info"
 ) -> uvicorn.Config:
-    """How the service is served: the guarded protocol, and a bounded graceful shutdown."""
+    """How the service is served: the guarded protocol, and a bounded graceful shutdown. uvicorn's own loggers
+    propagate to the root logger `bot.logs.configure_logging` set up (its own logging config is not applied)."""
     return uvicorn.Config(
         app,
         host=host,
         port=port,
+        log_config=None,
         log_level=log_level,
         access_log=False,
         http=guarded_protocol(settings.header_timeout_seconds, settings.max_waiting_connections),
@@ -580,8 +625,9 @@ def run_server(
     *,
     publisher_factory: PublisherFactory = default_publisher,
     log_level: str = "info",
+    log_format: LogFormat | None = None,
 ) -> None:
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(log_level, log_format or settings.log_format)
     app = create_app(settings, publisher_factory=publisher_factory)
     config = uvicorn_config(app, settings, host=host, port=port, log_level=log_level)
     uvicorn.Server(config).run()
@@ -594,6 +640,8 @@ def serve_main(argv: Sequence[str]) -> int:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--settings", type=Path, help="TOML settings file (default: $KV_PARITY_SETTINGS)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", choices=["text", "json"],
+                        help="text for a terminal, json: one object per line (default: settings log_format, text)")
     args = parser.parse_args(list(argv))
     try:
         settings = load_settings(args.settings)
@@ -601,8 +649,8 @@ def serve_main(argv: Sequence[str]) -> int:
         print(f"kv-parity serve: {exc}", file=sys.stderr)
         return 2
     try:
-        run_server(settings, args.host, args.port, log_level=args.log_level)
-    except (DatabaseError, SettingsError) as exc:  # SettingsError: e.g. a local backend without a sandbox
+        run_server(settings, args.host, args.port, log_level=args.log_level, log_format=args.log_format)
+    except (DatabaseError, SettingsError) as exc:  # SettingsError: a local backend without a sandbox, a taken address
         print(f"kv-parity serve: {exc}", file=sys.stderr)
         return 2
     return 0

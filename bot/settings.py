@@ -140,6 +140,29 @@ class Settings(BaseModel):
     page and no link; set true only if the service is reachable solely by people allowed to read the
     repository."""
 
+    log_format: Literal["text", "json"] = "text"
+    """`text` for a person at a terminal; `json`: one JSON object per line, with the delivery id, campaign id,
+    repository and pull request on every line that concerns them (`kv-parity serve --log-format` overrides it)."""
+    metrics_listen: str | None = Field(None, pattern=r"^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):[0-9]{1,5}$")
+    """`HOST:PORT` of a listener of its own serving only `GET /metrics` (e.g. `127.0.0.1:9108`, an address the
+    public cannot reach); None: no such listener."""
+    metrics_token: SecretStr | None = Field(None, min_length=16)
+    """A bearer token: `GET /metrics` is then also served on the public listener, to a scraper sending
+    `Authorization: Bearer <token>` (compared in constant time; everyone else gets 404), and `metrics_listen`
+    asks for it too. None with no `metrics_listen`: no metrics at all (nothing is counted)."""
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return self.metrics_listen is not None or self.metrics_token is not None
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """`metrics_listen` as (host, port), brackets of an IPv6 address removed."""
+        if self.metrics_listen is None:
+            return None
+        host, _, port = self.metrics_listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
     def unserved(self, repo: str) -> str | None:
         """Why an event of `repo` is ignored (`repo` is set to another repository), or None when it is served."""
         if self.repo and repo.lower() != self.repo.lower():

@@ -28,10 +28,10 @@ SLOW_FILES = frozenset({
     "test_campaign.py", "test_cli.py",
     "test_coverage.py", "test_declared_exclusions.py", "test_distributed.py", "test_fixture_knobs.py",
     "test_fixture_noise.py", "test_html_report.py", "test_independent_harness.py", "test_installed.py",
-    "test_instructions.py", "test_lifecycles.py", "test_main_tracking.py", "test_pages.py", "test_perf.py",
-    "test_publish.py", "test_publish_security.py", "test_real_shapes.py", "test_real_size_canonical.py",
-    "test_requests_e2e.py", "test_sandbox.py", "test_server_e2e.py", "test_slurm.py", "test_split_build.py",
-    "test_symbols.py", "test_workflow_replay.py", "test_workflows.py", "test_accept_e2e.py",
+    "test_instructions.py", "test_lifecycles.py", "test_main_tracking.py", "test_operability.py", "test_pages.py",
+    "test_perf.py", "test_publish.py", "test_publish_security.py", "test_real_shapes.py",
+    "test_real_size_canonical.py", "test_requests_e2e.py", "test_sandbox.py", "test_server_e2e.py", "test_slurm.py",
+    "test_split_build.py", "test_symbols.py", "test_workflow_replay.py", "test_workflows.py", "test_accept_e2e.py",
 })
 """Files whose tests build the fixture harness, run campaigns or services end to end, Slurm, Chromium or an
 installed wheel (each over 5 s of the suite): `pytest -m "not slow"` runs the rest, the developer's fast lane.

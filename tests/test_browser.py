@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from bot.publish.html_report import report_html
+from runners.report import CampaignReport
 from tests.browser import Browser, BrowserError, PageResult
-from tests.report_factory import OUTCOMES
+from tests.report_factory import OUTCOMES, make_report
 from tests.test_html_report import HOSTILE_LINKS, pwned_report
 
 GOLDEN = Path(__file__).parent / "golden" / "html"
@@ -39,6 +40,37 @@ OVERFLOW = """(() => {
     }
     return {width, scrollWidth: document.documentElement.scrollWidth, outside: outside.slice(0, 10)};
 })()"""
+
+
+ROW_TABLE_FITS = """(() => {
+    const box = document.querySelector('#rows + .scroll');
+    const right = el => Math.round(el.getBoundingClientRect().right);
+    const cells = [...box.querySelectorAll('tr:first-child > *')].map(right);
+    return {scrollWidth: box.scrollWidth, clientWidth: box.clientWidth, right: right(box),
+            lastCell: Math.max(...cells), page: document.documentElement.scrollWidth};
+})()"""
+EMOJI_MARKS = "✅❌⚠⛔➖☑🔎🚫⏭⌛💥"
+MARKS = """[...document.querySelectorAll('svg.mark')].map(svg => ({
+    name: svg.getAttribute('aria-label'), width: svg.getBoundingClientRect().width,
+    painted: [...svg.querySelectorAll('path')].every(p => p.getTotalLength() > 0),
+}))"""
+
+
+def long_diagnostics_report() -> CampaignReport:
+    """Every diagnostic of every measured row breached, each with a long detail and an unbreakable token, on rows
+    named like the real ones: the Diagnostics column at its widest."""
+    report = make_report("inconclusive_diagnostics")
+    rows = []
+    for row in report.rows:
+        perf = row.performance
+        assert perf is not None
+        token = "sensor_package_temperature_drifted_across_the_whole_series_of_sixty_pairs"
+        diagnostics = [
+            check.model_copy(update={"breached": True, "detail": f"{check.detail}; {check.name}_{token}"})
+            for check in perf.diagnostics
+        ]
+        rows.append(row.model_copy(update={"performance": perf.model_copy(update={"diagnostics": diagnostics})}))
+    return report.model_copy(update={"rows": rows})
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +111,8 @@ def test_phone_width_scrolls_only_inside_tables(browser: Browser, outcome: str) 
         assert layout["width"] == PHONE["width"]
         assert layout["scrollWidth"] <= layout["width"], layout
         assert layout["outside"] == [], layout
-        assert page.evaluate("[...document.querySelectorAll('svg')].every(s => s.getBoundingClientRect().right <= 390)")
+        charts = "[...document.querySelectorAll('svg:not(.mark)')]"
+        assert page.evaluate(f"{charts}.every(s => s.getBoundingClientRect().right <= 390)")
     finally:
         page.close()
 
@@ -131,3 +164,50 @@ def test_without_chromium_the_driver_says_install_it(tmp_path: Path, monkeypatch
     with pytest.raises(BrowserError, match="install chromium"), Browser():
         pass
     assert os.environ["PATH"] == str(tmp_path)
+
+
+@pytest.mark.parametrize("outcome", [*OUTCOMES, "long_diagnostics"])
+def test_the_row_table_fits_a_1280_pixel_window_without_sideways_scrolling(
+    browser: Browser, tmp_path: Path, outcome: str
+) -> None:
+    path = GOLDEN / f"{outcome}.html"
+    if outcome == "long_diagnostics":
+        path = tmp_path / "report.html"
+        path.write_text(report_html(long_diagnostics_report()), encoding="utf-8")
+    page = load(browser, path, width=1280, height=900)
+    try:
+        fit = page.evaluate(ROW_TABLE_FITS)
+        assert fit["scrollWidth"] <= fit["clientWidth"], f"the row table scrolls sideways: {fit}"
+        assert fit["lastCell"] <= fit["right"], f"the Diagnostics column is cut off: {fit}"
+        assert fit["page"] <= 1280, fit
+    finally:
+        page.close()
+
+
+def test_the_long_diagnostics_report_is_what_scrolled_before(browser: Browser, tmp_path: Path) -> None:
+    """The check above can fail: the same report, with the row table's desktop rules taken out, scrolls."""
+    html = report_html(long_diagnostics_report())
+    start = html.index("@media (min-width: 800px)")
+    path = tmp_path / "report.html"
+    path.write_text(html[:start] + html[html.index("}\n}\n", start) + 4:], encoding="utf-8")
+    page = load(browser, path, width=1280, height=900)
+    try:
+        fit = page.evaluate(ROW_TABLE_FITS)
+        assert fit["scrollWidth"] > fit["clientWidth"], fit
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES)
+def test_verdict_marks_are_drawn_without_an_emoji_font(browser: Browser, outcome: str) -> None:
+    """No verdict emoji is left in the page's text (this machine has no emoji font: each would be an empty box);
+    each mark is an inline SVG that takes space and paints its shape, and says what it means."""
+    page = load(browser, GOLDEN / f"{outcome}.html")
+    try:
+        text = page.evaluate("document.body.innerText")
+        assert [c for c in text if c in EMOJI_MARKS] == []
+        marks = page.evaluate(MARKS)
+        assert marks, "the page shows verdicts"
+        assert all(m["width"] > 0 and m["painted"] and m["name"] for m in marks), marks
+    finally:
+        page.close()

@@ -26,6 +26,7 @@ from bot.github.gateway import (
     GitHubAuthError,
     GitHubError,
     GitHubGateway,
+    GitHubNotFoundError,
     GitHubRateLimitError,
     GitHubRetryLaterError,
     GitHubUnavailableError,
@@ -784,3 +785,49 @@ def test_installation_token_cannot_read_user(fake: FakeGitHub, sleeper: Sleeper)
         gh.authenticated_login()
 
     assert raised.value.status == 403
+
+
+# ----------------------------------------------------------------- the service's metrics (issue 38)
+
+
+def test_the_gateway_counts_its_calls_errors_retries_and_the_rate_limit(
+    fake: FakeGitHub, sleeper: Sleeper, tmp_path: Path
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from bot.metrics import ServiceMetrics
+    from bot.settings import Settings
+    from bot.store.campaigns import Store
+
+    settings = Settings(webhook_secret="s", token="t", local_repo_path=tmp_path, db_path=tmp_path / "db.sqlite3")
+    metrics = ServiceMetrics(Store(settings.db_path), settings, "local")
+    gh = gateway(fake.url, sleeper, observer=metrics, max_wait=10)
+
+    def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = metrics.exposition().decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples
+                if s.name.startswith("kv_parity_github")}
+
+    repo = (("repo", REPO),)
+    gh.pull(7)
+    assert samples() == {("kv_parity_github_calls_total", repo): 1,
+                         ("kv_parity_github_rate_limit_remaining", repo): 4999,
+                         ("kv_parity_github_rate_limit", repo): 5000}
+    fake.inject_failures("GET", r"/pulls/7$", [(502, {}, {"message": "Bad Gateway"})])
+    gh.pull(7)
+    fake.inject_failures("GET", r"/pulls/7$", [(404, {}, {"message": "Not Found"})])
+    with pytest.raises(GitHubNotFoundError):
+        gh.pull(7)
+    fake.inject_failures("GET", r"/pulls/7$", [secondary_rate_limit(retry_after=90)])
+    with pytest.raises(GitHubRetryLaterError):
+        gh.pull(7)
+    with pytest.raises(GitHubRetryLaterError):
+        gh.pull(7)  # refused without a request while GitHub asked to wait: not a call
+    assert samples() == {("kv_parity_github_calls_total", repo): 4,
+                         ("kv_parity_github_retries_total", (("reason", "unavailable"), *repo)): 1,
+                         ("kv_parity_github_errors_total", (("kind", "not_found"), *repo)): 1,
+                         ("kv_parity_github_errors_total", (("kind", "retry_later"), *repo)): 1,
+                         ("kv_parity_github_rate_limit_remaining", repo): 4998,  # injected answers are not counted
+                         ("kv_parity_github_rate_limit", repo): 5000}
+    assert sleeper.waits == [1.0]

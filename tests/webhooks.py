@@ -606,6 +606,7 @@ def _campaign(argv: list[str]) -> int:
     parser.add_argument("--grandchild", action="store_true", help="spawn a long-lived child process")
     parser.add_argument("--exit-code", type=int, default=0)
     parser.add_argument("--no-report", action="store_true")
+    parser.add_argument("--row-progress", action="store_true", help="report determinism and performance per row")
     args = parser.parse_args(argv)
     child = None
     if args.grandchild:
@@ -625,6 +626,14 @@ def _campaign(argv: list[str]) -> int:
     if args.hold_until:
         while not Path(args.hold_until).exists():
             time.sleep(0.02)
+    if args.row_progress:
+        from runners.config import parse_config, parse_rows
+
+        chosen = parse_rows(args.rows)
+        for row in parse_config(Path(args.config).read_text(), args.config).rows:
+            if chosen is None or row.id in chosen:
+                emit(progress, "determinism", "2 + 2 fresh processes", row=row.id)
+                emit(progress, "performance", "pairs", row=row.id, done=0, total=60)
     emit(progress, "report", "writing the report")
     if not args.no_report:
         template = CampaignReport.model_validate_json(Path(args.report_template).read_text(encoding="utf-8"))
@@ -656,6 +665,7 @@ def _serve(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="recording service")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--record", type=Path, required=True)
+    parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     publisher = RecordingPublisher(args.record)
     run_server(
@@ -663,7 +673,7 @@ def _serve(argv: list[str]) -> int:
         "127.0.0.1",
         args.port,
         publisher_factory=lambda gateway, s: publisher,
-        log_level="warning",
+        log_level=args.log_level,
     )
     return 0
 

@@ -7,15 +7,17 @@ import functools
 import threading
 import time
 
-from bot.github.gateway import AppAuth, GitHubGateway, Interrupted, TokenAuth
+from bot.github.gateway import ApiObserver, AppAuth, GitHubGateway, Interrupted, TokenAuth
 from bot.settings import Settings
 
 
-def make_gateway(settings: Settings, repo: str, stop: threading.Event | None = None) -> GitHubGateway:
+def make_gateway(
+    settings: Settings, repo: str, stop: threading.Event | None = None, observer: ApiObserver | None = None
+) -> GitHubGateway:
     """The gateway for one repository, authenticated the way the settings choose.
 
     With `stop`, a retry wait ends as soon as it is set (raising Interrupted), so a shutdown never waits
-    out a backoff.
+    out a backoff; `observer` (the service's metrics) is told of every call.
     """
     auth: TokenAuth | AppAuth
     if settings.token is not None:
@@ -36,6 +38,7 @@ def make_gateway(settings: Settings, repo: str, stop: threading.Event | None = N
         sleep=time.sleep if stop is None else functools.partial(_interruptible_sleep, stop),
         seconds_between_requests=settings.api_seconds_between_requests,
         seconds_between_writes=settings.api_seconds_between_writes,
+        observer=observer,
     )
 
 

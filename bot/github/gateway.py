@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import httpx
 from github import Auth, Github, GithubException, GithubIntegration
@@ -93,6 +93,27 @@ class GitHubUnavailableError(GitHubError):
 
 class ArtifactTooLargeError(GitHubError):
     """An artifact larger than the caller accepts: refused before (or while) downloading, never buffered."""
+
+
+TRANSIENT_ERRORS = (GitHubRateLimitError, GitHubUnavailableError)
+"""GitHub asked to retry later (a rate limit, `Retry-After`) or did not answer (5xx, the network): the work is
+tried again later, so these are expected events, logged in one line (`bot.logs.log_failure`)."""
+
+
+class ApiObserver(Protocol):
+    """Told about every call through the gateway (the service's metrics, `bot.metrics`): the door counts itself."""
+
+    def github_call(self, repo: str) -> None: ...
+
+    def github_error(self, repo: str, error: GitHubError) -> None:
+        """The call failed for good (after the retries it was allowed)."""
+        ...
+
+    def github_retry(self, repo: str, error: BaseException) -> None: ...
+
+    def github_rate_limit(self, repo: str, remaining: int, limit: int) -> None:
+        """The rate limit GitHub reported with its latest answer."""
+        ...
 
 
 class _Frozen(BaseModel):
@@ -321,8 +342,10 @@ class GitHubTransport:
         timeout: int = 15,
         seconds_between_requests: float | None = 0.25,
         seconds_between_writes: float | None = 1.0,
+        observer: ApiObserver | None = None,
     ) -> None:
         self._repo_name = repo_full_name
+        self._observer = observer
         self._auth = auth
         self._base_url = base_url.rstrip("/")
         self._login = bot_login
@@ -347,7 +370,7 @@ class GitHubTransport:
             retry=retry_if_exception(self._should_retry),
             sleep=sleep,
             reraise=True,
-            before_sleep=self._log_retry,
+            before_sleep=self._before_retry,
         )
 
     # ----------------------------------------------------------------- clients
@@ -405,22 +428,45 @@ class GitHubTransport:
             # requests' connection errors and timeouts (raised through PyGithub) are OSErrors.
             except (OSError, httpx.TransportError) as exc:
                 raise GitHubUnavailableError(f"{what}: no answer from GitHub ({exc})") from exc
+            finally:
+                self._observe_rate_limit()
 
+        if self._observer is not None:
+            self._observer.github_call(self._repo_name)
         try:
             return self._retrying(attempt)
         except GitHubRateLimitError as exc:
             if exc.retry_after <= self._max_wait or isinstance(exc, GitHubRetryLaterError):
+                self._observe_error(exc)
                 raise
             self._blocked_until = self._clock() + exc.retry_after
             self._blocked_status = exc.status or 403
-            raise GitHubRetryLaterError(
+            later = GitHubRetryLaterError(
                 f"{exc} (asked to wait {exc.retry_after:.0f} s, longer than the {self._max_wait:g} s "
                 "this service waits in place)",
                 status=self._blocked_status,
                 body=exc.body,
                 retry_after=exc.retry_after,
                 not_before=self._blocked_until,
-            ) from exc
+            )
+            self._observe_error(later)
+            raise later from exc
+        except GitHubError as exc:
+            self._observe_error(exc)
+            raise
+
+    def _observe_error(self, error: GitHubError) -> None:
+        if self._observer is not None:
+            self._observer.github_error(self._repo_name, error)
+
+    def _observe_rate_limit(self) -> None:
+        """Pass on the rate limit PyGithub read from the latest answer's headers (none before the first answer)."""
+        client: Github | None = self.__dict__.get("_github")
+        if self._observer is None or client is None:
+            return
+        remaining, limit = client.requester.rate_limiting
+        if limit >= 0:
+            self._observer.github_rate_limit(self._repo_name, remaining, limit)
 
     def _translate(self, what: str, exc: GithubException) -> GitHubError:
         status, body = exc.status, exc.data
@@ -472,11 +518,13 @@ class GitHubTransport:
             return exc.retry_after
         return float(min(2 ** (state.attempt_number - 1), self._max_wait))
 
-    @staticmethod
-    def _log_retry(state: RetryCallState) -> None:
+    def _before_retry(self, state: RetryCallState) -> None:
+        """One line per retry (an expected event: no traceback), and the retry counted."""
         exc = state.outcome.exception() if state.outcome else None
         wait = state.next_action.sleep if state.next_action else 0.0
         log.warning("GitHub call failed (attempt %d), retrying in %.1fs: %s", state.attempt_number, wait, exc)
+        if self._observer is not None and exc is not None:
+            self._observer.github_retry(self._repo_name, exc)
 
     # ----------------------------------------------------------------- identity
 

@@ -17,6 +17,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from bot.publish import svg
+from bot.publish.marks import with_marks
 from bot.publish.render import (
     TEMPLATES_DIR,
     Links,
@@ -126,7 +127,7 @@ _PAGE = ENV.from_string(
 def page(title: str, body_html: Markup) -> str:
     """A complete page in the shared base: `title` is escaped, `body_html` is inserted as the caller built it
     (build it with `markupsafe.escape`/`Markup` or this module's templates, never from raw input)."""
-    return _PAGE.render(title=title, body=body_html)
+    return with_marks(_PAGE.render(title=title, body=body_html))
 
 
 # --- the report page ----------------------------------------------------------------------------------------
@@ -357,7 +358,7 @@ def report_html(
 
     `public=True` renders the stripped public report (no raw output of the code under test, every reason on
     one line), the variant a web page may serve; the artifact's page renders everything. `nav` is the serving
-    page's own navigation, shown above the banner.
+    page's own navigation, shown above the banner. Verdict emoji become inline-SVG marks (`bot.publish.marks`).
     """
     if public:
         report = PublicReport.of(report).report
@@ -365,7 +366,7 @@ def report_html(
     verdicts = report.concluded
     revisions = {r.arm: r for r in report.revisions}
     settings = {a.arm: a.settings for a in report.artifacts if a.settings is not None}
-    return ENV.get_template("report.html.j2").render(
+    document = ENV.get_template("report.html.j2").render(
         report=report,
         verdicts=verdicts,
         headline=headline(report, markdown=False),
@@ -385,3 +386,4 @@ def report_html(
         public=public,
         nav=nav,
     )
+    return with_marks(document)

@@ -1,7 +1,7 @@
 """SQLite (WAL) state of the bot: campaigns and their transitions here; deliveries (dedupe + work queue) in
 `bot.store.deliveries`; fork approvals, seen heads and refusals in `bot.store.people`; pending publications in
-`bot.store.publications`; details-page tokens and merge-base history in `bot.store.pages`. `Store` composes them
-over one connection.
+`bot.store.publications`; details-page tokens and merge-base history in `bot.store.pages`; what operators ask (the
+queue, run times, backlogs) in `bot.store.operations`. `Store` composes them over one connection.
 
 Every campaign transition is written, with its reason and time, before the side effect it stands for
 (start a process, kill it, publish), so after a crash the store says what was meant to happen and the
@@ -29,6 +29,7 @@ from bot.store.acceptances import AcceptanceRecords
 from bot.store.attempts import PriorAttempt
 from bot.store.deliveries import SCHEMA as DELIVERIES_SCHEMA
 from bot.store.deliveries import Delivery, DeliveryQueue
+from bot.store.operations import OperatorQueries
 from bot.store.pages import SCHEMA as PAGES_SCHEMA
 from bot.store.pages import PageRecords
 from bot.store.people import SCHEMA as PEOPLE_SCHEMA
@@ -327,7 +328,9 @@ def campaign_from_row(
     )
 
 
-class Store(DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords, TrackingRecords, AcceptanceRecords):
+class Store(
+    DeliveryQueue, PeopleRecords, PublicationQueue, PageRecords, TrackingRecords, AcceptanceRecords, OperatorQueries
+):
     """One SQLite connection guarded by a lock; cheap enough to share between the HTTP side and a worker."""
 
     def __init__(self, path: Path, *, power_safe: bool = True, busy_timeout: float = 30.0) -> None:

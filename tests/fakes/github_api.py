@@ -59,6 +59,7 @@ import secrets
 import socket
 import subprocess
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,8 @@ MAX_CHECK_TEXT = 65535
 MAX_COMMENT_BODY = 65536
 MAX_DISPATCH_INPUTS = 25
 CONTENTS_INLINE_LIMIT = 1024 * 1024
+RATE_LIMIT = 5000
+"""Requests an hour a credential may make (GitHub's primary limit for a token), reported in every answer's headers."""
 
 InjectedResponse = tuple[int, Mapping[str, str], Any]
 AuthKind = Literal["token", "jwt", "none"]
@@ -424,6 +427,7 @@ class FakeGitHub:
             self._failures: list[tuple[str, re.Pattern[str], deque[InjectedResponse]]] = []
             self._failures_after: list[tuple[str, re.Pattern[str], deque[InjectedResponse]]] = []
             self.calls: list[Call] = []
+            self._rate_used: dict[str, int] = {}
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -737,7 +741,21 @@ class FakeGitHub:
         response = self._conform(method, path, query, body, response)
         with self._lock:
             replaced = self._take_injected(method, path, self._failures_after)
+            if replaced is None and path != "/graphql" and not path.startswith("/_blobs/"):
+                response.headers.update(self._rate_limit_headers(headers.get("authorization", "")))
         return response if replaced is None else replaced
+
+    def _rate_limit_headers(self, credential: str) -> dict[str, str]:
+        """GitHub's primary rate limit headers, sent with every REST answer: 5,000 requests an hour per
+        credential, counted down by each answered request (the lock is held)."""
+        used = self._rate_used[credential] = self._rate_used.get(credential, 0) + 1
+        return {
+            "X-RateLimit-Limit": str(RATE_LIMIT),
+            "X-RateLimit-Remaining": str(max(0, RATE_LIMIT - used)),
+            "X-RateLimit-Used": str(used),
+            "X-RateLimit-Reset": str(int(time.time()) + 3600),
+            "X-RateLimit-Resource": "core",
+        }
 
     def _conform(
         self, method: str, path: str, query: dict[str, str], body: Any, response: Response
