@@ -514,7 +514,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
         perf = perf.model_copy(update={"schedule_path": kept.name})
     report.performance, report.perf_verdict, report.perf_reason = perf, perf.verdict, perf.reason
     report.placement_cpus = placement.cpu_set
-    if should_count(perf):  # after every sample of the row, never beside one
+    if should_count(perf, config.perf):  # after every sample of the row, never beside one
         emit(progress, "instructions", "counting both arms twice under callgrind", row=row.id)
         report.instructions = count_instructions(
             row_id=row.id, binaries=prepared.binaries, args=args, timed_function=config.harness.timed_function,

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from runners import untrusted
 from runners.attribution import CallgrindProfile, callgrind_capture, parse_callgrind, sandbox_launcher
+from runners.config import PerfConfig
 from runners.progress import ProgressSink, emit
 from runners.report import (
     ARMS,
@@ -55,10 +56,10 @@ _COUNTED_EVENT = re.compile(r"(?:[\w.-]+/)?instructions:u/?")
 # --- the counting stage -------------------------------------------------------------------------------------
 
 
-def should_count(perf: PerfResult) -> bool:
-    """Count once the performance stage completed its series (a gate decided on it); a row blocked or stopped
-    by a product failure has nothing for the counts to corroborate."""
-    return perf.reported_verdict is not None
+def should_count(perf: PerfResult, config: PerfConfig) -> bool:
+    """Count once the performance stage completed its series (a gate decided on it), unless the config turned
+    counting off; a row blocked or stopped by a product failure has nothing for the counts to corroborate."""
+    return config.instructions != "off" and perf.reported_verdict is not None
 
 
 def _pattern(timed_function: str) -> re.Pattern[str]:

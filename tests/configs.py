@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from runners.config import CampaignConfig, SlurmRowConfig
 from runners.demo import demo_config
 
+InstructionsMode = Literal["corroborate", "show", "off"]
 
-def quick(config: CampaignConfig) -> CampaignConfig:
+
+def quick(config: CampaignConfig, *, instructions: InstructionsMode = "off") -> CampaignConfig:
     """A short performance gate whose verdict is decided by the plumbing, not by this machine's noise.
 
     Ten pairs make the dependence diagnostics and a 1.05 threshold a coin toss between two runs, and these tests
@@ -23,12 +25,17 @@ def quick(config: CampaignConfig) -> CampaignConfig:
     own workers load this 2-core machine, so competing load is not on trial here either (tests/test_perf.py
     tries that rule on its own). Beside four workers an A/A pair's ratio reached 3.7 and the upper bound X(9) of
     ten 2.198 (a 2.0 threshold made the Slurm service test INCONCLUSIVE in CI), so the threshold is 10.
+
+    The instruction counts (four valgrind runs after a row's samples, about 6 s a row here) are off unless a test
+    asks for them: tests/test_instructions.py tries the stage, the split pipeline's equivalence test
+    (tests/test_distributed.py) keeps it on both paths, and `kv-parity demo` runs it as users get it.
     """
     diagnostics = config.perf.diagnostics.model_copy(update={
         "max_abs_autocorr": 1.0, "min_trend_p": 1e-9, "min_order_effect_p": 1e-9, "min_telemetry_p": 1e-9})
     invalidation = config.perf.invalidation.model_copy(update={"max_interference_ms": 1e6})
     perf = config.perf.model_copy(update={"pairs": 10, "warmups_per_arm": 1, "threshold": 10.0,
-                                          "diagnostics": diagnostics, "invalidation": invalidation})
+                                          "diagnostics": diagnostics, "invalidation": invalidation,
+                                          "instructions": instructions})
     return config.model_copy(update={"perf": perf})
 
 

@@ -21,8 +21,9 @@ ROOMY_ROW = "vllm-agg-no-pressure"
 
 
 def quick(config: CampaignConfig, **trace: object) -> CampaignConfig:
-    """The demo config with a short performance gate: these tests are about correctness."""
-    perf = config.perf.model_copy(update={"pairs": 10, "warmups_per_arm": 1})
+    """The demo config with a short performance gate and no instruction counts: these tests are about
+    correctness (tests/test_instructions.py tries the counts)."""
+    perf = config.perf.model_copy(update={"pairs": 10, "warmups_per_arm": 1, "instructions": "off"})
     updates: dict[str, object] = {"perf": perf}
     if trace:
         updates["trace"] = config.trace.model_copy(update=trace)

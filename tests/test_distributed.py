@@ -80,7 +80,7 @@ def campaigns(tmp_path_factory: pytest.TempPathFactory, campaign_config: Campaig
     root = tmp_path_factory.mktemp("distributed")
     repo = root / "repo"
     init_fixture_repo(repo)
-    config = quick(campaign_config)
+    config = quick(campaign_config, instructions="corroborate")  # counted on both paths, compared
     toml = config_text(config)
     base = commit_change(repo, "campaign config", files={DEFAULT_CONFIG_PATH: toml})
     git(repo, "checkout", "-q", "-b", "feature")
@@ -123,6 +123,8 @@ def test_build_rows_merge_gives_the_single_machine_verdicts(campaigns: Campaigns
         assert split.semantic == one.semantic == SemanticVerdict.PASS, split.semantic_reasons
         assert split.perf_verdict == one.perf_verdict == PerfVerdict.PASS, split.perf_reason
         assert _row_conclusion(merged, index) == _row_conclusion(single, index) == CheckConclusion.SUCCESS
+        assert one.instructions is not None and split.instructions is not None, "both paths count instructions"
+        assert split.instructions.ratio == one.instructions.ratio, "the same binaries count the same on both paths"
     assert single.verdicts is not None and merged.verdicts is not None
     assert merged.verdicts.model_dump(exclude={"summary"}) == single.verdicts.model_dump(exclude={"summary"})
     assert merged.verdicts.conclusion == CheckConclusion.SUCCESS

@@ -144,9 +144,9 @@ def test_a_campaign_counts_each_row_after_its_samples_and_keeps_the_captures(
     repo = tmp_path / "repo"
     init_fixture_repo(repo)
     head = commit_change(repo, "reword comments", touch_comment=True)
-    report = run_campaign(CampaignRequest(repo=repo, base="HEAD~1", head=head, config=quick(demo_config()),
-                                          config_source="test", out_dir=tmp_path / "out", rows=["vllm-agg"],
-                                          trace_path=demo_trace))
+    config = quick(demo_config(), instructions="corroborate")
+    report = run_campaign(CampaignRequest(repo=repo, base="HEAD~1", head=head, config=config, config_source="test",
+                                          out_dir=tmp_path / "out", rows=["vllm-agg"], trace_path=demo_trace))
     [row] = report.rows
     assert row.performance is not None and row.performance.reported_verdict is not None, row.perf_reason
     counts = row.instructions

@@ -38,7 +38,9 @@ KEY_LINE = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC-test-key-line"
 
 
 def quick(config: CampaignConfig) -> CampaignConfig:
-    return config.model_copy(update={"perf": config.perf.model_copy(update={"pairs": 10, "warmups_per_arm": 1})})
+    """A short gate without instruction counts: these campaigns try the sandbox."""
+    perf = config.perf.model_copy(update={"pairs": 10, "warmups_per_arm": 1, "instructions": "off"})
+    return config.model_copy(update={"perf": perf})
 
 
 def rust_str(value: str) -> str:

@@ -510,7 +510,7 @@ def _instructions_cell(row: RowReport, perf: PerfConfig) -> str:
     only shown); runs of one arm that differ and a reported time that fell while the work rose are flagged."""
     counts = row.instructions
     if counts is None:
-        return "—"
+        return "off: not counted" if perf.instructions == "off" and row.performance is not None else "—"
     if counts.problem is not None or counts.ratio is None or counts.delta is None:
         return f"⚠️ not counted: {md(one_line(counts.problem or 'incomplete counts', ''))}"
     above = (counts.lowest_ratio or 0.0) > perf.instructions_threshold
