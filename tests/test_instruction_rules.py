@@ -21,6 +21,7 @@ from runners.instructions import (
     parse_perf_stat,
     probe_hardware_counter,
     region_of,
+    should_count,
 )
 from runners.report import CountedRun, DoctorStatus, InstructionCounts, PerfResult, PerfVerdict
 from runners.untrusted import UntrustedFileError
@@ -241,8 +242,9 @@ def test_the_instruction_settings_are_predeclared_with_defaults() -> None:
                                   harness_table='timed_function = "crate::*::run"'), "t")
     assert chosen.perf.instructions == "show" and chosen.perf.instructions_threshold == 1.2
     assert chosen.harness.timed_function == "crate::*::run"
-    with pytest.raises(ConfigError, match="perf.instructions: Input should be 'corroborate' or 'show'"):
-        parse_config(_config('instructions = "off"'), "t")
+    assert parse_config(_config('instructions = "off"'), "t").perf.instructions == "off"
+    with pytest.raises(ConfigError, match="perf.instructions: Input should be 'corroborate', 'show' or 'off'"):
+        parse_config(_config('instructions = "never"'), "t")
     with pytest.raises(ConfigError, match="perf.instructions_threshold: Input should be greater than 1"):
         parse_config(_config("instructions_threshold = 0.95"), "t")
     with pytest.raises(ConfigError, match="harness.timed_function: String should have at least 1 character"):
@@ -295,6 +297,20 @@ def test_the_doctors_answer_on_this_node_follows_what_perf_printed() -> None:
 
 
 # --- where people look --------------------------------------------------------------------------------------
+
+
+def test_counting_off_runs_no_stage_and_every_row_says_so() -> None:
+    """`[perf] instructions = "off"`: the stage never runs (should_count), and the row table says the counts were
+    not taken rather than leaving the cell blank."""
+    report = make_report("pass")
+    perf = report.rows[0].performance
+    assert perf is not None and perf.reported_verdict is not None
+    off = report.config.perf.model_copy(update={"instructions": "off"})
+    assert should_count(perf, report.config.perf) and not should_count(perf, off)
+    stripped = report.model_copy(update={
+        "config": report.config.model_copy(update={"perf": off}),
+        "rows": [row.model_copy(update={"instructions": None}) for row in report.rows]})
+    assert "| off: not counted |" in check_run_content(stripped, Links()).summary
 
 
 def test_a_count_that_fails_a_pass_is_shown_next_to_the_time_it_contradicts() -> None:

@@ -109,8 +109,9 @@ def test_the_queue_is_counted_per_runner_labels_and_its_oldest_wait(store: Store
         return found.get(("kv_parity_queue_length", key)), found.get(("kv_parity_queue_oldest_age_seconds", key))
 
     created = {c.id: c.created_at.timestamp() for c in (both, gpu_only)}
-    assert queue("self-hosted") == (1, 10**10 - created[both.id])
-    assert queue("self-hosted,gpu") == (2, 10**10 - created[both.id])
+    oldest = pytest.approx(10**10 - created[both.id], abs=1e-6)  # the store keeps times as REAL: microseconds
+    assert queue("self-hosted") == (1, oldest)
+    assert queue("self-hosted,gpu") == (2, oldest)
     assert found[("kv_parity_campaigns", frozenset({("state", "dispatched"), ("backend", "local")}))] == 1
     assert found[("kv_parity_campaigns", frozenset({("state", "requested"), ("backend", "local")}))] == 2
     live = queue_snapshot(store, 10**10).live
