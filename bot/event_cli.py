@@ -46,7 +46,8 @@ from bot.dispatch.actions import (
     extract_artifact,
     parse_run_title,
 )
-from bot.github.gateway import ACTIONS_BOT, BotIdentity, CommentInfo, GitHubError, WorkflowRunInfo
+from bot.github.errors import GitHubError
+from bot.github.models import ACTIONS_BOT, BotIdentity, CommentInfo, WorkflowRunInfo
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import CampaignPurpose, CampaignState, CampaignView

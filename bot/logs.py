@@ -20,7 +20,7 @@ from typing import Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bot.github.gateway import TRANSIENT_ERRORS
+from bot.github.errors import TRANSIENT_ERRORS
 
 LogFormat = Literal["text", "json"]
 CONTEXT_FIELDS = ("delivery_id", "campaign_id", "repo", "pr")

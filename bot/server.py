@@ -39,7 +39,9 @@ from bot.core.ports import PullRequestPublisher, RepoServices, SideRunPublisher
 from bot.dispatch.base import Backend
 from bot.dispatch.local import LocalBackend
 from bot.github.connect import make_gateway
-from bot.github.gateway import ApiObserver, GitHubGateway, GitHubRetryLaterError, Interrupted
+from bot.github.errors import GitHubRetryLaterError, Interrupted
+from bot.github.gateway import GitHubGateway
+from bot.github.retry import ApiObserver
 from bot.intake import Intake
 from bot.lifecycle import Lifecycle, RunPages
 from bot.logs import LogFormat, configure_logging, delivery_concerns, log_context, log_failure

@@ -29,7 +29,7 @@ from bot.dispatch.actions import (
     lost_runner,
     read_report,
 )
-from bot.github.gateway import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInfo
+from bot.github.models import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInfo
 from bot.publish import render
 from bot.server import create_app
 from bot.settings import Settings

@@ -28,7 +28,7 @@ from bot.core.triggers import Cancel, Intent, NeedsApproval, Refuse, Rerun, Star
 from bot.dispatch.actions import RUN_NAME
 from bot.dispatch.local import LocalBackend
 from bot.event_cli import RunTitleLedger
-from bot.github.gateway import ACTIONS_BOT, BotIdentity, MergeBase, PullInfo, WorkflowRunInfo
+from bot.github.models import ACTIONS_BOT, BotIdentity, MergeBase, PullInfo, WorkflowRunInfo
 from bot.intake import StoreLedger
 from bot.lifecycle import Lifecycle
 from bot.settings import Settings

@@ -46,7 +46,8 @@ from typing import Protocol
 from pydantic import BaseModel, ValidationError
 
 from bot.dispatch.base import PollResult, RunHandle, StartError
-from bot.github.gateway import ArtifactTooLargeError, GitHubError, WorkflowJobInfo, WorkflowRunInfo
+from bot.github.errors import ArtifactTooLargeError, GitHubError
+from bot.github.models import WorkflowJobInfo, WorkflowRunInfo
 from bot.store.campaigns import CampaignPurpose, CampaignView
 from runners.config import CampaignMode, ConfigError, format_rows, parse_rows
 from runners.distributed.common import FIXTURES_ROW
