@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from bot.cli import main as cli_main
-from bot.dispatch.actions import RUN_NAME, parse_run_title
+from bot.dispatch.campaign_workflow import RUN_NAME, parse_run_title
 from bot.event_cli import event_main
 from bot.server import create_app
 from bot.settings import Settings

@@ -45,7 +45,6 @@ def _job_info(job: WorkflowJob) -> WorkflowJobInfo:
     )
 
 
-
 class ActionsCalls(GitHubTransport):
     """The Actions backend's calls: dispatch a workflow, follow its run and jobs, cancel it, fetch its
     artifact (dispatches are retried as they are: GitHub returns no id to look one up by)."""

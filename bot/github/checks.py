@@ -25,7 +25,6 @@ def _check_run_info(data: Mapping[str, Any]) -> CheckRunInfo:
     )
 
 
-
 class CheckRuns(GitHubTransport):
     """The check runs the bot writes where people read its verdicts, and the reads of check runs by name."""
 

@@ -30,7 +30,6 @@ def _comment_info(comment: IssueComment) -> CommentInfo:
     )
 
 
-
 class IssuesAndComments(GitHubTransport):
     """Comments on pull requests and issues (the status and result comments, replies), and the tracking issue."""
 

@@ -119,7 +119,6 @@ class WorkflowJobInfo(_Frozen):
     steps: list[WorkflowStepInfo]
 
 
-
 class CommentInfo(_Frozen):
     """An issue/PR comment; ``node_id`` is what GraphQL (e.g. minimizing) needs.
 
@@ -148,7 +147,6 @@ ACTIONS_BOT = BotIdentity(login="github-actions[bot]", id=41898282)
 """The author of everything done with ``GITHUB_TOKEN`` (a fixed account on github.com)."""
 
 
-
 class CheckRunInfo(_Frozen):
     """A check run as the merge queue and the Re-run buttons read it: which campaign, and how it ended."""
 
@@ -161,7 +159,6 @@ class CheckRunInfo(_Frozen):
     app_slug: str | None
     """Which App wrote it (`github-actions` in Actions-only mode): a check run's name is not an identity."""
     html_url: str
-
 
 
 class CommitInfo(_Frozen):
