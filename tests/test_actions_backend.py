@@ -25,7 +25,7 @@ from bot.dispatch.artifact_zip import ArtifactError, extract_artifact
 from bot.dispatch.campaign_workflow import REPORT_ARTIFACT
 from bot.github.models import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInfo
 from bot.publish import render
-from bot.server import create_app
+from bot.service.app import create_app
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from runners.distributed.common import FIXTURES_ROW

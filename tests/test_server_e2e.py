@@ -23,7 +23,8 @@ import pytest
 
 from bot.dispatch.base import RunHandle
 from bot.dispatch.local import LocalBackend, campaign_argv, process_alive
-from bot.server import create_app, signature_valid
+from bot.service.app import create_app
+from bot.service.signed_body import signature_valid
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from runners.report import CampaignReport
@@ -656,7 +657,7 @@ def test_settings_from_file_and_environment(tmp_path: Path) -> None:
 
 
 def test_real_publisher_and_app_auth_complete_the_check_run(env: Env) -> None:
-    from bot.server import default_publisher
+    from bot.service.wiring import default_publisher
 
     settings = env.settings(**register_test_app(env.fake, env.tmp))
     app = create_app(settings, publisher_factory=default_publisher)
@@ -736,7 +737,7 @@ def test_sigterm_during_a_retry_wait_exits_before_the_retry_and_the_delivery_is_
 
 
 def test_a_502_after_the_comment_was_created_leaves_one_comment(env: Env) -> None:
-    from bot.server import default_publisher
+    from bot.service.wiring import default_publisher
 
     env.fake.inject_failures(
         "POST", r"/issues/1/comments$", [(502, {}, {"message": "Bad Gateway"})] * 2, after_acting=True
@@ -756,7 +757,7 @@ def test_a_502_after_the_comment_was_created_leaves_one_comment(env: Env) -> Non
 
 
 def test_a_publication_github_asks_to_delay_is_rescheduled_for_then_not_given_up(env: Env) -> None:
-    from bot.server import default_publisher
+    from bot.service.wiring import default_publisher
 
     settings = env.settings(hold=True, **register_test_app(env.fake, env.tmp))
     app = create_app(settings, publisher_factory=default_publisher)

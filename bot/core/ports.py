@@ -2,7 +2,7 @@
 
 `bot.publish.publisher.Publisher` and `bot.github.gateway.GitHubGateway` implement them; `bot.lifecycle`,
 `bot.intake`, `bot.event_cli` and `bot.core.decisions` only speak through them. The server wires the concrete
-parts together (`bot.server.create_app`), so no module here needs to know who builds whom.
+parts together (`bot.service.app.create_app`), so no module here needs to know who builds whom.
 """
 
 from __future__ import annotations
