@@ -40,7 +40,7 @@ from bot.service.wiring import (
     open_store,
     services_factory,
 )
-from bot.service.worker import Worker
+from bot.service.worker import HandedEvents, Worker
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,8 @@ def create_app(
     lifecycle = Lifecycle(store, settings, runs_on, services, metrics=metrics)
     # The intake records campaigns and the lifecycle runs them; wired here so neither builds the other.
     intake = Intake(store, settings, runs_on.name, services, lifecycle)
-    worker = Worker(store, intake, lifecycle, settings, stop)
+    handed = HandedEvents()
+    worker = Worker(store, intake, lifecycle, settings, stop, handed)
     unverified = 0
     locked = (
         f"database {settings.db_path} is locked by another process or not writable; "
@@ -139,7 +140,8 @@ def create_app(
             return counted(JSONResponse({"ok": "pong"}), "ignored", event)
         # Every signed delivery (a `repository` privatized event too) says whether its repository is private
         # now; pages follow it at once (`bot.publish.pages`). Written only when it changed.
-        seen = None if json_too_deep(body) else repository_seen(body)
+        too_deep = json_too_deep(body)
+        seen = None if too_deep else repository_seen(body)
         if seen is not None:
             try:
                 await run_in_threadpool(ingest.store.record_visibility, seen, time.time())
@@ -148,20 +150,24 @@ def create_app(
         if event not in HANDLED_EVENTS:
             return counted(JSONResponse({"ignored": f"event {event!r} is not handled"}), "ignored", event)
         try:
-            if json_too_deep(body):
+            if too_deep:
                 raise PayloadError(f"payload nests deeper than {MAX_JSON_DEPTH} levels")
-            action = str(getattr(parse_event(event, body), "action", None) or "")
+            parsed = parse_event(event, body)
         except PayloadError as exc:
             try:
                 await run_in_threadpool(ingest.store.reject_delivery, delivery_id, event, str(exc), body)
             except sqlite3.Error:
                 log.error("keeping rejected delivery %s failed: %s", delivery_id, locked)
             return counted(_error(400, str(exc)), "refused", event)
+        action = str(getattr(parsed, "action", None) or "")
+        handed.hand(delivery_id, parsed)  # before the commit: the worker may read the delivery at once
         try:
             fresh = await ingest.add(delivery_id, event, body)
         except sqlite3.Error:
+            handed.take_back(delivery_id, parsed)
             return counted(_error(503, locked, **{"Retry-After": "5"}), "refused", event, action)
         if not fresh:
+            handed.take_back(delivery_id, parsed)
             return counted(JSONResponse({"duplicate": delivery_id}), "duplicate", event, action)
         worker.wake()
         return counted(JSONResponse({"queued": delivery_id}, status_code=202), "accepted", event, action)

@@ -1,4 +1,9 @@
-"""The acting side's one thread: recover after a restart, then handle stored deliveries and tick the lifecycle."""
+"""The acting side's one thread: recover after a restart, then handle stored deliveries and tick the lifecycle.
+
+A delivery is parsed once: the door parses it to answer (400 naming the field, or 202), and hands the typed event
+here with `HandedEvents`; the worker acts on that event and parses the stored payload only for a delivery it was
+not handed (one stored before a restart, or one dropped from the bounded hand-off).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,9 @@ import logging
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 
+from bot.core.events import AnyEvent
 from bot.github.errors import GitHubRetryLaterError, Interrupted
 from bot.intake import Intake
 from bot.lifecycle import Lifecycle
@@ -17,6 +24,37 @@ from bot.store.campaigns import Delivery, Store
 log = logging.getLogger(__name__)
 
 
+class HandedEvents:
+    """The typed events the door parsed, waiting for the worker to act on their stored deliveries.
+
+    The door hands an event over before it commits the delivery (the worker may read the delivery the moment it
+    is committed), and takes it back when the delivery was a duplicate or could not be stored. At most `limit`
+    wait (the oldest is dropped: its delivery is then parsed from the store, as after a restart).
+    """
+
+    def __init__(self, limit: int = 256) -> None:
+        self.limit = limit
+        self._events: OrderedDict[str, AnyEvent] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def hand(self, delivery_id: str, event: AnyEvent) -> None:
+        """Keep the event for its delivery; an event already waiting for this delivery id is kept instead."""
+        with self._lock:
+            self._events.setdefault(delivery_id, event)
+            while len(self._events) > self.limit:
+                self._events.popitem(last=False)
+
+    def take_back(self, delivery_id: str, event: AnyEvent) -> None:
+        """Withdraw this very event (a duplicate's or an unstored delivery's), never one handed for another POST."""
+        with self._lock:
+            if self._events.get(delivery_id) is event:
+                del self._events[delivery_id]
+
+    def take(self, delivery_id: str) -> AnyEvent | None:
+        with self._lock:
+            return self._events.pop(delivery_id, None)
+
+
 class Worker:
     """One thread: recover, then alternate between the oldest due delivery and a lifecycle tick.
 
@@ -25,12 +63,19 @@ class Worker:
     """
 
     def __init__(
-        self, store: Store, intake: Intake, lifecycle: Lifecycle, settings: Settings, stop: threading.Event
+        self,
+        store: Store,
+        intake: Intake,
+        lifecycle: Lifecycle,
+        settings: Settings,
+        stop: threading.Event,
+        handed: HandedEvents,
     ) -> None:
         self.store = store
         self.intake = intake
         self.lifecycle = lifecycle
         self.settings = settings
+        self.handed = handed
         self._wake = threading.Event()
         self._stop = stop
         self._thread = threading.Thread(target=self._run, name="kv-parity-worker", daemon=True)
@@ -88,7 +133,7 @@ class Worker:
         hold off for longer than the gateway waits is re-queued for then, without counting as a failure.
         """
         try:
-            outcome = self.intake.handle(delivery)
+            outcome = self.intake.handle(delivery, self.handed.take(delivery.id))
         except Interrupted:
             log.info("delivery %s (%s) interrupted by shutdown; redone after restart", delivery.id, delivery.event)
             return
