@@ -81,6 +81,13 @@ class IssuesAndComments(GitHubTransport):
             lambda: [_comment_info(comment) for comment in self._repo.get_issue(number).get_comments()],
         )
 
+    def comment(self, comment_id: int) -> CommentInfo | None:
+        """One issue comment by id, as it reads now; None when it was deleted."""
+        try:
+            return self._call(f"GET comment {comment_id}", lambda: _comment_info(self._comment(comment_id)))
+        except GitHubNotFoundError:
+            return None
+
     def minimize_comment(self, node_id: str, classifier: MinimizeClassifier = "OUTDATED") -> None:
         """Fold an outdated bot report away (GraphQL only; REST cannot minimize)."""
         _, data = self._call(
@@ -93,18 +100,6 @@ class IssuesAndComments(GitHubTransport):
         )
         if not (data.get("minimizedComment") or {}).get("isMinimized"):
             raise GitHubError(f"comment {node_id} was not minimized", body=data)
-
-    def comment(self, comment_id: int) -> CommentInfo | None:
-        """One issue comment by id, as it reads now; None when it was deleted."""
-        try:
-            return self._call(
-                f"GET comment {comment_id}",
-                lambda: _comment_info(
-                    IssueComment(self._requester, url=f"{self._repo.url}/issues/comments/{comment_id}")
-                ),
-            )
-        except GitHubNotFoundError:
-            return None
 
     def ensure_label(self, name: str, color: str, description: str) -> None:
         """The label, created when the repository lacks it (creating an issue with an unknown label would create
