@@ -39,7 +39,7 @@ from tests.webhooks import REPO, SECRET, free_port  # noqa: E402
 def _serve(kind: str, port: int, work: Path, metrics_port: int) -> None:
     import uvicorn
 
-    from bot.server import create_app
+    from bot.service.app import create_app
     from bot.settings import Settings
 
     settings = Settings(

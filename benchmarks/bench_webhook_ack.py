@@ -66,7 +66,7 @@ def _serve(kind: str, port: int, work: Path) -> None:
 
         app = Starlette(routes=[Route("/webhook", ok, methods=["POST"])])
     else:
-        from bot.server import create_app
+        from bot.service.app import create_app
         from bot.settings import Settings
 
         settings = Settings(

@@ -4,7 +4,7 @@ token: dispatch the campaign workflow, cancel its runs, or answer through `bot.p
 
 There is no database between events, so the ledger (`RunTitleLedger`) is what lasts in GitHub itself:
 - A pull request's campaigns are its live campaign workflow runs, recognised by their display title (the
-  campaign workflow's `run-name`, `bot.dispatch.actions.RUN_NAME`). They answer `status`, are cancelled by
+  campaign workflow's `run-name`, `bot.dispatch.campaign_workflow.RUN_NAME`). They answer `status`, are cancelled by
   `cancel`, the label's removal or closing, are superseded by a newer head, and make a second request for the
   same head, rows and mode a duplicate; a new request of the same head and mode with other rows replaces the
   live one (a campaign and a profile of the same head run side by side: their own checks and concurrency groups).
@@ -36,17 +36,10 @@ from bot.core.events import AnyEvent, PayloadError, PushEvent, parse_event
 from bot.core.ledger import CampaignRequest, FinishedCampaign, HeadConclusion
 from bot.core.ports import Publisher, PullRequestPublisher, RepoApi
 from bot.core.tracking import handle_push
-from bot.dispatch.actions import (
-    LIVE_STATUSES,
-    MAX_ARTIFACT_BYTES,
-    REPORT_ARTIFACT,
-    ArtifactError,
-    RunTitle,
-    dispatch_inputs,
-    extract_artifact,
-    parse_run_title,
-)
-from bot.github.gateway import ACTIONS_BOT, BotIdentity, CommentInfo, GitHubError, WorkflowRunInfo
+from bot.dispatch.artifact_zip import MAX_ARTIFACT_BYTES, ArtifactError, extract_artifact
+from bot.dispatch.campaign_workflow import LIVE_STATUSES, REPORT_ARTIFACT, RunTitle, dispatch_inputs, parse_run_title
+from bot.github.errors import GitHubError
+from bot.github.models import ACTIONS_BOT, BotIdentity, CommentInfo, WorkflowRunInfo
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import CampaignPurpose, CampaignState, CampaignView

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from bot.core.decisions import Decisions
-from bot.core.events import PayloadError, PushEvent, parse_event
+from bot.core.events import AnyEvent, PayloadError, PushEvent, parse_event
 from bot.core.ledger import CampaignRequest, FinishedCampaign, HeadConclusion
 from bot.core.ports import CampaignDriver, Publisher, RepoServices
 from bot.core.tracking import handle_push
@@ -229,12 +229,14 @@ class Intake:
         self.driver = driver
         self.clock = clock
 
-    def handle(self, delivery: Delivery) -> str:
-        """Act on one stored delivery; returns the outcome recorded with it."""
-        try:
-            event = parse_event(delivery.event, delivery.payload)
-        except PayloadError as exc:
-            return f"rejected: {exc}"
+    def handle(self, delivery: Delivery, event: AnyEvent | None = None) -> str:
+        """Act on one stored delivery (`event`: its payload as the door parsed it, when handed over); returns the
+        outcome recorded with it."""
+        if event is None:
+            try:
+                event = parse_event(delivery.event, delivery.payload)
+            except PayloadError as exc:
+                return f"rejected: {exc}"
         repo = event.repository.full_name
         unserved = self.settings.unserved(repo)
         if unserved is not None:

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from bot.core.ports import Publisher, RepoServices
 from bot.dispatch.base import Backend, RunHandle, StartError
-from bot.github.gateway import GitHubRetryLaterError, Interrupted
+from bot.github.errors import GitHubRetryLaterError, Interrupted
 from bot.logs import log_context, log_failure
 from bot.publish.pages import Pages
 from bot.settings import Settings

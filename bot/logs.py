@@ -20,7 +20,7 @@ from typing import Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bot.github.gateway import TRANSIENT_ERRORS
+from bot.github.errors import TRANSIENT_ERRORS
 
 LogFormat = Literal["text", "json"]
 CONTEXT_FIELDS = ("delivery_id", "campaign_id", "repo", "pr")
@@ -81,7 +81,7 @@ def json_formatter() -> logging.Formatter:
 
 def configure_logging(level: str, log_format: LogFormat, stream: TextIO | None = None) -> None:
     """One handler on the root logger, in the chosen format, for every logger of the process (uvicorn's too when
-    it is told not to configure its own: `bot.server.uvicorn_config`)."""
+    it is told not to configure its own: `bot.service.protocol.uvicorn_config`)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(ContextFilter())
     handler.setFormatter(json_formatter() if log_format == "json" else TextFormatter())

@@ -8,7 +8,7 @@ drift from the truth or restart from zero with the process: campaigns by state a
 oldest queued age per backend and runner labels, how long finished campaigns ran, deliveries and publications
 waiting, the build cache's size. What nothing stores is counted as it happens (from zero at each start, as
 Prometheus counters are): deliveries at the door by event, action and outcome; GitHub calls, errors, retries and
-the last rate-limit remaining (`bot.github.gateway.ApiObserver`); stage and row durations from the progress
+the last rate-limit remaining (`bot.github.retry.ApiObserver`); stage and row durations from the progress
 campaigns report; build-cache hits and misses from each finished campaign's report.
 """
 
@@ -42,7 +42,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from bot.github.gateway import (
+from bot.github.errors import (
     GitHubAuthError,
     GitHubError,
     GitHubNotFoundError,
@@ -229,7 +229,7 @@ class ServiceMetrics:
     def delivery(self, event: str, action: str, outcome: str) -> None:
         self.deliveries.labels(event, action, outcome).inc()
 
-    # --- the gateway (bot.github.gateway.ApiObserver) ----------------------------------------------------------
+    # --- the gateway (bot.github.retry.ApiObserver) ------------------------------------------------------------
 
     def github_call(self, repo: str) -> None:
         self.github_calls.labels(repo).inc()

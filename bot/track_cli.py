@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bot.core.tracking import read_config, reference_request, start
 from bot.event_cli import EXIT_GITHUB, EXIT_OK, EXIT_USAGE, RunTitleLedger, actions_settings
-from bot.github.gateway import GitHubError
+from bot.github.errors import GitHubError
 from bot.settings import SettingsError
 
 

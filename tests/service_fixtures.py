@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bot.server import create_app
+from bot.service.app import create_app
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from tests.fakes.github_api import FakeGitHub

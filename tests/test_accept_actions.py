@@ -20,7 +20,8 @@ import pytest
 from pydantic import SecretStr
 
 from bot.event_cli import event_main
-from bot.github.gateway import GitHubGateway, TokenAuth
+from bot.github.gateway import GitHubGateway
+from bot.github.models import TokenAuth
 from bot.publish.publisher import publish_main
 from runners.report import CampaignReport, Revision
 from runners.verify import main_verify

@@ -28,7 +28,7 @@ from bot.core.ports import RepoServices
 from bot.core.triggers import Accept
 from bot.dispatch.local import LocalBackend
 from bot.event_cli import RunTitleLedger
-from bot.github.gateway import ACTIONS_BOT, BotIdentity, CheckRunInfo, CommentInfo
+from bot.github.models import ACTIONS_BOT, BotIdentity, CheckRunInfo, CommentInfo
 from bot.intake import StoreLedger
 from bot.lifecycle import Lifecycle
 from bot.publish import render

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from bot.server import create_app, default_publisher
+from bot.service.app import create_app
+from bot.service.wiring import default_publisher
 from bot.store.campaigns import CampaignState, Store
 from bot.store.history import history_main
 from runners.report import CampaignReport

@@ -20,18 +20,12 @@ from typing import Any
 
 import pytest
 
-from bot.dispatch.actions import (
-    REPORT_ARTIFACT,
-    ActionsBackend,
-    ArtifactError,
-    combine_retry,
-    extract_artifact,
-    lost_runner,
-    read_report,
-)
-from bot.github.gateway import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInfo
+from bot.dispatch.actions import ActionsBackend, combine_retry, lost_runner, read_report
+from bot.dispatch.artifact_zip import ArtifactError, extract_artifact
+from bot.dispatch.campaign_workflow import REPORT_ARTIFACT
+from bot.github.models import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInfo
 from bot.publish import render
-from bot.server import create_app
+from bot.service.app import create_app
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from runners.distributed.common import FIXTURES_ROW
@@ -557,7 +551,7 @@ def test_unsafe_artifacts_are_refused(tmp_path: Path, data: bytes, problem: str)
 
 
 def test_artifact_size_is_bounded_while_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("bot.dispatch.actions.MAX_ARTIFACT_BYTES", 1000)
+    monkeypatch.setattr("bot.dispatch.artifact_zip.MAX_ARTIFACT_BYTES", 1000)
     bomb = zipped({"report.json": b"0" * 5000})
     assert len(bomb) < 1000, "the compressed zip is small; only its content is large"
     with pytest.raises(ArtifactError, match="declares more than 1000 bytes of content"):

@@ -91,3 +91,44 @@ def test_runners_never_import_the_bot() -> None:
     offenders = {name: sorted(t for t in targets if t.startswith("bot"))
                  for name, targets in _graph().items() if name.startswith("runners")}
     assert {name: targets for name, targets in offenders.items() if targets} == {}
+
+
+def _third_party_imports(path: Path, top: str) -> bool:
+    """Whether `path` imports the third-party package `top` (or a module of it), lazily or not."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == top for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == top:
+            return True
+    return False
+
+
+GATEWAY_PARTS = ("bot.github.transport", "bot.github.reads", "bot.github.checks", "bot.github.issues",
+                 "bot.github.actions")
+"""What `bot.github.gateway.GitHubGateway` is composed of: nobody else builds a partial door to GitHub."""
+
+
+def test_github_is_reached_only_through_the_gateway() -> None:
+    pygithub = sorted(name for name, path in _modules().items()
+                      if not name.startswith("bot.github.") and _third_party_imports(path, "github"))
+    assert pygithub == [], "PyGithub is imported only behind the gateway (bot/github/)"
+    outside = {name: sorted(set(targets) & set(GATEWAY_PARTS)) for name, targets in _graph().items()
+               if not name.startswith("bot.github.")}
+    assert {name: parts for name, parts in outside.items() if parts} == {}
+
+
+def test_the_webhook_door_never_reaches_github_or_a_campaign() -> None:
+    """What runs on the event loop or the ingest thread acknowledges fast: it imports no module that calls GitHub,
+    publishes or runs campaigns (only the settings and the store)."""
+    door = ("bot.service.signed_body", "bot.service.protocol", "bot.service.ingest")
+    graph = _graph()
+    reached = {name: sorted(t for t in graph[name] if t.startswith("bot") and t not in ("bot.settings", "bot.store")
+                            and not t.startswith("bot.store.")) for name in door}
+    assert reached == {name: [] for name in door}
+
+
+def test_only_the_service_wiring_picks_a_dispatch_backend() -> None:
+    backends = {"bot.dispatch.local", "bot.dispatch.actions", "bot.dispatch.slurm"}
+    pickers = sorted(name for name, targets in _graph().items()
+                     if targets & backends and not name.startswith("bot.dispatch."))
+    assert pickers == ["bot.service.wiring"]

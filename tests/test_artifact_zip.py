@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.dispatch.actions import MAX_ARTIFACT_FILES, ArtifactError, extract_artifact
+from bot.dispatch.artifact_zip import MAX_ARTIFACT_FILES, ArtifactError, extract_artifact
 
 HEADER = struct.Struct("<4s4B4HL2L5H2L")
 
@@ -67,7 +67,7 @@ def test_an_end_record_that_understates_the_count_is_caught_walking_the_director
 def test_declared_content_over_the_limit_is_refused_before_unpacking(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("bot.dispatch.actions.MAX_ARTIFACT_BYTES", 1000)
+    monkeypatch.setattr("bot.dispatch.artifact_zip.MAX_ARTIFACT_BYTES", 1000)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("a.bin", b"x" * 600)

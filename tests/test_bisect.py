@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main as cli_main
-from bot.server import create_app, default_publisher
+from bot.service.app import create_app
+from bot.service.wiring import default_publisher
 from bot.settings import Settings
 from bot.store.campaigns import FINAL_STATES, CampaignState, Store
 from runners.bisect import BisectRequest, run_bisect

@@ -14,7 +14,7 @@ import pytest
 from bot.core.ledger import CampaignRequest
 from bot.core.ports import SideRunPublisher
 from bot.core.triggers import Bisect
-from bot.github.gateway import MergeBase
+from bot.github.models import MergeBase
 from bot.lifecycle import Lifecycle
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from tests.report_factory import make_report, with_undecided_conclusion

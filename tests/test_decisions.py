@@ -25,10 +25,10 @@ from bot.core.events import parse_event
 from bot.core.ledger import Ledger
 from bot.core.ports import RepoServices
 from bot.core.triggers import Cancel, Intent, NeedsApproval, Refuse, Rerun, Start, Status
-from bot.dispatch.actions import RUN_NAME
+from bot.dispatch.campaign_workflow import RUN_NAME
 from bot.dispatch.local import LocalBackend
 from bot.event_cli import RunTitleLedger
-from bot.github.gateway import ACTIONS_BOT, BotIdentity, MergeBase, PullInfo, WorkflowRunInfo
+from bot.github.models import ACTIONS_BOT, BotIdentity, MergeBase, PullInfo, WorkflowRunInfo
 from bot.intake import StoreLedger
 from bot.lifecycle import Lifecycle
 from bot.settings import Settings

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.dispatch.actions import RUN_NAME, parse_run_title
+from bot.dispatch.campaign_workflow import RUN_NAME, parse_run_title
 from bot.event_cli import actions_settings, event_main
 from bot.publish import render
 from tests.fakes.github_api import FakeGitHub

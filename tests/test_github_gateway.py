@@ -18,21 +18,18 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from bot.github.gateway import (
-    AppAuth,
+from bot.github.errors import (
     ArtifactTooLargeError,
-    CheckAction,
-    CheckOutput,
     GitHubAuthError,
     GitHubError,
-    GitHubGateway,
     GitHubNotFoundError,
     GitHubRateLimitError,
     GitHubRetryLaterError,
     GitHubUnavailableError,
     GitHubValidationError,
-    TokenAuth,
 )
+from bot.github.gateway import GitHubGateway
+from bot.github.models import AppAuth, CheckAction, CheckOutput, TokenAuth
 from tests.fakes.github_api import FakeGitHub, secondary_rate_limit
 from tests.webhooks import commit, git, loopback, rsa_key_pair
 

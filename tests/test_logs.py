@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.github.gateway import GitHubNotFoundError, GitHubRetryLaterError, GitHubUnavailableError
+from bot.github.errors import GitHubNotFoundError, GitHubRetryLaterError, GitHubUnavailableError
 from bot.logs import ContextFilter, TextFormatter, delivery_concerns, json_formatter, log_context, log_failure
 
 

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from bot.cli import main as cli_main
-from bot.dispatch.actions import RUN_NAME, parse_run_title
+from bot.dispatch.campaign_workflow import RUN_NAME, parse_run_title
 from bot.event_cli import event_main
-from bot.server import create_app
+from bot.service.app import create_app
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from bot.track_cli import track_main

@@ -23,7 +23,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.publish.pages import SECURITY_HEADERS
-from bot.server import create_app, default_publisher
+from bot.service.app import create_app
+from bot.service.wiring import default_publisher
 from bot.settings import SettingsError
 from bot.store.campaigns import CampaignState, Store
 from tests.browser import Browser

@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from bot.publish.pages import SECURITY_HEADERS, Pages
-from bot.server import create_app, default_publisher
+from bot.service.app import create_app
+from bot.service.wiring import default_publisher
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from bot.store.history import history_main
 from bot.store.pages import NOT_COMPARABLE

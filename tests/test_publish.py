@@ -17,14 +17,14 @@ from xml.etree import ElementTree
 import pytest
 from pydantic import SecretStr
 
-from bot.github.gateway import (
+from bot.github.gateway import GitHubGateway
+from bot.github.models import (
     BotIdentity,
     CheckAction,
     CheckConclusion,
     CheckOutput,
     CheckStatus,
     CommentInfo,
-    GitHubGateway,
     TokenAuth,
 )
 from bot.publish import render

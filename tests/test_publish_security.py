@@ -19,7 +19,8 @@ import pytest
 from markupsafe import escape
 from pydantic import SecretStr
 
-from bot.github.gateway import GitHubGateway, TokenAuth
+from bot.github.gateway import GitHubGateway
+from bot.github.models import TokenAuth
 from bot.github.redact import REDACTED, Redactor, secret_values
 from bot.publish import render
 from bot.publish.publisher import EXIT_REFUSED, CliSettings, Publisher, publish_main

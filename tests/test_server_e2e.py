@@ -21,9 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
+from bot.core.events import AnyEvent, parse_event
 from bot.dispatch.base import RunHandle
 from bot.dispatch.local import LocalBackend, campaign_argv, process_alive
-from bot.server import create_app, signature_valid
+from bot.service.app import create_app
+from bot.service.signed_body import signature_valid
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from runners.report import CampaignReport
@@ -102,6 +104,29 @@ def test_malformed_payload_is_400_naming_the_field_and_kept_for_diagnosis(env: E
         assert post(svc.url, "ping", {"zen": "hi"}).status_code == 200
         assert post(svc.url, "star", {"action": "created"}).json() == {"ignored": "event 'star' is not handled"}
         assert loopback().get(f"{svc.url}/healthz").json()["worker_alive"] is True
+
+
+def test_a_delivery_is_parsed_once_the_door_hands_its_typed_event_to_the_worker(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed: list[str] = []
+
+    def counted(event: str, body: bytes) -> AnyEvent:
+        parsed.append(event)
+        return parse_event(event, body)
+
+    monkeypatch.setattr("bot.service.app.parse_event", counted)
+    monkeypatch.setattr("bot.intake.parse_event", counted)
+    settings = env.settings()
+    stored = json.dumps(comment_event("/parity status")).encode()
+    Store(settings.db_path).add_delivery("before-restart", "issue_comment", stored)
+    with service(settings) as svc:
+        assert svc.wait_delivery("before-restart") == "status"
+        assert parsed == ["issue_comment"], "a delivery stored before this process started is parsed from the store"
+        assert post(svc.url, "issue_comment", comment_event("/parity help"), delivery="h").status_code == 202
+        assert svc.wait_delivery("h") == "help"
+    assert parsed == ["issue_comment", "issue_comment"], "the door's parse is the one the worker acted on"
+    assert [reply["kind"] for reply in svc.publisher.of("reply")] == ["status", "help"]
 
 
 # ----------------------------------------------------------------- a campaign from label to verdict
@@ -656,7 +681,7 @@ def test_settings_from_file_and_environment(tmp_path: Path) -> None:
 
 
 def test_real_publisher_and_app_auth_complete_the_check_run(env: Env) -> None:
-    from bot.server import default_publisher
+    from bot.service.wiring import default_publisher
 
     settings = env.settings(**register_test_app(env.fake, env.tmp))
     app = create_app(settings, publisher_factory=default_publisher)
@@ -736,7 +761,7 @@ def test_sigterm_during_a_retry_wait_exits_before_the_retry_and_the_delivery_is_
 
 
 def test_a_502_after_the_comment_was_created_leaves_one_comment(env: Env) -> None:
-    from bot.server import default_publisher
+    from bot.service.wiring import default_publisher
 
     env.fake.inject_failures(
         "POST", r"/issues/1/comments$", [(502, {}, {"message": "Bad Gateway"})] * 2, after_acting=True
@@ -756,7 +781,7 @@ def test_a_502_after_the_comment_was_created_leaves_one_comment(env: Env) -> Non
 
 
 def test_a_publication_github_asks_to_delay_is_rescheduled_for_then_not_given_up(env: Env) -> None:
-    from bot.server import default_publisher
+    from bot.service.wiring import default_publisher
 
     settings = env.settings(hold=True, **register_test_app(env.fake, env.tmp))
     app = create_app(settings, publisher_factory=default_publisher)

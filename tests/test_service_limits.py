@@ -24,7 +24,9 @@ from typing import Any
 import pytest
 import uvicorn
 
-from bot.server import MAX_BODY_BYTES, MAX_JSON_DEPTH, create_app, json_too_deep, uvicorn_config
+from bot.service.app import create_app
+from bot.service.protocol import uvicorn_config
+from bot.service.signed_body import MAX_BODY_BYTES, MAX_JSON_DEPTH, json_too_deep
 from bot.settings import Settings
 from bot.store.campaigns import Store
 from tests.webhooks import SECRET, RecordingPublisher, comment_event, loopback, post, sign, wait_until
@@ -134,7 +136,7 @@ def test_a_declared_oversized_body_is_refused_before_it_is_read(tmp_path: Path) 
 def test_a_body_without_a_length_is_cut_off_at_the_cap_while_streaming(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("bot.server.MAX_BODY_BYTES", 4096)
+    monkeypatch.setattr("bot.service.signed_body.MAX_BODY_BYTES", 4096)
     body = json.dumps(comment_event("x" * 10_000)).encode()
     with running(settings_for(tmp_path)) as svc:
         response = loopback().post(

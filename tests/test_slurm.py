@@ -24,7 +24,8 @@ from bot.cli import main as cli_main
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.slurm import SlurmBackend
 from bot.publish.render import is_status_comment
-from bot.server import create_app, default_publisher
+from bot.service.app import create_app
+from bot.service.wiring import default_publisher
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from runners.build_cache import configured_dir

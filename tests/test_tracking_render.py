@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from bot.github.gateway import PullRef
+from bot.github.models import PullRef
 from bot.publish.tracking_render import pull_request_comment, regression_body
 from runners.config import MainConfig
 from runners.report import CampaignReport

@@ -26,7 +26,7 @@ from bot.core.ledger import FinishedCampaign, Ledger
 from bot.core.ports import Publisher, RepoApi
 from bot.core.resolve import resolve
 from bot.core.triggers import Accept, Refuse
-from bot.github.gateway import PullInfo
+from bot.github.models import PullInfo
 from bot.settings import Settings
 from runners.config import CampaignConfig
 from runners.report import Acceptance, CampaignReport, GateVerdict, PerfVerdict, SemanticVerdict

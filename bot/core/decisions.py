@@ -50,7 +50,7 @@ from bot.core.triggers import (
     TriggerContext,
     decide,
 )
-from bot.github.gateway import PullInfo
+from bot.github.models import PullInfo
 from bot.settings import Settings
 from bot.store.campaigns import LIVE_STATES, CampaignState, CampaignView, DuplicateCampaign
 from runners.config import CampaignMode, ConfigError, format_rows

@@ -2,7 +2,7 @@
 
 `bot.publish.publisher.Publisher` and `bot.github.gateway.GitHubGateway` implement them; `bot.lifecycle`,
 `bot.intake`, `bot.event_cli` and `bot.core.decisions` only speak through them. The server wires the concrete
-parts together (`bot.server.create_app`), so no module here needs to know who builds whom.
+parts together (`bot.service.app.create_app`), so no module here needs to know who builds whom.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Protocol
 
 from bot.core.merge_queue import CarriedResult
 from bot.core.resolve import RevisionSource
-from bot.github.gateway import BotIdentity, CheckRunInfo, CommentInfo, CommitInfo, PullInfo
+from bot.github.models import BotIdentity, CheckRunInfo, CommentInfo, CommitInfo, PullInfo
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.bisect_rule import BisectReport

@@ -16,7 +16,7 @@ from bot.core.ledger import CampaignRequest, Ledger
 from bot.core.merge_queue import MERGE_GROUP_TRIGGER, MemberStanding, branch_of, carry, queue_entry, standing
 from bot.core.ports import PullRequestPublisher, RepoApi
 from bot.core.resolve import resolve
-from bot.github.gateway import GitHubNotFoundError
+from bot.github.errors import GitHubNotFoundError
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, DuplicateCampaign
 from runners.config import format_rows

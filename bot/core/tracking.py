@@ -19,7 +19,7 @@ from typing import Protocol
 
 from bot.core.events import PushEvent
 from bot.core.ledger import CampaignRequest
-from bot.github.gateway import CommitInfo
+from bot.github.models import CommitInfo
 from bot.store.campaigns import CampaignState, CampaignView, DuplicateCampaign
 from runners.config import CampaignConfig, ConfigError, parse_config
 

@@ -29,26 +29,23 @@ failure is the job's own verdict, so an ordinary failure is never retried.
 
 from __future__ import annotations
 
-import io
 import logging
-import re
 import shutil
-import stat
-import struct
 import time
-import zipfile
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from bot.dispatch.artifact_zip import MAX_ARTIFACT_BYTES, ArtifactError, extract_artifact
 from bot.dispatch.base import PollResult, RunHandle, StartError
-from bot.github.gateway import ArtifactTooLargeError, GitHubError, WorkflowJobInfo, WorkflowRunInfo
-from bot.store.campaigns import CampaignPurpose, CampaignView
-from runners.config import CampaignMode, ConfigError, format_rows, parse_rows
+from bot.dispatch.campaign_workflow import REPORT_ARTIFACT, ROW_JOB_PREFIX, dispatch_inputs, parse_run_title
+from bot.github.errors import ArtifactTooLargeError, GitHubError
+from bot.github.models import WorkflowJobInfo, WorkflowRunInfo
+from bot.store.campaigns import CampaignView
+from runners.config import ConfigError
 from runners.distributed.common import FIXTURES_ROW
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
@@ -57,39 +54,15 @@ from runners.verify import verify_report
 
 log = logging.getLogger(__name__)
 
-REPORT_ARTIFACT = "kv-parity-report"
-"""Artifact the campaign workflow's publish job uploads (report.json and the rows' evidence)."""
-ROW_JOB_PREFIX = "row "
-"""Row jobs are named `row <row id>` in the campaign workflow."""
-RUN_NAME = (
-    "kv-parity ${{ inputs.campaign_id }} #${{ inputs.pr_number }} ${{ inputs.head_sha }} rows=${{ inputs.rows }}"
-    " mode=${{ inputs.mode }} purpose=${{ inputs.purpose }}"
-)
-"""The campaign workflow's `run-name`: it makes a run's display title say which campaign, pull request, head
-and rows it is for, which is how Actions-only mode (no database) finds a pull request's runs."""
-RUN_TITLE = re.compile(
-    r"^kv-parity (?P<campaign>\S+) #(?P<pr>\d*) (?P<head>[0-9a-f]{40}) rows=(?P<rows>[a-z0-9_.,-]*)"
-    r"(?: mode=(?P<mode>campaign|profile|))?(?: purpose=(?P<purpose>pull_request|main|reference|))?$"
-)
-"""An empty `#` is a main-branch campaign (no pull request; its `purpose=` says which)."""
-LIVE_STATUSES = ("requested", "pending", "waiting", "queued", "in_progress")
-"""Run statuses before `completed`."""
 OK_CONCLUSIONS = frozenset({"success", "skipped", "neutral"})
 STATE_FILE = "actions.json"
 FIND_RUN_SECONDS = 600.0
 """A dispatched run GitHub has not created after this long will not come (wrong ref or workflow)."""
-MAX_ARTIFACT_BYTES = 512 * 1024 * 1024
-"""Bound on both the downloaded zip and everything unpacked from it."""
-MAX_ARTIFACT_FILES = 10_000
 _PER_RUN_FIELDS = frozenset({"rows", "stopped", "verdicts", "created_unix", "skipped", "fixtures"})
 """`fixtures`: a retry asks for rows only (a `rows=` subset runs no Stage 6 fixtures), so the combined report keeps
 the first run's fixtures, made from the same binaries."""
 _EVIDENCE_FIELDS = tuple(name for name in CampaignReport.model_fields if name not in _PER_RUN_FIELDS)
 """Report fields two runs must share for their rows to form one campaign (build, trace, config, revisions)."""
-
-
-class ArtifactError(RuntimeError):
-    """A report artifact that must not be published; the message names the problem."""
 
 
 class ActionsApi(Protocol):
@@ -110,67 +83,6 @@ class ActionsApi(Protocol):
     def download_artifact(self, run_id: int, name: str, max_bytes: int | None = None) -> bytes | None: ...
 
 
-# --- pure helpers shared with Actions-only mode ------------------------------------------------------------
-
-
-def dispatch_inputs(
-    campaign_id: str,
-    base_sha: str,
-    head_sha: str,
-    rows: Collection[str] | None,
-    pr_number: int,
-    *,
-    config_ref: str | None = None,
-    mode: CampaignMode = "campaign",
-    purpose: CampaignPurpose = "pull_request",
-) -> dict[str, str]:
-    """The campaign workflow's inputs: all strings (the API refuses anything else), at most seven of GitHub's 25.
-    `config_ref` is the trusted commit the plan job reads the config at (the base branch's tip; default the
-    base SHA), never the head. `mode=profile` is sent for `/parity profile` only: a campaign relies on the
-    input's default, so a copy of the workflow from before `mode` existed keeps accepting campaigns (GitHub
-    refuses unknown inputs) and refuses, loudly, only the profile it cannot run."""
-    inputs = {
-        "campaign_id": campaign_id,
-        "base_sha": base_sha,
-        "head_sha": head_sha,
-        "rows": format_rows(rows),
-        "config_ref": config_ref or base_sha,
-        "pr_number": str(pr_number),
-    }
-    if mode != "campaign":
-        inputs["mode"] = mode
-    if purpose in ("main", "reference"):
-        # No pull request: an empty number gives the run a concurrency group of its own (a later push must not
-        # cancel it) and tells the publish job to report on `kv-parity / main` instead of a pull request.
-        inputs["pr_number"] = ""
-        inputs["purpose"] = purpose
-    return inputs
-
-
-@dataclass(frozen=True)
-class RunTitle:
-    campaign_id: str
-    pr_number: int
-    head_sha: str
-    rows: list[str] | None
-    mode: CampaignMode = "campaign"
-    """A title without `mode=` (a workflow copy from before the input) or with it empty is a campaign."""
-    purpose: CampaignPurpose = "pull_request"
-    """`main` or `reference` for main-branch tracking (pr_number 0); absent or empty: a pull request's."""
-
-
-def parse_run_title(title: str) -> RunTitle | None:
-    """What a campaign run's display title (rendered from RUN_NAME) says; None for any other run."""
-    match = RUN_TITLE.match(title)
-    if match is None:
-        return None
-    mode: CampaignMode = "profile" if match["mode"] == "profile" else "campaign"
-    purpose: CampaignPurpose = (
-        "main" if match["purpose"] == "main" else "reference" if match["purpose"] == "reference" else "pull_request")
-    return RunTitle(match["campaign"], int(match["pr"] or 0), match["head"], parse_rows(match["rows"]), mode,
-                    purpose)
-
-
 def lost_runner(job: WorkflowJobInfo) -> str | None:
     """Why GitHub's record of a failed job says its runner went away, or None when the job failed by itself.
 
@@ -188,126 +100,6 @@ def lost_runner(job: WorkflowJobInfo) -> str | None:
     if not job.steps and runner is not None:
         return f"{runner} stopped reporting before any step was recorded"
     return None
-
-
-def _member_target(root: Path, info: zipfile.ZipInfo) -> Path:
-    name = info.filename
-    parts = PurePosixPath(name).parts
-    if not parts or name.startswith(("/", "\\")) or "\\" in name or ".." in parts or ":" in parts[0]:
-        raise ArtifactError(f"artifact entry {name!r} would be written outside the artifact directory")
-    if stat.S_ISLNK(info.external_attr >> 16):
-        raise ArtifactError(f"artifact entry {name!r} is a symbolic link; links are refused")
-    target = root.joinpath(*parts).resolve()
-    if not target.is_relative_to(root.resolve()):
-        raise ArtifactError(f"artifact entry {name!r} would be written outside the artifact directory")
-    return target
-
-
-_EOCD = struct.Struct("<4s4H2LH")
-_ZIP64_LOCATOR = struct.Struct("<4sLQL")
-_ZIP64_EOCD = struct.Struct("<4sQ2H2L4Q")
-_CENTRAL_HEADER = struct.Struct("<4s4B4HL2L5H2L")
-
-
-def _central_directory(data: bytes) -> tuple[int, int]:
-    """Where the central directory starts and how long it is, from the End Of Central Directory record
-    (zip64 too), read the way zipfile finds it: at the very end, else within a trailing comment."""
-    at = len(data) - _EOCD.size
-    if at < 0 or data[at : at + 4] != b"PK\x05\x06":
-        at = data.rfind(b"PK\x05\x06", max(0, len(data) - _EOCD.size - 65535))
-    if at < 0 or len(data) - at < _EOCD.size:
-        raise ArtifactError("artifact is not a readable zip: no end of central directory record")
-    _, _, _, _, entries, size, offset, _ = _EOCD.unpack_from(data, at)
-    end = at
-    if entries == 0xFFFF or size == 0xFFFFFFFF or offset == 0xFFFFFFFF:
-        locator = at - _ZIP64_LOCATOR.size
-        if locator < 0 or data[locator : locator + 4] != b"PK\x06\x07":
-            raise ArtifactError("artifact is a zip64 archive without its zip64 end of central directory locator")
-        record = _ZIP64_LOCATOR.unpack_from(data, locator)[2]
-        if not 0 <= record <= len(data) - _ZIP64_EOCD.size or data[record : record + 4] != b"PK\x06\x06":
-            raise ArtifactError("artifact is a zip64 archive whose zip64 end of central directory is missing")
-        *_, entries, size, offset = _ZIP64_EOCD.unpack_from(data, record)
-        end = record
-    if entries > MAX_ARTIFACT_FILES:
-        raise ArtifactError(f"artifact declares {entries} entries; the limit is {MAX_ARTIFACT_FILES}")
-    if size > end:
-        raise ArtifactError("artifact is not a readable zip: its central directory is larger than the archive")
-    return end - size, size
-
-
-def _check_central_directory(data: bytes) -> None:
-    """Count the members and their declared uncompressed sizes by walking the central directory's headers,
-    before zipfile parses it into objects (which costs about 0.5 KB of memory per member, and zipfile reads
-    members until the directory's byte length is used up, whatever count the end record claims)."""
-    start, size = _central_directory(data)
-    position, members, declared = start, 0, 0
-    while position < start + size:
-        if data[position : position + 4] != b"PK\x01\x02" or position + _CENTRAL_HEADER.size > len(data):
-            raise ArtifactError("artifact is not a readable zip: a central directory header is malformed")
-        header = _CENTRAL_HEADER.unpack_from(data, position)
-        members += 1
-        declared += header[11]
-        if members > MAX_ARTIFACT_FILES:
-            raise ArtifactError(f"artifact has more than {MAX_ARTIFACT_FILES} entries")
-        if declared > MAX_ARTIFACT_BYTES:
-            raise ArtifactError(f"artifact declares more than {MAX_ARTIFACT_BYTES} bytes of content")
-        position += _CENTRAL_HEADER.size + header[12] + header[13] + header[14]
-
-
-def _unpack(data: bytes, root: Path) -> None:
-    _check_central_directory(data)
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        members = archive.infolist()
-        if len(members) > MAX_ARTIFACT_FILES:
-            raise ArtifactError(f"artifact has {len(members)} entries; the limit is {MAX_ARTIFACT_FILES}")
-        total = 0
-        for info in members:
-            target = _member_target(root, info)
-            if info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with archive.open(info) as source, target.open("xb") as sink:
-                while chunk := source.read(1 << 20):
-                    total += len(chunk)
-                    if total > MAX_ARTIFACT_BYTES:
-                        raise ArtifactError(f"artifact unpacks to more than {MAX_ARTIFACT_BYTES} bytes")
-                    sink.write(chunk)
-
-
-def _unpack_refusing(data: bytes, root: Path) -> None:
-    """`_unpack`, with every way a zip can be unreadable turned into an ArtifactError that says so."""
-    try:
-        _unpack(data, root)
-    except ArtifactError:
-        raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
-        raise ArtifactError(f"artifact is not a readable zip: {exc}") from exc
-    except RuntimeError as exc:
-        # zipfile's signal for a member it cannot decode: encrypted, or an unsupported compression method.
-        raise ArtifactError(f"artifact has a member zipfile cannot decode: {exc}") from exc
-    except OSError as exc:
-        raise ArtifactError(f"artifact cannot be unpacked: {exc}") from exc
-
-
-def extract_artifact(data: bytes, dest: Path) -> None:
-    """Unpack an artifact zip into `dest` (replacing it), refusing path escapes, links and oversize content.
-
-    Sizes are counted while reading, not taken from the headers, which whoever built the zip controls.
-    Unpacking goes to a scratch directory first, so a refused or interrupted extraction leaves no `dest`.
-    """
-    if len(data) > MAX_ARTIFACT_BYTES:
-        raise ArtifactError(f"artifact zip is {len(data)} bytes; the limit is {MAX_ARTIFACT_BYTES}")
-    scratch = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    try:
-        _unpack_refusing(data, scratch)
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
-    shutil.rmtree(dest, ignore_errors=True)
-    scratch.replace(dest)
 
 
 def read_report(directory: Path, campaign: CampaignView, source: str) -> CampaignReport:

@@ -7,7 +7,10 @@ import functools
 import threading
 import time
 
-from bot.github.gateway import ApiObserver, AppAuth, GitHubGateway, Interrupted, TokenAuth
+from bot.github.errors import Interrupted
+from bot.github.gateway import GitHubGateway
+from bot.github.models import AppAuth, TokenAuth
+from bot.github.retry import ApiObserver
 from bot.settings import Settings
 
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from markupsafe import escape
 from pydantic import BaseModel, SecretStr
 
-from bot.github.gateway import BotIdentity, CheckAction, CheckConclusion, CheckOutput, CheckStatus, CommentInfo
+from bot.github.models import BotIdentity, CheckAction, CheckConclusion, CheckOutput, CheckStatus, CommentInfo
 
 REDACTED = "[redacted]"
 MIN_SECRET_LENGTH = 6

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bot.github.gateway import CheckAction, CheckConclusion, CheckOutput
+from bot.github.models import CheckAction, CheckConclusion, CheckOutput
 from bot.github.redact import RedactingGateway
 from bot.publish.render import CheckRunContent, ProgressView
 from bot.store.campaigns import CampaignView

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.github.gateway import CommentInfo, GitHubNotFoundError
+from bot.github.errors import GitHubNotFoundError
+from bot.github.models import CommentInfo
 from bot.github.redact import RedactingGateway
 from bot.publish import render
 from bot.store.campaigns import CampaignView

@@ -82,7 +82,7 @@ def main_history_page(pages: Pages, repo: str) -> str:
 
 
 def main_routes(pages: Pages) -> list[Route]:
-    """The main history route `bot.server.create_app` mounts with the other pages (only with `public_url`)."""
+    """The main history route `bot.service.app.create_app` mounts with the other pages (only with `public_url`)."""
 
     def main_page(request: Request) -> Response:
         repo = pages.store.repo_of_main_token(str(request.path_params["token"]))

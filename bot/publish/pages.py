@@ -437,7 +437,7 @@ def _html(text: str) -> Response:
 
 
 def page_routes(pages: Pages) -> list[Route]:
-    """The page routes `bot.server.create_app` mounts when `public_url` is set (none otherwise)."""
+    """The page routes `bot.service.app.create_app` mounts when `public_url` is set (none otherwise)."""
     views = PageViews(pages)
     store = pages.store
 

@@ -27,15 +27,9 @@ from pydantic import SecretStr, ValidationError
 from bot.core.accept_comments import read_back
 from bot.core.commands import COMMANDS
 from bot.core.merge_queue import MERGE_GROUP_TRIGGER, CarriedResult, queue_entry
-from bot.github.gateway import (
-    CheckConclusion,
-    CheckOutput,
-    CommentInfo,
-    GitHubError,
-    GitHubGateway,
-    PullInfo,
-    TokenAuth,
-)
+from bot.github.errors import GitHubError
+from bot.github.gateway import GitHubGateway
+from bot.github.models import CheckConclusion, CheckOutput, CommentInfo, PullInfo, TokenAuth
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
 from bot.publish import render
 from bot.publish.artifact import write_artifact as write_artifact

@@ -27,7 +27,9 @@ from typing import Any, Literal, Protocol
 from pydantic import SecretStr, ValidationError
 
 from bot.core.commands import COMMANDS
-from bot.github.gateway import CheckConclusion, GitHubError, GitHubGateway, IssueInfo, PullRef, TokenAuth
+from bot.github.errors import GitHubError
+from bot.github.gateway import GitHubGateway
+from bot.github.models import CheckConclusion, IssueInfo, PullRef, TokenAuth
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
 from bot.publish import render
 from bot.publish.artifact import write_artifact
@@ -81,7 +83,7 @@ class SideRunSettings(Protocol):
 
 
 class SideRunGateway(Gateway, Protocol):
-    """The publisher's calls plus main-branch tracking's (`bot.github.gateway.TrackingCalls`)."""
+    """The publisher's calls plus main-branch tracking's (`bot.github.reads`, `bot.github.issues`)."""
 
     def pulls_of_commit(self, sha: str) -> list[PullRef]: ...
 

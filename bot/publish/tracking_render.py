@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bot.github.gateway import PullRef
+from bot.github.models import PullRef
 from bot.publish import render
 from bot.publish.render import Links, PublicReport
 from runners.report import CampaignReport, PerfVerdict, SemanticVerdict
