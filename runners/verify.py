@@ -15,7 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from runners.bisect_rule import (
+from runners.perf.sampler import breaches, classify, evaluate, make_schedule, process_wall_ms, schedule_seed
+from runners.schema.bisect_rule import (
     BISECT_SCHEMA_VERSION,
     RERUNS,
     BisectReport,
@@ -26,9 +27,8 @@ from runners.bisect_rule import (
     next_position,
     probe_state,
 )
-from runners.config import PerfConfig
-from runners.perf import breaches, classify, evaluate, make_schedule, process_wall_ms, schedule_seed
-from runners.report import (
+from runners.schema.config import PerfConfig
+from runners.schema.report import (
     CampaignReport,
     PerfResult,
     PerfVerdict,
@@ -37,8 +37,7 @@ from runners.report import (
     SemanticVerdict,
     Verdicts,
 )
-from runners.sizes import size_gate
-from runners.verdicts import (
+from runners.schema.verdicts import (
     campaign_verdicts,
     declared_exclusion_verdict,
     fixture_status,
@@ -46,6 +45,7 @@ from runners.verdicts import (
     row_performance,
     row_semantic_verdict,
 )
+from runners.stages.sizes import size_gate
 
 
 def _same(left: object, right: object) -> bool:

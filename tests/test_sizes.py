@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runners.report import Artifact, GateVerdict
-from runners.sizes import size_gate, text_size
+from runners.schema.report import Artifact, GateVerdict
+from runners.stages.sizes import size_gate, text_size
 
 
 def _text_size_by_hand(path: Path) -> int:
