@@ -37,7 +37,9 @@ from runners.demo import demo_config
 from runners.demo_trace import generate_demo_trace
 from runners.exec.harness import row_args
 from runners.exec.placement import perf_placement
-from runners.perf.sampler import SampleHooks, disclosing_name, evaluate, make_schedule, run_performance, schedule_seed
+from runners.perf.gate import evaluate
+from runners.perf.sampler import SampleHooks, disclosing_name, run_performance
+from runners.perf.schedule import make_schedule, schedule_seed
 from runners.perf.stats import PairObservation, decide
 from runners.schema.config import InvalidationRules, PerfConfig
 from runners.schema.report import Arm, PerfResult, PerfVerdict

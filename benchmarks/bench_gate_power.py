@@ -32,7 +32,8 @@ import numpy as np
 from bench_perf_overhead import build_fixture, demo_args  # the script's directory is on sys.path
 
 from runners.exec.placement import perf_placement
-from runners.perf.sampler import classify, evaluate, run_performance
+from runners.perf.gate import classify, evaluate
+from runners.perf.sampler import run_performance
 from runners.perf.stats import bounds, gate, order_statistic_bounds
 from runners.schema.config import DiagnosticsThresholds, InvalidationRules, PerfConfig
 from runners.schema.report import Arm, PerfResult, PerfVerdict, Sample

@@ -27,7 +27,8 @@ from bench_perf_overhead import build_fixture, demo_args  # the script's directo
 
 from runners.exec.placement import perf_placement
 from runners.exec.sandbox import SANDBOX_KINDS, check, sha256_of
-from runners.perf.sampler import evaluate, run_performance
+from runners.perf.gate import evaluate
+from runners.perf.sampler import run_performance
 from runners.schema.config import InvalidationRules, PerfConfig
 from runners.schema.report import Arm, PerfResult
 

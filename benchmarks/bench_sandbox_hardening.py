@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from runners.demo import commit_change, demo_config, init_fixture_repo
+from runners.exec.placement import cpu_busy_ms
 from runners.exec.sandbox import SYSTEM_PYTHON, Run, Sandbox
-from runners.perf.sampler import cpu_busy_ms
 from runners.stages.build import build_artifact
 
 

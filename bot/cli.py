@@ -24,10 +24,10 @@ from runners.exec.untrusted import UntrustedFileError, refuse_symlinks
 from runners.pipeline.campaign import CampaignRequest, run_campaign
 from runners.pipeline.slurm import SlurmError, add_slurm_arguments
 from runners.progress import JsonlProgress, ProgressSink
-from runners.schema.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, parse_rows, resolve_config
+from runners.schema.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, parse_rows
 from runners.schema.report import CampaignReport, CheckConclusion
 from runners.schema.verdicts import with_verdicts
-from runners.stages.revisions import RevisionError
+from runners.stages.revisions import RevisionError, resolve_config
 from runners.terminal import Verbosity, terminal_progress
 
 EXIT_FOR_CONCLUSION = {

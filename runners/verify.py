@@ -15,7 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from runners.perf.sampler import breaches, classify, evaluate, make_schedule, process_wall_ms, schedule_seed
+from runners.perf.gate import breaches, classify, evaluate, process_wall_ms
+from runners.perf.schedule import make_schedule, schedule_seed
 from runners.schema.bisect_rule import (
     BISECT_SCHEMA_VERSION,
     RERUNS,
@@ -44,8 +45,8 @@ from runners.schema.verdicts import (
     gated_build_differences,
     row_performance,
     row_semantic_verdict,
+    size_gate,
 )
-from runners.stages.sizes import size_gate
 
 
 def _same(left: object, right: object) -> bool:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from statistics import NormalDist
 from typing import Any
 
-from runners.perf.sampler import SETUP_FIELD, arm_order, breaches, classify, finalize, make_schedule, schedule_seed
+from runners.perf.gate import SETUP_FIELD, breaches, classify, finalize
+from runners.perf.schedule import arm_order, make_schedule, schedule_seed
 from runners.perf.stats import SAMPLING_ASSUMPTION
 from runners.schema.config import CampaignConfig, ExpectedEvidence, PerfConfig, RowConfig
 from runners.schema.report import (
@@ -61,10 +62,9 @@ from runners.schema.report import (
     Toolchain,
     TraceEvidence,
 )
-from runners.schema.verdicts import campaign_verdicts, fixture_status, row_performance, row_semantic_verdict
+from runners.schema.verdicts import campaign_verdicts, fixture_status, row_performance, row_semantic_verdict, size_gate
 from runners.stages.attribution import compare_work, cost_table, findings, readable_costs
 from runners.stages.doctor import worst
-from runners.stages.sizes import size_gate
 
 CAMPAIGN_ID = "c-20251129-0001"
 BASE_SHA = "e8828036e3d32d8361e2abb819e0ee60e569f518"

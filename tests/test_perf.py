@@ -41,17 +41,9 @@ from bot.publish.html_report import row_charts
 from runners.exec.containment import SECCOMP_ONLY
 from runners.exec.placement import perf_placement, pinned_argv
 from runners.exec.sandbox import Sandbox
-from runners.perf.sampler import (
-    SampleHooks,
-    arm_order,
-    classify,
-    disclosing_name,
-    make_schedule,
-    persist_schedule,
-    read_timing_file,
-    run_performance,
-    schedule_seed,
-)
+from runners.perf.gate import classify
+from runners.perf.sampler import SampleHooks, disclosing_name, read_timing_file, run_performance
+from runners.perf.schedule import arm_order, make_schedule, persist_schedule, schedule_seed
 from runners.progress import ProgressEvent
 from runners.schema.config import DiagnosticsThresholds, InvalidationRules, PerfConfig
 from runners.schema.report import KERNEL_CLOCK_LABELS, PerfResult, PerfVerdict, Placement

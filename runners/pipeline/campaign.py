@@ -46,6 +46,7 @@ from runners.schema.verdicts import (
     gated_build_differences,
     row_performance,
     row_semantic_verdict,
+    size_gate,
 )
 from runners.stages.attribution import attribute_regression, sandbox_launcher
 from runners.stages.build import (
@@ -74,7 +75,7 @@ from runners.stages.revisions import (
     worktree,
     worktree_head,
 )
-from runners.stages.sizes import ElfError, size_gate
+from runners.stages.sizes import ElfError
 from runners.stages.symbols import attribute_sizes
 from runners.stages.trace import TraceError, prepare_trace
 

@@ -14,7 +14,6 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runners.resources import package_dir
-from runners.stages.revisions import RevisionError, resolve_sha, show_file
 
 PROTOCOL_EXCLUSIONS: tuple[str, ...] = (
     "/summary/wall_time_ms",
@@ -484,19 +483,3 @@ def load_profile(name: str) -> CampaignConfig:
         known = sorted(p.stem for p in PROFILES_DIR.glob("*.toml"))
         raise ConfigError(f"unknown profile {name!r}; shipped profiles: {known}")
     return load_config(path)
-
-
-def resolve_config(repo: Path, config: str | None, profile: str | None,
-                   config_ref: str) -> tuple[CampaignConfig, str]:
-    """An explicit file or profile, else the config committed at `config_ref` (the base), never the head's."""
-    if config:
-        return load_config(Path(config)), config
-    if profile:
-        return load_profile(profile), f"profile:{profile}"
-    sha = resolve_sha(repo, config_ref)
-    try:
-        text = show_file(repo, sha, DEFAULT_CONFIG_PATH).decode("utf-8")
-    except (RevisionError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"no readable campaign config at {DEFAULT_CONFIG_PATH} in {sha[:12]}: {exc}") from exc
-    source = f"{DEFAULT_CONFIG_PATH}@{sha}"
-    return parse_config(text, source), source

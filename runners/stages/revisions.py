@@ -13,6 +13,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from runners.schema.config import (
+    DEFAULT_CONFIG_PATH,
+    CampaignConfig,
+    ConfigError,
+    load_config,
+    load_profile,
+    parse_config,
+)
+
 
 class RevisionError(RuntimeError):
     """A revision that cannot be pinned, checked out or patched; the message says which and why."""
@@ -153,3 +162,19 @@ def apply_patch(tree: Path, patch: Path, purpose: str = "determinism patch") -> 
         raise RevisionError(f"{purpose} {patch} does not apply to {tree}: {exc}") from exc
     git(tree, "apply", str(patch))
     return hashlib.sha256(data).hexdigest()
+
+
+def resolve_config(repo: Path, config: str | None, profile: str | None,
+                   config_ref: str) -> tuple[CampaignConfig, str]:
+    """An explicit file or profile, else the config committed at `config_ref` (the base), never the head's."""
+    if config:
+        return load_config(Path(config)), config
+    if profile:
+        return load_profile(profile), f"profile:{profile}"
+    sha = resolve_sha(repo, config_ref)
+    try:
+        text = show_file(repo, sha, DEFAULT_CONFIG_PATH).decode("utf-8")
+    except (RevisionError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"no readable campaign config at {DEFAULT_CONFIG_PATH} in {sha[:12]}: {exc}") from exc
+    source = f"{DEFAULT_CONFIG_PATH}@{sha}"
+    return parse_config(text, source), source

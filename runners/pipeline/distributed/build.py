@@ -52,7 +52,7 @@ from runners.pipeline.distributed.common import (
 )
 from runners.pipeline.distributed.plan import Plan, load_plan
 from runners.progress import ProgressSink
-from runners.schema.config import DEFAULT_CONFIG_PATH, ConfigError, parse_rows, resolve_config
+from runners.schema.config import DEFAULT_CONFIG_PATH, ConfigError, parse_rows
 from runners.schema.report import (
     ARMS,
     Arm,
@@ -73,7 +73,7 @@ from runners.stages.build import (
     toolchain,
 )
 from runners.stages.exceptions import ExceptionFileError, load_records, verify_records
-from runners.stages.revisions import RevisionError, apply_patch, show_file, worktree, worktree_head
+from runners.stages.revisions import RevisionError, apply_patch, resolve_config, show_file, worktree, worktree_head
 from runners.stages.sizes import ElfError
 from runners.stages.trace import TraceError, prepare_trace
 from runners.terminal import PlainProgress

@@ -29,9 +29,8 @@ from runners.pipeline.distributed.common import (
 )
 from runners.pipeline.distributed.plan import Plan, load_plan
 from runners.schema.report import ARMS, Arm, CampaignReport, Revision, StopRecord
-from runners.schema.verdicts import gated_build_differences
+from runners.schema.verdicts import gated_build_differences, size_gate
 from runners.stages.build import store_binary, store_candidate
-from runners.stages.sizes import size_gate
 from runners.stages.symbols import attribute_sizes
 from runners.stages.trace import TraceError, prepare_trace
 
