@@ -16,7 +16,6 @@ from fractions import Fraction
 
 import numpy as np
 
-from runners.rank_tests import kendall_tau_b, mann_whitney_u
 from runners.schema.config import DiagnosticsThresholds, PerfConfig
 from runners.schema.report import (
     BatchBounds,
@@ -138,8 +137,10 @@ def _kendall(name: str, x: list[float], y: list[float], min_p: float, what: str)
             breached=False,
             detail=f"not available: {what} is constant",
         )
-    result = kendall_tau_b(x, y)
-    tau, p = result.statistic, result.p_value
+    from scipy.stats import kendalltau  # here, where the diagnostics run: other commands never load scipy
+
+    result = kendalltau(x, y)  # tau-b, method "auto": exact for small series without ties, else tie-corrected
+    tau, p = float(result.statistic), float(result.pvalue)
     return DiagnosticCheck(
         name=name,
         statistic=tau,
@@ -218,8 +219,12 @@ def _order_effect(observations: list[PairObservation], logs: list[float], min_p:
             breached=False,
             detail="not available: only one arm order present",
         )
-    result = mann_whitney_u(first, second)
-    u, p = result.statistic, result.p_value
+    from scipy.stats import mannwhitneyu
+
+    # U of the baseline-first pairs, two-sided, method "auto": exact for small samples without ties, else the
+    # normal approximation with tie and continuity corrections
+    result = mannwhitneyu(first, second, alternative="two-sided")
+    u, p = float(result.statistic), float(result.pvalue)
     detail = (
         f"Mann-Whitney U {u:g} (p={p:.3g}); median ratio baseline-first "
         f"{math.exp(float(np.median(first))):.4f}, candidate-first {math.exp(float(np.median(second))):.4f}"
