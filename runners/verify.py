@@ -31,6 +31,7 @@ from runners.schema.bisect_rule import (
 from runners.schema.config import PerfConfig
 from runners.schema.report import (
     CampaignReport,
+    PerfOutcome,
     PerfResult,
     PerfVerdict,
     RowReport,
@@ -141,9 +142,8 @@ def verify_performance(perf: PerfResult, config: PerfConfig, row_id: str) -> lis
     outcome = evaluate(perf, config)
     if outcome.verdict != perf.verdict:
         problems.append(f"performance verdict {perf.verdict.value}, recomputed {outcome.verdict.value}")
-    for name in ("ratios", "bounds", "diagnostics", "bootstrap", "dependence", "kernel_gates",
-                 "reported_verdict"):
-        if not _same(getattr(perf, name), getattr(outcome, name)):
+    for name in PerfOutcome.model_fields:  # every number of the outcome; its reason is prose
+        if name not in ("verdict", "reason") and not _same(getattr(perf, name), getattr(outcome, name)):
             problems.append(f"performance {name} differ from their recomputation")
     return problems
 

@@ -11,13 +11,14 @@ from runners.schema.report import (
     CheckConclusion,
     FixtureStatus,
     GateVerdict,
+    PerfOutcome,
     PerfResult,
     PerfVerdict,
     RowReport,
     SemanticVerdict,
 )
 from runners.schema.verdicts import campaign_verdicts
-from runners.verify import main_verify, verify_report
+from runners.verify import main_verify, verify_performance, verify_report
 from tests.report_factory import OUTCOMES, PERF, make_report, make_wide_report, synthetic_perf
 
 
@@ -142,6 +143,22 @@ def test_a_changed_verdict_is_caught(report: CampaignReport) -> None:
     problems = verify_report(_with_perf(report, 0, forged, perf_verdict=PerfVerdict.FAIL))
     assert any("performance verdict FAIL, recomputed PASS" in p for p in problems)
     assert any(p.startswith("campaign performance") for p in problems)
+
+
+def test_every_number_of_the_gates_outcome_is_recomputed(report: CampaignReport) -> None:
+    """The outcome is one model (runners.schema.report.PerfOutcome) the gate produces and verify compares field by
+    field: each stored field but the prose reason, swapped for another row's, is caught by its name."""
+    perf = report.rows[1].performance
+    donor = make_report("perf_fail_after_breach").rows[1].performance
+    assert perf is not None and donor is not None and donor.dependence is not None and perf.dependence is None
+    compared = [name for name in PerfOutcome.model_fields if name != "reason"]
+    for name in compared:
+        assert getattr(perf, name) != getattr(donor, name), name
+        forged = perf.model_copy(update={name: getattr(donor, name)})
+        problems = verify_performance(forged, PERF, report.rows[1].row.id)
+        assert any(f"performance {name}" in problem for problem in problems), (name, problems)
+    assert verify_performance(perf, PERF, report.rows[1].row.id) == []
+    assert len(compared) == 8
 
 
 def test_a_changed_campaign_verdict_is_caught(report: CampaignReport) -> None:

@@ -11,19 +11,18 @@ import json
 import math
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from runners.perf.stats import Decision, decide, observations
 from runners.schema.config import InvalidationRules, PerfConfig
 from runners.schema.report import (
     KERNEL_CLOCK_LABELS,
-    Bootstrap,
     Bounds,
     DependenceResult,
-    DiagnosticCheck,
     KernelClock,
     KernelGate,
+    PerfOutcome,
     PerfResult,
     PerfVerdict,
     Sample,
@@ -59,19 +58,6 @@ class Classification:
     """True when the row is BLOCKED (timing contract not met) rather than FAILED (the product broke)."""
     metric_ms: float | None
     setup_ms: float | None
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    verdict: PerfVerdict
-    reason: str
-    ratios: list[float]
-    bounds: Bounds | None
-    diagnostics: list[DiagnosticCheck]
-    bootstrap: Bootstrap | None
-    dependence: DependenceResult | None = None
-    kernel_gates: list[KernelGate] = field(default_factory=list)
-    reported_verdict: PerfVerdict | None = None
 
 
 # --- what a sample means ------------------------------------------------------------------------------------
@@ -188,13 +174,18 @@ def unmeasurable_rule(perf: PerfConfig, resolution_ms: float | None) -> str | No
     )
 
 
-def evaluate(evidence: PerfResult, perf: PerfConfig) -> Evaluation:
+def _undecided(verdict: PerfVerdict, reason: str, ratios: list[float]) -> PerfOutcome:
+    """An outcome without a gate: the series stopped or could not be measured, so no bounds or diagnostics."""
+    return PerfOutcome(verdict=verdict, reason=reason, ratios=ratios, bounds=None, diagnostics=[], bootstrap=None)
+
+
+def evaluate(evidence: PerfResult, perf: PerfConfig) -> PerfOutcome:
     """The row's verdict recomputed from the recorded samples and schedule under the declared `perf` rules."""
     pairs = observations(evidence.schedule, evidence.samples)
     ratios = [p.ratio for p in pairs]
     unmeasurable = unmeasurable_rule(perf, evidence.interference_resolution_ms)
     if unmeasurable is not None:
-        return Evaluation(PerfVerdict.BLOCKED, unmeasurable, ratios, None, [], None)
+        return _undecided(PerfVerdict.BLOCKED, unmeasurable, ratios)
     for sample in sorted([*evidence.probes, *evidence.warmups, *evidence.samples], key=lambda s: s.started_unix):
         if sample.status != "product_failure":
             continue
@@ -212,22 +203,9 @@ def evaluate(evidence: PerfResult, perf: PerfConfig) -> Evaluation:
             else "; sampling stopped at the first product failure (sample kept, never retried)"
         )
         if meaning.blocking:
-            return Evaluation(
-                PerfVerdict.BLOCKED,
-                f"blocked by the timing contract in {_describe(sample)}: {meaning.failure}{stop}",
-                ratios,
-                None,
-                [],
-                None,
-            )
-        return Evaluation(
-            PerfVerdict.FAIL,
-            f"product failure in {_describe(sample)}: {meaning.failure}{stop}",
-            ratios,
-            None,
-            [],
-            None,
-        )
+            return _undecided(PerfVerdict.BLOCKED,
+                              f"blocked by the timing contract in {_describe(sample)}: {meaning.failure}{stop}", ratios)
+        return _undecided(PerfVerdict.FAIL, f"product failure in {_describe(sample)}: {meaning.failure}{stop}", ratios)
     done = {p.pair for p in pairs}
     for plan in evidence.schedule:
         if plan.pair in done:
@@ -235,37 +213,28 @@ def evaluate(evidence: PerfResult, perf: PerfConfig) -> Evaluation:
         spent = [i for i in evidence.invalidations if i.pair == plan.pair]
         if len(spent) > perf.invalidation.max_reruns_per_pair:
             why = "; ".join(f"attempt {i.attempt}: {i.reason}" for i in spent)
-            return Evaluation(
+            return _undecided(
                 PerfVerdict.BLOCKED,
                 f"pair {plan.pair} was invalidated {len(spent)} times ({why}), exhausting "
                 f"max_reruns_per_pair={perf.invalidation.max_reruns_per_pair}; the node is not "
                 "quiet enough for performance sampling",
                 ratios,
-                None,
-                [],
-                None,
             )
-        return Evaluation(
-            PerfVerdict.BLOCKED,
-            f"only {len(pairs)} of {len(evidence.schedule)} scheduled pairs completed",
-            ratios,
-            None,
-            [],
-            None,
-        )
+        return _undecided(PerfVerdict.BLOCKED, f"only {len(pairs)} of {len(evidence.schedule)} scheduled pairs "
+                          "completed", ratios)
     decision = decide(pairs, perf, evidence.schedule_seed)
     gates = kernel_gates(evidence, perf) if evidence.kernel_corroborated else []
     verdict, reason = corroborated(decision, gates, perf.threshold)
-    return Evaluation(
-        verdict,
-        reason,
-        ratios,
-        decision.bounds,
-        decision.diagnostics,
-        decision.bootstrap,
-        decision.dependence,
-        gates,
-        decision.verdict if evidence.kernel_corroborated else None,
+    return PerfOutcome(
+        verdict=verdict,
+        reason=reason,
+        ratios=ratios,
+        bounds=decision.bounds,
+        diagnostics=decision.diagnostics,
+        bootstrap=decision.bootstrap,
+        dependence=decision.dependence,
+        kernel_gates=gates,
+        reported_verdict=decision.verdict if evidence.kernel_corroborated else None,
     )
 
 
@@ -318,18 +287,5 @@ def corroborated(decision: Decision, gates: list[KernelGate], threshold: float) 
 
 
 def finalize(evidence: PerfResult, perf: PerfConfig) -> PerfResult:
-    """Attach the evaluated verdict to the recorded evidence."""
-    outcome = evaluate(evidence, perf)
-    return evidence.model_copy(
-        update={
-            "verdict": outcome.verdict,
-            "reason": outcome.reason,
-            "ratios": outcome.ratios,
-            "bounds": outcome.bounds,
-            "diagnostics": outcome.diagnostics,
-            "bootstrap": outcome.bootstrap,
-            "dependence": outcome.dependence,
-            "kernel_gates": outcome.kernel_gates,
-            "reported_verdict": outcome.reported_verdict,
-        }
-    )
+    """The recorded evidence with the gate's outcome attached."""
+    return evidence.with_outcome(evaluate(evidence, perf))

@@ -547,7 +547,28 @@ class Placement(_Model):
     host: HostFacts
 
 
-class PerfResult(_Model):
+class PerfOutcome(_Model):
+    """What Stage 7's gate concludes from a row's recorded evidence (runners/perf/gate.py): produced once, stored in
+    the `PerfResult` it was computed from, and recomputed from that result by `kv-parity verify`."""
+
+    verdict: PerfVerdict
+    reason: str
+    ratios: list[float]
+    """r_i = candidate / baseline of the final valid attempt of each pair, in pair order."""
+    bounds: Bounds | None
+    diagnostics: list[DiagnosticCheck]
+    bootstrap: Bootstrap | None
+    dependence: DependenceResult | None = None
+    """The dependence-aware method's result when the diagnostics breached and the config declared one."""
+    kernel_gates: list[KernelGate] = Field(default_factory=list)
+    """The corroborating gates, one per kernel clock, present once the reported series was complete."""
+    reported_verdict: PerfVerdict | None = None
+    """The reported figures' gate alone, before corroboration (None when the series never completed)."""
+
+
+class PerfResult(PerfOutcome):
+    """Stage 7's evidence for one row (schedule, every sample, invalidations) and the outcome the gate drew from it."""
+
     timing_field: str
     timing_scope: str
     placement: Placement
@@ -557,13 +578,6 @@ class PerfResult(_Model):
     warmups: list[Sample]
     samples: list[Sample]
     invalidations: list[Invalidation]
-    ratios: list[float]
-    """r_i = candidate / baseline of the final valid attempt of each pair, in pair order."""
-    bounds: Bounds | None
-    diagnostics: list[DiagnosticCheck]
-    bootstrap: Bootstrap | None
-    verdict: PerfVerdict
-    reason: str
     perf_config: PerfConfig | None = None
     """The thresholds, seed and rules declared before sampling, so the verdict is recomputable from the result
     alone; None means the campaign config's `perf` section applied."""
@@ -571,20 +585,18 @@ class PerfResult(_Model):
     """Resolution of the competing-load measurement on the node (two /proc/stat clock ticks)."""
     sampling_assumption: str = ""
     """The assumption the conditional order-statistic bounds rest on, as stated to reviewers."""
-    dependence: DependenceResult | None = None
-    """The dependence-aware method's result when the diagnostics breached and the config declared one."""
     kernel_corroborated: bool = False
     """The kernel clocks were gated too (False: a report from before the corroborating gate, verified without)."""
-    kernel_gates: list[KernelGate] = Field(default_factory=list)
-    """The corroborating gates, one per kernel clock, present once the reported series was complete."""
-    reported_verdict: PerfVerdict | None = None
-    """The reported figures' gate alone, before corroboration (None when the series never completed)."""
     probes: list[Sample] = Field(default_factory=list)
     """One timing-mode invocation per arm before any warmup: a missing or non-numeric timer blocks here."""
     containment: ContainmentKind | None = None
     """How every sample's whole process tree was kept on the row's CPUs and counted (runners/exec/containment.py):
     under a cgroup each sample's `kernel_cpu_ms` is the cgroup's CPU time of every task, else wait4's rusage;
     None in reports from before containment."""
+
+    def with_outcome(self, outcome: PerfOutcome) -> PerfResult:
+        """This evidence with `outcome` as its conclusion (every field of the outcome, none named here)."""
+        return self.model_copy(update={name: getattr(outcome, name) for name in PerfOutcome.model_fields})
 
 
 # --- Instruction counts (after a row's performance stage; runners/stages/instructions.py) ----------------------------
