@@ -251,6 +251,26 @@ def verify_report(report: CampaignReport) -> list[str]:
     return problems
 
 
+class UnverifiedReport(ValueError):
+    """A report assembled from other jobs' parts whose verdicts do not follow from its evidence."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        super().__init__(f"the merged report does not verify ({len(problems)} problems): {shown}")
+
+
+def accept_merged_report(report: CampaignReport) -> CampaignReport:
+    """A report whose rows, fixtures or stop were put together from other jobs (`kv-parity merge`, the Actions
+    backend's retry, the Slurm backend): every campaign verdict recomputed from that evidence, then verified,
+    refused with UnverifiedReport on any disagreement. One rule for every backend."""
+    merged = report.model_copy(update={"verdicts": campaign_verdicts(report)})
+    problems = verify_report(merged)
+    if problems:
+        raise UnverifiedReport(problems)
+    return merged
+
+
 def verify_bisect(bisect: BisectReport) -> list[str]:
     """Every disagreement between a bisect.json and its recomputation: each probe's campaign report as
     `verify_report` judges it, each attempt's state from its recomputed verdicts, the target, the order the rule

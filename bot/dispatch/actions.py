@@ -52,8 +52,7 @@ from runners.pipeline.distributed.common import FIXTURES_ROW
 from runners.progress import ProgressEvent
 from runners.schema.config import CampaignMode, ConfigError, format_rows, parse_rows
 from runners.schema.report import CampaignReport
-from runners.schema.verdicts import campaign_verdicts
-from runners.verify import verify_report
+from runners.verify import UnverifiedReport, accept_merged_report, verify_report
 
 log = logging.getLogger(__name__)
 
@@ -363,12 +362,11 @@ def combine_retry(
     missing = [row_id for row_id in expected if row_id not in by_id]
     if missing:
         raise ArtifactError(f"no result for rows {', '.join(missing)} even after the retry")
-    combined = first.model_copy(update={"rows": [by_id[row_id] for row_id in expected], "stopped": None})
-    combined = combined.model_copy(update={"verdicts": campaign_verdicts(combined)})
-    problems = verify_report(combined)
-    if problems:
-        raise ArtifactError(f"the combined report does not verify: {'; '.join(problems[:5])}")
-    return combined
+    try:
+        return accept_merged_report(first.model_copy(update={"rows": [by_id[row_id] for row_id in expected],
+                                                              "stopped": None}))
+    except UnverifiedReport as exc:
+        raise ArtifactError(f"the retry of rows {', '.join(retried)}: {exc}") from exc
 
 
 # --- the backend -------------------------------------------------------------------------------------------

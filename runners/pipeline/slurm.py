@@ -42,9 +42,8 @@ from runners.pipeline.distributed.plan import PLAN_NAME, make_plan
 from runners.progress import ProgressEvent, ProgressSink
 from runners.schema.config import CampaignMode, SlurmRowConfig
 from runners.schema.report import CampaignReport, ScheduledOn
-from runners.schema.verdicts import campaign_verdicts
 from runners.stages.revisions import shared_clone
-from runners.verify import verify_report
+from runners.verify import UnverifiedReport, accept_merged_report
 
 STATE_FILE = "slurm.json"
 EXIT_SUFFIX = ".exit"
@@ -616,10 +615,10 @@ class SlurmCampaign:
         if failed and report.stopped is not None:
             stop = report.stopped.model_copy(update={"reason": f"{report.stopped.reason} ({'; '.join(failed)})"})
             report = report.model_copy(update={"stopped": stop})
-            report = report.model_copy(update={"verdicts": campaign_verdicts(report)})
-        problems = verify_report(report)
-        if problems:
-            return SlurmOutcome(False, error=f"the merged report does not verify: {'; '.join(problems[:5])}")
+        try:
+            report = accept_merged_report(report)
+        except UnverifiedReport as exc:
+            return SlurmOutcome(False, error=str(exc))
         write_json(out / REPORT_NAME, report.model_dump_json(indent=2))
         notes = [*run.notes, *failed]
         return SlurmOutcome(False, report=report, note="; ".join(notes) or None)

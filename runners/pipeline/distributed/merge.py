@@ -36,7 +36,7 @@ from runners.pipeline.distributed.common import (
     write_json,
 )
 from runners.schema.report import CampaignReport, FixtureReport, FixtureStatus, StopRecord
-from runners.schema.verdicts import campaign_verdicts
+from runners.verify import UnverifiedReport, accept_merged_report
 
 
 def _origin_refusals(manifest: BuildManifest, path: Path, result: NodeResult) -> list[str]:
@@ -131,7 +131,8 @@ def _merged_fixtures(manifest: BuildManifest, results: dict[Path, FixturesResult
 def merge_results(manifest: BuildManifest, results: dict[Path, RowResult],
                   fixtures: dict[Path, FixturesResult] | None = None) -> CampaignReport:
     """The campaign report: the manifest's prepare evidence, rows and fixtures in config order, verdicts
-    recomputed. A fixtures result that is missing leaves every fixture STOPPED, so semantic parity cannot PASS."""
+    recomputed and verified (`accept_merged_report`). A fixtures result that is missing leaves every fixture
+    STOPPED, so semantic parity cannot PASS."""
     fixtures = fixtures or {}
     problems = merge_refusals(manifest, results) + fixtures_refusals(manifest, fixtures)
     if problems:
@@ -150,8 +151,10 @@ def merge_results(manifest: BuildManifest, results: dict[Path, RowResult],
     report.skipped.extend(unsupported_fixture_lines(report.fixtures))
     if report.fixtures and not fixtures:
         report.skipped.append(f"Stage 6 fixtures without a result: {', '.join(f.id for f in report.fixtures)}")
-    report.verdicts = campaign_verdicts(report)
-    return report
+    try:
+        return accept_merged_report(report)
+    except UnverifiedReport as exc:
+        raise Refusal(f"refusing to merge: {exc}") from exc
 
 
 def find_results(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
