@@ -224,7 +224,7 @@ def evaluate(evidence: PerfResult, perf: PerfConfig) -> PerfOutcome:
                           "completed", ratios)
     decision = decide(pairs, perf, evidence.schedule_seed)
     gates = kernel_gates(evidence, perf) if evidence.kernel_corroborated else []
-    verdict, reason = corroborated(decision, gates, perf.threshold)
+    verdict, reason = corroborated(decision, gates)
     return PerfOutcome(
         verdict=verdict,
         reason=reason,
@@ -262,8 +262,9 @@ def kernel_gates(evidence: PerfResult, perf: PerfConfig) -> list[KernelGate]:
     return gates
 
 
-def corroborated(decision: Decision, gates: list[KernelGate], threshold: float) -> tuple[PerfVerdict, str]:
+def corroborated(decision: Decision, gates: list[KernelGate]) -> tuple[PerfVerdict, str]:
     """The row's verdict: the reported figures' unless they PASS while a kernel clock FAILs (a contradiction)."""
+    threshold = decision.threshold
     contradicting = [gate for gate in gates if gate.verdict == PerfVerdict.FAIL]
     if decision.verdict != PerfVerdict.PASS or not contradicting:
         return decision.verdict, decision.reason

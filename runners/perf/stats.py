@@ -330,7 +330,7 @@ def batch_iut(ratios: list[float], perf: PerfConfig, breached: list[str]) -> Dep
     FAIL only when every batch's lower bound exceeds the threshold, PASS only when every batch's upper bound
     is at most it, otherwise INCONCLUSIVE (BATCH_IUT_ASSUMPTION says why this keeps the level).
     """
-    count = perf.batch_count()
+    count, threshold = perf.batch_count(), perf.threshold
     edges = [index * len(ratios) // count for index in range(count + 1)]
     sizes = [end - start for start, end in zip(edges, edges[1:], strict=False)]
     shape = f"{count}×{sizes[0]}" if len(set(sizes)) == 1 else f"{count} batches of {min(sizes)}–{max(sizes)}"
@@ -353,7 +353,7 @@ def batch_iut(ratios: list[float], perf: PerfConfig, breached: list[str]) -> Dep
                 first_pair=start,
                 last_pair=end - 1,
                 bounds=result,
-                verdict=gate(result, perf.threshold),
+                verdict=gate(result, threshold),
             )
         )
     verdicts = {b.verdict for b in batches}
@@ -364,13 +364,12 @@ def batch_iut(ratios: list[float], perf: PerfConfig, breached: list[str]) -> Dep
     upper_label = f" X({upper_indices.pop()})" if len(upper_indices) == 1 else ""
     lowers = _values(f"batch lower bounds{lower_label}", [b.bounds.lower for b in batches])
     uppers = _values(f"upper bounds{upper_label}", [b.bounds.upper for b in batches])
-    threshold = f"{perf.threshold:g}"
     if verdict == PerfVerdict.FAIL:
-        line = f"{head}: FAIL with every batch lower bound > {threshold} ({lowers})"
+        line = f"{head}: FAIL with every batch lower bound > {threshold:g} ({lowers})"
     elif verdict == PerfVerdict.PASS:
-        line = f"{head}: PASS with every batch upper bound ≤ {threshold} ({uppers})"
+        line = f"{head}: PASS with every batch upper bound ≤ {threshold:g} ({uppers})"
     else:
-        line = f"{head}: INCONCLUSIVE, the batches do not all clear {threshold} ({lowers}; {uppers})"
+        line = f"{head}: INCONCLUSIVE, the batches do not all clear {threshold:g} ({lowers}; {uppers})"
     return DependenceResult(
         method="batch_iut", assumption=BATCH_IUT_ASSUMPTION, batches=batches, verdict=verdict, line=line
     )
@@ -387,6 +386,8 @@ class Decision:
     bootstrap: Bootstrap
     dependence: DependenceResult | None
     """The dependence-aware method's result, present only when it was applied."""
+    threshold: float
+    """The declared threshold the series was gated against (read from the config here, once)."""
 
 
 def decide(pairs: list[PairObservation], perf: PerfConfig, bootstrap_seed: int) -> Decision:
@@ -395,7 +396,7 @@ def decide(pairs: list[PairObservation], perf: PerfConfig, bootstrap_seed: int) 
     A breach makes the whole-series gate inapplicable; the predeclared dependence-aware method then decides,
     or the row is INCONCLUSIVE when the config declared none.
     """
-    ratios = [p.ratio for p in pairs]
+    ratios, threshold = [p.ratio for p in pairs], perf.threshold
     result = bounds(ratios, perf.confidence)
     checks = diagnostics(pairs, perf.diagnostics)
     effect = bootstrap(ratios, perf.bootstrap_resamples, bootstrap_seed, perf.confidence)
@@ -415,18 +416,20 @@ def decide(pairs: list[PairObservation], perf: PerfConfig, bootstrap_seed: int) 
                 checks,
                 effect,
                 None,
+                threshold,
             )
         dependence = batch_iut(ratios, perf, [c.name for c in breached])
-        return Decision(dependence.verdict, f"{dependence.line}; {whole}", result, checks, effect, dependence)
-    verdict = gate(result, perf.threshold)
+        return Decision(dependence.verdict, f"{dependence.line}; {whole}", result, checks, effect, dependence,
+                        threshold)
+    verdict = gate(result, threshold)
     span = (
         f"{result.confidence:.0%} one-sided bounds on the median ratio over {result.n} pairs: "
         f"lower X({result.lower_index})={result.lower:.4f}, upper X({result.upper_index})={result.upper:.4f}"
     )
     if verdict == PerfVerdict.PASS:
-        reason = f"{span}; upper <= {perf.threshold:g}"
+        reason = f"{span}; upper <= {threshold:g}"
     elif verdict == PerfVerdict.FAIL:
-        reason = f"{span}; lower > {perf.threshold:g}: candidate is slower than the accepted window"
+        reason = f"{span}; lower > {threshold:g}: candidate is slower than the accepted window"
     else:
-        reason = f"{span}; the interval straddles {perf.threshold:g} (no adaptive resampling)"
-    return Decision(verdict, reason, result, checks, effect, None)
+        reason = f"{span}; the interval straddles {threshold:g} (no adaptive resampling)"
+    return Decision(verdict, reason, result, checks, effect, None, threshold)
