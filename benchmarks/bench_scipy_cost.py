@@ -1,10 +1,10 @@
 """What importing scipy.stats for the dependence diagnostics costs a row job and a campaign, as ratios against the
-same commands on the tree before scipy came back (the hand-written rank tests, `--before`, default the parent of
-the commit that deleted runners/rank_tests.py).
+same commands on the tree before scipy came back (the hand-written runners/rank_tests.py).
 
-Both trees run from this venv: the `--before` tree is exported with `git archive` and put first on `sys.path`, so
-the two differ in the rank tests alone. One demo build (identical revisions, the demo profile's 5 warmups per arm
-and 60 pairs, the interference bound lifted: this measures cost, not the gate) gives the manifest; then, in turn:
+`--after` (default: the commit that deleted runners/rank_tests.py) and `--before` (default: its parent) are
+exported with `git archive` and each put first on `sys.path` of the commands it runs, from this venv, so the two
+differ in that one commit. One demo build (identical revisions, the demo profile's 5 warmups per arm and 60 pairs,
+the interference bound lifted: this measures cost, not the gate) gives the manifest; then, in turn:
 
 - `kv-parity row --row vllm-agg` from that manifest (staging, re-hashing, the row's 132 sandboxed processes, the
   verdict: one scipy import), and
@@ -15,7 +15,7 @@ figure is the CPU (user + system) of the command and every process it waited for
 taken pair by pair (after/before) and its median printed, so a drift of the machine's speed between pairs
 cancels out.
 
-    .venv/bin/python benchmarks/bench_scipy_cost.py [--repeat N] [--before REV] [--out DIR] [--only COMMAND]
+    .venv/bin/python benchmarks/bench_scipy_cost.py [--repeat N] [--after REV] [--before REV] [--only COMMAND]
 """
 
 from __future__ import annotations
@@ -46,17 +46,17 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def export_before(rev: str | None, into: Path) -> tuple[str, Path]:
-    """The tree with the hand-written rank tests, unpacked from git (no worktree is registered)."""
-    sha = rev or _git("rev-list", "-n1", "HEAD", "--", "runners/rank_tests.py") + "^"
-    sha = _git("rev-parse", sha)
-    if _git("ls-tree", "--name-only", sha, "runners/rank_tests.py") != "runners/rank_tests.py":
-        raise SystemExit(f"{sha} has no runners/rank_tests.py: name a commit from before scipy came back")
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha, "bot", "runners"], capture_output=True,
+def export(rev: str, into: Path) -> Path:
+    """The tree of `rev`, unpacked from git (no worktree is registered)."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "bot", "runners"], capture_output=True,
                              check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
-    return sha, into
+    return into
+
+
+def _has_rank_tests(rev: str) -> bool:
+    return _git("ls-tree", "--name-only", rev, "runners/rank_tests.py") == "runners/rank_tests.py"
 
 
 DECIDED = {"row": {0}, "campaign": {0, 1, 3, 4}}
@@ -81,16 +81,22 @@ def run(tree: Path, args: list[str], out: Path) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--before", help="the tree to compare against (default: before scipy came back)")
+    parser.add_argument("--after", help="the tree with scipy (default: the commit that deleted rank_tests.py)")
+    parser.add_argument("--before", help="the tree to compare against (default: --after's parent)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--only", choices=["row job", "campaign"], help="measure one command alone")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="kv-parity-scipy-cost-"))
-    sha, before = export_before(args.before, out / "before-tree")
-    probe = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import runners; "
-                            "print(runners.__file__)", str(before)], capture_output=True, text=True, check=True)
-    if not probe.stdout.startswith(str(before)):
-        raise SystemExit(f"the before tree does not shadow the installed one: runners from {probe.stdout.strip()}")
+    after_sha = _git("rev-parse", args.after or _git("rev-list", "-n1", "HEAD", "--", "runners/rank_tests.py"))
+    before_sha = _git("rev-parse", args.before or f"{after_sha}^")
+    if _has_rank_tests(after_sha) or not _has_rank_tests(before_sha):
+        raise SystemExit(f"{after_sha[:12]} must be without runners/rank_tests.py and {before_sha[:12]} with it")
+    after, before = export(after_sha, out / "after-tree"), export(before_sha, out / "before-tree")
+    for tree in (after, before):
+        probe = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import runners; "
+                                "print(runners.__file__)", str(tree)], capture_output=True, text=True, check=True)
+        if not probe.stdout.startswith(str(tree)):
+            raise SystemExit(f"{tree} does not shadow the installed tree: runners from {probe.stdout.strip()}")
     repo, base, head, trace = prepare_demo(out, "identical")
     config = out / "demo-unblocked.toml"
     demo = (PROFILES_DIR / "demo.toml").read_text(encoding="utf-8")
@@ -108,14 +114,15 @@ def main() -> None:
                      str(out / "campaign")],
     }
     if args.only != "row job":
-        run(ROOT, commands["campaign"], out / "after")  # fills the build cache: every measured campaign reuses it
-    print(f"after: {ROOT} (scipy.stats); before: {sha[:12]} (runners/rank_tests.py); {args.repeat} pairs each")
+        run(after, commands["campaign"], out / "after")  # fills the build cache: every measured campaign reuses it
+    print(f"after: {after_sha[:12]} (scipy.stats); before: {before_sha[:12]} (runners/rank_tests.py); "
+          f"{args.repeat} pairs each")
     print("| command | CPU after (s) | CPU before (s) | CPU after/before | wall after/before |")
     print("|---|---|---|---|---|")
     for name, command in commands.items():
         if args.only not in (None, name):
             continue
-        pairs = [(run(ROOT, command, out / "after"), run(before, command, out / "before"))
+        pairs = [(run(after, command, out / "after"), run(before, command, out / "before"))
                  for _ in range(args.repeat)]
         cpu = statistics.median(a[0] / b[0] for a, b in pairs)
         wall = statistics.median(a[1] / b[1] for a, b in pairs)
