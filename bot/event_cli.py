@@ -44,9 +44,9 @@ from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_r
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import CampaignPurpose, CampaignState, CampaignView
 from bot.store.people import HeadSeen
-from runners.config import CampaignMode
-from runners.report import Acceptance, CampaignReport
-from runners.verdicts import with_acceptances, with_verdicts
+from runners.schema.config import CampaignMode
+from runners.schema.report import Acceptance, CampaignReport
+from runners.schema.verdicts import with_acceptances, with_verdicts
 from runners.verify import verify_report
 
 ACTIONS_BOT_LOGIN = ACTIONS_BOT.login

@@ -27,8 +27,8 @@ from bot.core.tracking import handle_push
 from bot.settings import Settings
 from bot.store.campaigns import LIVE_STATES, CampaignState, CampaignView, Delivery, NewCampaign, Store
 from bot.store.people import HeadSeen
-from runners.report import Acceptance, CampaignReport
-from runners.verdicts import with_verdicts
+from runners.schema.report import Acceptance, CampaignReport
+from runners.schema.verdicts import with_verdicts
 
 
 def campaign_failed(campaign: CampaignView) -> bool:

@@ -29,10 +29,10 @@ from bot.settings import Settings
 from bot.store.campaigns import ACTIVE_STATES, LIVE_STATES, SIDE_RUN_CHECKS, CampaignState, CampaignView, Store
 from bot.store.publications import Publication
 from bot.store.tracking import main_points
-from runners.bisect_rule import BisectReport
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
-from runners.verdicts import with_acceptances
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.report import CampaignReport
+from runners.schema.verdicts import with_acceptances
 
 log = logging.getLogger(__name__)
 

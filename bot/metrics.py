@@ -54,9 +54,9 @@ from bot.github.errors import (
 from bot.queue import queue_snapshot
 from bot.settings import Settings, SettingsError
 from bot.store.campaigns import CampaignView, Store
-from runners.build_cache import BuildCache, BuildCacheError
+from runners.exec.build_cache import BuildCache, BuildCacheError
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
+from runners.schema.report import CampaignReport
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 
 from bot.store.campaigns import CampaignView, Store
-from runners.config import ConfigError, parse_config
+from runners.schema.config import ConfigError, parse_config
 
 ESTIMATE_FROM = 20
 """How many of a backend's latest ended campaigns its typical run time is the median of."""

@@ -1,4 +1,4 @@
-"""kv-parity runners: the replay parity protocol, one module per stage."""
+"""kv-parity runners: the replay parity protocol, grouped by kind (docs/architecture.md, "runners/")."""
 
 import os
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from runners.bisect_rule import (
+from runners.perf.gate import breaches, classify, evaluate, process_wall_ms
+from runners.perf.schedule import make_schedule, schedule_seed
+from runners.schema.bisect_rule import (
     BISECT_SCHEMA_VERSION,
     RERUNS,
     BisectReport,
@@ -26,10 +28,10 @@ from runners.bisect_rule import (
     next_position,
     probe_state,
 )
-from runners.config import PerfConfig
-from runners.perf import breaches, classify, evaluate, make_schedule, process_wall_ms, schedule_seed
-from runners.report import (
+from runners.schema.config import PerfConfig
+from runners.schema.report import (
     CampaignReport,
+    PerfOutcome,
     PerfResult,
     PerfVerdict,
     RowReport,
@@ -37,14 +39,14 @@ from runners.report import (
     SemanticVerdict,
     Verdicts,
 )
-from runners.sizes import size_gate
-from runners.verdicts import (
+from runners.schema.verdicts import (
     campaign_verdicts,
     declared_exclusion_verdict,
     fixture_status,
     gated_build_differences,
     row_performance,
     row_semantic_verdict,
+    size_gate,
 )
 
 
@@ -140,9 +142,8 @@ def verify_performance(perf: PerfResult, config: PerfConfig, row_id: str) -> lis
     outcome = evaluate(perf, config)
     if outcome.verdict != perf.verdict:
         problems.append(f"performance verdict {perf.verdict.value}, recomputed {outcome.verdict.value}")
-    for name in ("ratios", "bounds", "diagnostics", "bootstrap", "dependence", "kernel_gates",
-                 "reported_verdict"):
-        if not _same(getattr(perf, name), getattr(outcome, name)):
+    for name in PerfOutcome.model_fields:  # every number of the outcome; its reason is prose
+        if name not in ("verdict", "reason") and not _same(getattr(perf, name), getattr(outcome, name)):
             problems.append(f"performance {name} differ from their recomputation")
     return problems
 
@@ -248,6 +249,26 @@ def verify_report(report: CampaignReport) -> list[str]:
                 problems.append(f"campaign {name}: stored {stored}, recomputed {recomputed}")
         problems.extend(_verify_acceptances(report.verdicts, expected))
     return problems
+
+
+class UnverifiedReport(ValueError):
+    """A report assembled from other jobs' parts whose verdicts do not follow from its evidence."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        super().__init__(f"the merged report does not verify ({len(problems)} problems): {shown}")
+
+
+def accept_merged_report(report: CampaignReport) -> CampaignReport:
+    """A report whose rows, fixtures or stop were put together from other jobs (`kv-parity merge`, the Actions
+    backend's retry, the Slurm backend): every campaign verdict recomputed from that evidence, then verified,
+    refused with UnverifiedReport on any disagreement. One rule for every backend."""
+    merged = report.model_copy(update={"verdicts": campaign_verdicts(report)})
+    problems = verify_report(merged)
+    if problems:
+        raise UnverifiedReport(problems)
+    return merged
 
 
 def verify_bisect(bisect: BisectReport) -> list[str]:

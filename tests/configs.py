@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from runners.config import CampaignConfig, SlurmRowConfig
 from runners.demo import demo_config
+from runners.schema.config import CampaignConfig, SlurmRowConfig
 
 InstructionsMode = Literal["corroborate", "show", "off"]
 
@@ -52,7 +52,7 @@ def one_row_config(trace: Path, *, pairs: int | None = None,
 
 
 def config_text(config: CampaignConfig) -> str:
-    """The config as the TOML a base commits at runners.config.DEFAULT_CONFIG_PATH."""
+    """The config as the TOML a base commits at runners.schema.config.DEFAULT_CONFIG_PATH."""
     return "\n".join(to_toml(config.model_dump(mode="json"))) + "\n"
 
 

@@ -34,7 +34,7 @@ from bot.lifecycle import Lifecycle
 from bot.publish import render
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, Store
-from runners.report import Revision
+from runners.schema.report import Revision
 from tests.report_factory import make_report
 from tests.test_decisions import BASE, HEAD, HEAD2, NOW, WRITTEN, MemoryGitHub, label
 from tests.webhooks import CONFIG_TOML, REPO, RecordingPublisher

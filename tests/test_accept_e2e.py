@@ -19,7 +19,7 @@ from bot.service.app import create_app
 from bot.service.wiring import default_publisher
 from bot.store.campaigns import CampaignState, Store
 from bot.store.history import history_main
-from runners.report import CampaignReport
+from runners.schema.report import CampaignReport
 from runners.verify import main_verify
 from tests.report_factory import make_report
 from tests.service_fixtures import Env, standin_env, widgets_history

@@ -8,6 +8,7 @@ dependency, and a cycle hidden behind one is still a cycle a reader has to hold 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,3 +133,101 @@ def test_only_the_service_wiring_picks_a_dispatch_backend() -> None:
     pickers = sorted(name for name, targets in _graph().items()
                      if targets & backends and not name.startswith("bot.dispatch."))
     assert pickers == ["bot.service.wiring"]
+# --- runners/: layers, and a schema that starts nothing ---------------------------------------------------------
+
+RUNNERS_LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
+    {"pipeline": ("runners.pipeline",)},
+    {"stages": ("runners.stages",), "sampler": ("runners.perf.sampler",)},
+    {"exec": ("runners.exec",), "verify": ("runners.verify",)},
+    {"gate": ("runners.perf.gate", "runners.perf.schedule", "runners.perf.stats")},
+    {"schema": ("runners.schema",)},
+)
+"""runners/ from the top down: a group imports its own modules and the groups of lower layers only. A module in
+no group is the top level (progress, resources, build_info, demo_trace, terminal, demo), which any group may use."""
+
+PURE = ("runners.schema", "runners.perf.gate", "runners.perf.schedule", "runners.perf.stats", "runners.verify")
+"""What `kv-parity verify` and every reader of a report stand on: none of it may start a process."""
+
+SPAWNING_MODULES = {"subprocess", "multiprocessing", "pty", "concurrent.futures"}
+SPAWNING_CALL = re.compile(r"posix_spawnp?|fork|forkpty|exec[lv]p?e?|spawn[lv]p?e?|system|popen")
+"""`os` functions that start a process (os.fork, os.posix_spawn, os.execv, os.system, os.popen, ...)."""
+
+
+def _group(module: str) -> tuple[int, str] | None:
+    for layer, groups in enumerate(RUNNERS_LAYERS):
+        for name, prefixes in groups.items():
+            if any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes):
+                return layer, name
+    return None
+
+
+def _spawns(source: str) -> list[str]:
+    """How `source` could start a process: an import of a process module, or an `os` function that starts one."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.extend(f"import {a.name}" for a in node.names if a.name.split(".")[0] in {"subprocess",
+                         "multiprocessing", "pty"} or a.name in SPAWNING_MODULES)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module in SPAWNING_MODULES or node.module.split(".")[0] in {"subprocess", "multiprocessing"}:
+                found.append(f"from {node.module} import ...")
+            elif node.module == "os":
+                found.extend(f"from os import {a.name}" for a in node.names if SPAWNING_CALL.fullmatch(a.name))
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os"
+              and SPAWNING_CALL.fullmatch(node.attr)):
+            found.append(f"os.{node.attr}")
+    return found
+
+
+def test_runners_layers_point_down() -> None:
+    graph = _graph()
+    upward = []
+    for name, targets in graph.items():
+        if not name.startswith("runners"):
+            continue
+        source = _group(name)
+        for target in targets:
+            destination = _group(target)
+            if not target.startswith("runners") or destination is None:
+                continue
+            if source is None:
+                if destination[1] != "schema":
+                    upward.append(f"{name} (top level) -> {target} ({destination[1]})")
+            elif destination[1] != source[1] and destination[0] <= source[0]:
+                upward.append(f"{name} ({source[1]}) -> {target} ({destination[1]})")
+    assert sorted(upward) == []
+
+
+def test_the_schema_and_verify_start_no_process() -> None:
+    """verify recomputes a report anywhere (a laptop, the bot): what it stands on reads and decides, never spawns."""
+    graph = _graph()
+    modules = _modules()
+    reached: set[str] = set()
+    todo = [name for name in graph if name.startswith(PURE)]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(graph[name])
+    outside = sorted(name for name in reached if not name.startswith(PURE)
+                     and name not in {"runners", "runners.resources"})
+    assert outside == [], "the pure parts import process code"
+    spawning = {name: _spawns(modules[name].read_text(encoding="utf-8")) for name in sorted(reached)}
+    assert {name: ways for name, ways in spawning.items() if ways} == {}
+
+
+def test_the_spawn_finder_finds_spawns() -> None:
+    source = ("import subprocess\nimport os\nfrom os import posix_spawn, path\nfrom concurrent.futures import x\n"
+              "os.fork()\nos.execvpe('a', [], {})\nos.path.join('a')\nos.system\n")
+    assert sorted(_spawns(source)) == ["from concurrent.futures import ...", "from os import posix_spawn",
+                                       "import subprocess", "os.execvpe", "os.fork", "os.system"]
+    assert _spawns("import os\nos.read(0, 1)\nfrom runners.exec import sandbox\n") == []
+
+
+def test_the_layer_table_names_every_runners_package() -> None:
+    """A new sub-package of runners/ is placed in a layer on purpose, not left to the top level by default."""
+    packages = {_module_name(path.parent) for path in (ROOT / "runners").rglob("__init__.py")} - {"runners"}
+    placed = {prefix for groups in RUNNERS_LAYERS for prefixes in groups.values() for prefix in prefixes}
+    unplaced = sorted(package for package in packages
+                      if _group(package) is None and not any(p.startswith(package + ".") for p in placed))
+    assert unplaced == []

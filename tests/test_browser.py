@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bot.publish.html_report import report_html
-from runners.report import CampaignReport
+from runners.schema.report import CampaignReport
 from tests.browser import Browser, BrowserError, PageResult
 from tests.report_factory import OUTCOMES, make_report
 from tests.test_html_report import HOSTILE_LINKS, pwned_report

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main as cli_main
-from runners import build_cache
-from runners.build_cache import (
+from runners.exec import build_cache
+from runners.exec.build_cache import (
     ENTRY_SHARE_OF_BOUND,
     LIMIT,
     STAGING,
@@ -31,7 +31,7 @@ from runners.build_cache import (
     human_bytes,
     parse_size,
 )
-from runners.report import Arm, Artifact, BuildSettings
+from runners.schema.report import Arm, Artifact, BuildSettings
 
 BINARY_BYTES = 4096
 

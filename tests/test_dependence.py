@@ -14,9 +14,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from runners.config import PROFILES_DIR, ConfigError, PerfConfig, parse_config
-from runners.report import PerfVerdict
-from runners.stats import PairObservation, batch_iut, decide, order_statistic_bounds
+from runners.perf.stats import PairObservation, batch_iut, decide, order_statistic_bounds
+from runners.schema.config import PROFILES_DIR, ConfigError, PerfConfig, parse_config
+from runners.schema.report import PerfVerdict
 from runners.verify import verify_performance
 from tests.report_factory import make_report
 

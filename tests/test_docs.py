@@ -18,8 +18,8 @@ from bot.cli import build_parser
 from bot.core.commands import COMMANDS
 from bot.settings import Settings
 from bot.store.campaigns import Store
-from runners.report import CampaignReport, RowReport
-from runners.slurm import SlurmOptions
+from runners.pipeline.slurm import SlurmOptions
+from runners.schema.report import CampaignReport, RowReport
 from tests.installed import ROOT
 
 README = ROOT / "README.md"

@@ -23,8 +23,8 @@ from bot.service.app import create_app
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from bot.track_cli import track_main
-from runners.config import MainConfig
-from runners.report import Revision
+from runners.schema.config import MainConfig
+from runners.schema.report import Revision
 from tests.fakes.github_api import FakeGitHub
 from tests.report_factory import make_report
 from tests.service_fixtures import ROOT

@@ -13,9 +13,9 @@ from bot.metrics import ServiceMetrics
 from bot.queue import queue_snapshot
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, CampaignView, NewCampaign, Store
-from runners.build_cache import BuildCache
+from runners.exec.build_cache import BuildCache
 from runners.progress import ProgressEvent
-from runners.report import BuildCacheRecord
+from runners.schema.report import BuildCacheRecord
 from tests.report_factory import make_report
 from tests.test_build_cache_bound import stored
 from tests.webhooks import CONFIG_TOML

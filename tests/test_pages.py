@@ -23,7 +23,7 @@ from bot.service.wiring import default_publisher
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from bot.store.history import history_main
 from bot.store.pages import NOT_COMPARABLE
-from runners.report import CampaignReport
+from runners.schema.report import CampaignReport
 from tests.browser import Browser
 from tests.service_fixtures import Env, standin_env, widgets_history
 from tests.webhooks import (

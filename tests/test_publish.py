@@ -38,7 +38,7 @@ from bot.publish.publisher import (
 )
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
+from runners.schema.report import CampaignReport
 from tests.fakes.github_api import FakeGitHub
 from tests.report_factory import (
     BASE_SHA,

@@ -28,7 +28,7 @@ from bot.settings import Settings
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport, Revision, StopRecord
+from runners.schema.report import CampaignReport, Revision, StopRecord
 from tests.fakes.github_api import FakeGitHub
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, make_report
 from tests.webhooks import rsa_key_pair

@@ -27,7 +27,7 @@ from bot.publish.render import Links, ProgressView
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
+from runners.schema.report import CampaignReport
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, OUTCOMES, make_report
 
 FRAGMENTS = (

@@ -21,7 +21,7 @@ import pytest
 from bot.core.commands import approval_command
 from bot.dispatch.local import process_alive
 from bot.store.campaigns import CampaignState
-from runners.report import CampaignReport
+from runners.schema.report import CampaignReport
 from tests.service_fixtures import Env, service, standin_env
 from tests.webhooks import (
     CONFIG_TOML,

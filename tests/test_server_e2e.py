@@ -28,7 +28,7 @@ from bot.service.app import create_app
 from bot.service.signed_body import signature_valid
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import CampaignState, CampaignView, Store
-from runners.report import CampaignReport
+from runners.schema.report import CampaignReport
 from tests.fakes.github_api import secondary_rate_limit
 from tests.service_fixtures import BOT, ROOT, TOKEN, Env, service, standin_env, widgets_history
 from tests.webhooks import (

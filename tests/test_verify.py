@@ -6,18 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from runners.report import (
+from runners.schema.report import (
     CampaignReport,
     CheckConclusion,
     FixtureStatus,
     GateVerdict,
+    PerfOutcome,
     PerfResult,
     PerfVerdict,
     RowReport,
     SemanticVerdict,
 )
-from runners.verdicts import campaign_verdicts
-from runners.verify import main_verify, verify_report
+from runners.schema.verdicts import campaign_verdicts
+from runners.verify import UnverifiedReport, accept_merged_report, main_verify, verify_performance, verify_report
 from tests.report_factory import OUTCOMES, PERF, make_report, make_wide_report, synthetic_perf
 
 
@@ -142,6 +143,40 @@ def test_a_changed_verdict_is_caught(report: CampaignReport) -> None:
     problems = verify_report(_with_perf(report, 0, forged, perf_verdict=PerfVerdict.FAIL))
     assert any("performance verdict FAIL, recomputed PASS" in p for p in problems)
     assert any(p.startswith("campaign performance") for p in problems)
+
+
+def test_every_number_of_the_gates_outcome_is_recomputed(report: CampaignReport) -> None:
+    """The outcome is one model (runners.schema.report.PerfOutcome) the gate produces and verify compares field by
+    field: each stored field but the prose reason, swapped for another row's, is caught by its name."""
+    perf = report.rows[1].performance
+    donor = make_report("perf_fail_after_breach").rows[1].performance
+    assert perf is not None and donor is not None and donor.dependence is not None and perf.dependence is None
+    compared = [name for name in PerfOutcome.model_fields if name != "reason"]
+    for name in compared:
+        assert getattr(perf, name) != getattr(donor, name), name
+        forged = perf.model_copy(update={name: getattr(donor, name)})
+        problems = verify_performance(forged, PERF, report.rows[1].row.id)
+        assert any(f"performance {name}" in problem for problem in problems), (name, problems)
+    assert verify_performance(perf, PERF, report.rows[1].row.id) == []
+    assert len(compared) == 8
+
+
+def test_a_merged_report_gets_its_verdicts_recomputed_and_is_refused_when_a_row_disagrees(
+        report: CampaignReport) -> None:
+    """accept_merged_report, the one rule `kv-parity merge`, the Actions retry and the Slurm backend apply to a
+    report put together from other jobs' rows: stale campaign verdicts are replaced, a forged row refused."""
+    failed = make_report("perf_fail")
+    assert failed.verdicts is not None and failed.verdicts.performance == PerfVerdict.FAIL
+    merged = accept_merged_report(failed.model_copy(update={"verdicts": report.verdicts}))
+    assert merged.verdicts == failed.verdicts
+    perf = report.rows[0].performance
+    assert perf is not None
+    forged = _with_perf(report, 0, perf.model_copy(update={"verdict": PerfVerdict.FAIL}),
+                        perf_verdict=PerfVerdict.FAIL)
+    with pytest.raises(UnverifiedReport, match=r"does not verify \(\d+ problems\): .*performance verdict FAIL, "
+                                               "recomputed PASS") as refused:
+        accept_merged_report(forged)
+    assert refused.value.problems == verify_report(forged.model_copy(update={"verdicts": campaign_verdicts(forged)}))
 
 
 def test_a_changed_campaign_verdict_is_caught(report: CampaignReport) -> None:

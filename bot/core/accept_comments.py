@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from bot.core.commands import ParsedCommand, parse_commands
 from bot.github.models import CommentInfo
-from runners.report import Acceptance
+from runners.schema.report import Acceptance
 
 ACCEPT_MARKER = re.compile(
     r"^<!-- kv-parity:accept comment=(?P<comment>\d+) head=(?P<head>[0-9a-f]{40}) sha256=(?P<digest>[0-9a-f]{64}) "

@@ -53,7 +53,7 @@ from bot.core.triggers import (
 from bot.github.models import PullInfo
 from bot.settings import Settings
 from bot.store.campaigns import LIVE_STATES, CampaignState, CampaignView, DuplicateCampaign
-from runners.config import CampaignMode, ConfigError, format_rows
+from runners.schema.config import CampaignMode, ConfigError, format_rows
 
 S = CampaignState
 CONFIG_ERROR = "config_error"

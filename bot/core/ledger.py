@@ -15,8 +15,8 @@ from typing import Protocol
 
 from bot.store.campaigns import CampaignPurpose, CampaignState, CampaignView
 from bot.store.people import HeadSeen
-from runners.config import CampaignMode
-from runners.report import Acceptance, CampaignReport
+from runners.schema.config import CampaignMode
+from runners.schema.report import Acceptance, CampaignReport
 
 
 @dataclass(frozen=True)

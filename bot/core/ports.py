@@ -16,9 +16,9 @@ from bot.core.resolve import RevisionSource
 from bot.github.models import BotIdentity, CheckRunInfo, CommentInfo, CommitInfo, PullInfo
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
-from runners.bisect_rule import BisectReport
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.report import CampaignReport
 
 
 class Publisher(Protocol):

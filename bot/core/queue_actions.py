@@ -19,7 +19,7 @@ from bot.core.resolve import resolve
 from bot.github.errors import GitHubNotFoundError
 from bot.settings import Settings
 from bot.store.campaigns import CampaignState, DuplicateCampaign
-from runners.config import format_rows
+from runners.schema.config import format_rows
 
 
 class MergeQueueDesk:

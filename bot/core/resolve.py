@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.github.models import MergeBase
-from runners.config import CampaignConfig, ConfigError, parse_config
+from runners.schema.config import CampaignConfig, ConfigError, parse_config
 
 RELATIONSHIPS = {"ahead": "ancestor", "diverged": "diverged", "identical": "identical", "behind": "behind"}
 """compare(base branch, head) status -> how the base branch relates to the head."""

@@ -21,7 +21,7 @@ from bot.core.events import PushEvent
 from bot.core.ledger import CampaignRequest
 from bot.github.models import CommitInfo
 from bot.store.campaigns import CampaignState, CampaignView, DuplicateCampaign
-from runners.config import CampaignConfig, ConfigError, parse_config
+from runners.schema.config import CampaignConfig, ConfigError, parse_config
 
 
 class TrackingApi(Protocol):

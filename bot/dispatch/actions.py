@@ -45,12 +45,11 @@ from bot.dispatch.campaign_workflow import REPORT_ARTIFACT, ROW_JOB_PREFIX, disp
 from bot.github.errors import ArtifactTooLargeError, GitHubError
 from bot.github.models import WorkflowJobInfo, WorkflowRunInfo
 from bot.store.campaigns import CampaignView
-from runners.config import ConfigError
-from runners.distributed.common import FIXTURES_ROW
+from runners.pipeline.distributed.common import FIXTURES_ROW
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
-from runners.verdicts import campaign_verdicts
-from runners.verify import verify_report
+from runners.schema.config import ConfigError
+from runners.schema.report import CampaignReport
+from runners.verify import UnverifiedReport, accept_merged_report, verify_report
 
 log = logging.getLogger(__name__)
 
@@ -155,12 +154,11 @@ def combine_retry(
     missing = [row_id for row_id in expected if row_id not in by_id]
     if missing:
         raise ArtifactError(f"no result for rows {', '.join(missing)} even after the retry")
-    combined = first.model_copy(update={"rows": [by_id[row_id] for row_id in expected], "stopped": None})
-    combined = combined.model_copy(update={"verdicts": campaign_verdicts(combined)})
-    problems = verify_report(combined)
-    if problems:
-        raise ArtifactError(f"the combined report does not verify: {'; '.join(problems[:5])}")
-    return combined
+    try:
+        return accept_merged_report(first.model_copy(update={"rows": [by_id[row_id] for row_id in expected],
+                                                              "stopped": None}))
+    except UnverifiedReport as exc:
+        raise ArtifactError(f"the retry of rows {', '.join(retried)}: {exc}") from exc
 
 
 # --- the backend -------------------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from bot.store.campaigns import CampaignView
-from runners.bisect_rule import BisectReport
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.report import CampaignReport
 
 
 class RunHandle(BaseModel):

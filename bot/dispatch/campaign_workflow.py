@@ -10,7 +10,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from bot.store.campaigns import CampaignPurpose
-from runners.config import CampaignMode, format_rows, parse_rows
+from runners.schema.config import CampaignMode, format_rows, parse_rows
 
 REPORT_ARTIFACT = "kv-parity-report"
 """Artifact the campaign workflow's publish job uploads (report.json and the rows' evidence)."""

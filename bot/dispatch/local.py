@@ -16,7 +16,7 @@ Containment (issue 9): the campaign builds and runs pull-request code, so it get
 - It works in a fresh clone of its own (`<work>/repo`: objects borrowed read-only from the service's clone,
   its own `.git` with hooks switched off), so a hook or config written into one campaign's `.git` never runs
   in another's, nor in the service's clone.
-- The backend refuses to exist without a working sandbox (`runners.sandbox.check`), unless the operator set
+- The backend refuses to exist without a working sandbox (`runners.exec.sandbox.check`), unless the operator set
   `sandbox = "none"`, which is logged as a warning at start and for every campaign and passed to the runner.
 
 The process gets its own session (process group), so cancel kills everything it started, and the service
@@ -42,12 +42,12 @@ from pydantic import ValidationError
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.settings import SettingsError
 from bot.store.campaigns import CampaignView
-from runners.bisect_rule import BisectReport
-from runners.config import format_rows
+from runners.exec.sandbox import SandboxKind, SandboxUnavailable, check
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
-from runners.revisions import GIT, RevisionError, shared_clone
-from runners.sandbox import SandboxKind, SandboxUnavailable, check
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.config import format_rows
+from runners.schema.report import CampaignReport
+from runners.stages.revisions import GIT, RevisionError, shared_clone
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Slurm backend: the campaign as the split pipeline's jobs on a Slurm cluster (`runners.slurm` does the work).
+"""Slurm backend: the campaign as the split pipeline's jobs on a Slurm cluster (`runners.pipeline.slurm` does the work).
 
 The service's side: make sure both revisions are in its clone (as the local backend does), hand the campaign to
 `SlurmCampaign`, and translate its state into the lifecycle's `RunHandle` / `PollResult`. Everything a restarted
@@ -15,11 +15,8 @@ from pathlib import Path
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.local import LocalBackend
 from bot.store.campaigns import CampaignView
-from runners.config import ConfigError
-from runners.progress import ProgressEvent
-from runners.revisions import RevisionError
-from runners.sandbox import SandboxKind
-from runners.slurm import (
+from runners.exec.sandbox import SandboxKind
+from runners.pipeline.slurm import (
     STATE_FILE,
     CampaignSpec,
     SlurmCampaign,
@@ -28,6 +25,9 @@ from runners.slurm import (
     SlurmRun,
     load_run,
 )
+from runners.progress import ProgressEvent
+from runners.schema.config import ConfigError
+from runners.stages.revisions import RevisionError
 
 
 class SlurmBackend(LocalBackend):

@@ -18,7 +18,7 @@ from bot.publish import render
 from bot.publish.html_report import report_html, row_charts
 from bot.publish.render import Links
 from bot.store.attempts import PriorAttempt
-from runners.report import CampaignReport
+from runners.schema.report import CampaignReport
 
 SAMPLE_COLUMNS = (
     "row",

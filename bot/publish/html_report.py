@@ -39,8 +39,8 @@ from bot.publish.render import (
     when,
 )
 from bot.store.attempts import PriorAttempt
-from runners.config import PerfConfig
-from runners.report import (
+from runners.schema.config import PerfConfig
+from runners.schema.report import (
     KERNEL_CLOCK_LABELS,
     CampaignReport,
     DeterminismResult,
@@ -52,7 +52,7 @@ from runners.report import (
     Sample,
     build_setting_differences,
 )
-from runners.verdicts import instruction_change, instruction_contradiction
+from runners.schema.verdicts import instruction_change, instruction_contradiction
 
 _PUNCTUATION = re.escape("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _INLINE = re.compile(rf"\\([{_PUNCTUATION}])|(`+)")

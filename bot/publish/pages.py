@@ -38,8 +38,8 @@ from bot.settings import Settings
 from bot.store.acceptances import AcceptanceEntry
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from bot.store.pages import NOT_COMPARABLE, BaselinePoint, CampaignPage, InstructionPoint, RepositorySeen
-from runners.report import CampaignReport, RowReport
-from runners.verdicts import with_verdicts
+from runners.schema.report import CampaignReport, RowReport
+from runners.schema.verdicts import with_verdicts
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data: 'self'; "

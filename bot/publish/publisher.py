@@ -39,10 +39,10 @@ from bot.publish.render import Links, ProgressView
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
-from runners.config import parse_rows
 from runners.progress import ProgressEvent
-from runners.report import Acceptance, CampaignReport
-from runners.verdicts import with_acceptances, with_verdicts
+from runners.schema.config import parse_rows
+from runners.schema.report import Acceptance, CampaignReport
+from runners.schema.verdicts import with_acceptances, with_verdicts
 
 PROGRESS_INTERVAL_SECONDS = 10.0
 """At most one progress update per campaign in this window, except when the stage or row changes."""

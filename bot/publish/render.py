@@ -21,9 +21,10 @@ from bot.core.commands import CommandSpec
 from bot.core.merge_queue import CarriedResult
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignView
-from runners.config import PerfConfig
 from runners.progress import ProgressEvent
-from runners.report import (
+from runners.resources import package_dir
+from runners.schema.config import PerfConfig
+from runners.schema.report import (
     ARMS,
     KERNEL_CLOCK_LABELS,
     CampaignReport,
@@ -36,8 +37,7 @@ from runners.report import (
     RowReport,
     SemanticVerdict,
 )
-from runners.resources import package_dir
-from runners.verdicts import instruction_change, instruction_contradiction
+from runners.schema.verdicts import instruction_change, instruction_contradiction
 
 TEMPLATES_DIR = package_dir("kv_parity_templates")
 

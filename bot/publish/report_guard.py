@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runners.config import CampaignMode
-from runners.report import CampaignReport
+from runners.schema.config import CampaignMode
+from runners.schema.report import CampaignReport
 
 
 class DispatchedCampaign(BaseModel):

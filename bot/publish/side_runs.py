@@ -53,11 +53,11 @@ from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_r
 from bot.publish.tracking_render import ISSUE_TITLE, pull_request_comment, regression_body, tracking_marker
 from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
-from runners.bisect_rule import BisectReport
-from runners.config import parse_rows
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
-from runners.verdicts import with_verdicts
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.config import parse_rows
+from runners.schema.report import CampaignReport
+from runners.schema.verdicts import with_verdicts
 
 LABEL_COLOR = "b60205"
 LABEL_DESCRIPTION = "kv-parity: a regression reached the default branch"

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from bot.github.models import PullRef
 from bot.publish import render
 from bot.publish.render import Links, PublicReport
-from runners.report import CampaignReport, PerfVerdict, SemanticVerdict
+from runners.schema.report import CampaignReport, PerfVerdict, SemanticVerdict
 
 TRACKING_MARKER_PREFIX = "<!-- kv-parity:tracking"
 ISSUE_TITLE = "kv-parity: a regression reached the default branch"

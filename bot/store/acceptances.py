@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from bot.store.base import StorePart
-from runners.report import Acceptance
+from runners.schema.report import Acceptance
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS acceptances (

@@ -38,7 +38,7 @@ from bot.store.publications import SCHEMA as PUBLICATIONS_SCHEMA
 from bot.store.publications import PublicationQueue
 from bot.store.tracking import SCHEMA as TRACKING_SCHEMA
 from bot.store.tracking import TrackingRecords
-from runners.config import CampaignMode
+from runners.schema.config import CampaignMode
 
 CampaignPurpose = Literal["pull_request", "bisect", "main", "reference"]
 """What a campaign is for: a pull request's gate; `bisect` (`/parity bisect`: `kv-parity bisect` from the merge

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from bot.store.base import StorePart
 from bot.store.pages import new_token
-from runners.report import CampaignReport
+from runners.schema.report import CampaignReport
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS main_history (
