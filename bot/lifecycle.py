@@ -24,7 +24,7 @@ from bot.core.ports import Publisher, RepoServices
 from bot.dispatch.base import Backend, RunHandle, StartError
 from bot.github.gateway import GitHubRetryLaterError, Interrupted
 from bot.logs import log_context, log_failure
-from bot.publish.pages import Pages
+from bot.pages.details import Pages
 from bot.settings import Settings
 from bot.store.campaigns import ACTIVE_STATES, LIVE_STATES, SIDE_RUN_CHECKS, CampaignState, CampaignView, Store
 from bot.store.publications import Publication

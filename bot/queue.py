@@ -1,6 +1,6 @@
 """The queue as an operator sees it: each queued and running campaign with the rows it runs, the runner labels they
 need, its position and an estimated start. One place for the estimate, shown by the queue page
-(`bot.publish.queue_page`) and counted by `/metrics` (`bot.metrics`).
+(`bot.pages.queue_page`) and counted by `/metrics` (`bot.metrics`).
 
 **The estimate.** Campaigns run one at a time per backend, oldest first (`bot.lifecycle`). A backend's typical run
 is the median run time (from dispatch to ending) of its latest `ESTIMATE_FROM` campaigns that ended; the n-th in

@@ -43,9 +43,9 @@ from bot.github.gateway import ApiObserver, GitHubGateway, GitHubRetryLaterError
 from bot.intake import Intake
 from bot.lifecycle import Lifecycle, RunPages
 from bot.logs import LogFormat, configure_logging, delivery_concerns, log_context, log_failure
-from bot.publish.main_pages import main_routes
-from bot.publish.pages import page_routes, repository_seen
-from bot.publish.queue_page import queue_route
+from bot.pages.details import page_routes, repository_seen
+from bot.pages.main_pages import main_routes
+from bot.pages.queue_page import queue_route
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import Delivery, Store
 
@@ -408,7 +408,7 @@ def create_app(
     side_run_factory: SideRunFactory = default_side_runs,
 ) -> Starlette:
     """The webhook app; its lifespan opens the store and runs the worker (app.state.store/.worker). With
-    `settings.public_url` it also serves the details pages (`bot.publish.pages`) and the queue page; without, no
+    `settings.public_url` it also serves the details pages (`bot.pages.details`) and the queue page; without, no
     page route exists. With metrics configured it counts (`bot.metrics`, app.state.metrics) and serves `/metrics`.
 
     Raises DatabaseError (naming the path) when the database cannot be opened, SettingsError when `metrics_listen`
@@ -468,7 +468,7 @@ def create_app(
         if event == "ping":
             return counted(JSONResponse({"ok": "pong"}), "ignored", event)
         # Every signed delivery (a `repository` privatized event too) says whether its repository is private
-        # now; pages follow it at once (`bot.publish.pages`). Written only when it changed.
+        # now; pages follow it at once (`bot.pages.details`). Written only when it changed.
         seen = None if json_too_deep(body) else repository_seen(body)
         if seen is not None:
             try:

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.publish.pages import SECURITY_HEADERS
+from bot.pages.details import SECURITY_HEADERS
 from bot.server import create_app, default_publisher
 from bot.settings import SettingsError
 from bot.store.campaigns import CampaignState, Store

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bot.publish.pages import SECURITY_HEADERS, Pages
+from bot.pages.details import SECURITY_HEADERS, Pages
 from bot.server import create_app, default_publisher
 from bot.store.campaigns import CampaignState, CampaignView, Store
 from bot.store.history import history_main

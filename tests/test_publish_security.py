@@ -19,12 +19,12 @@ import pytest
 from markupsafe import escape
 from pydantic import SecretStr
 
+from bot.core.attempts import PriorAttempt
 from bot.github.gateway import GitHubGateway, TokenAuth
 from bot.github.redact import REDACTED, Redactor, secret_values
 from bot.publish import render
 from bot.publish.publisher import EXIT_REFUSED, CliSettings, Publisher, publish_main
 from bot.settings import Settings
-from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport, Revision, StopRecord

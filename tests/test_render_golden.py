@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from bot.core.attempts import PriorAttempt
 from bot.core.commands import COMMANDS
 from bot.core.merge_queue import carry, standing
 from bot.publish import render
 from bot.publish.render import Links, ProgressView
-from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import Acceptance, CampaignReport

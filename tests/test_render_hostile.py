@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from bot.core.attempts import PriorAttempt
 from bot.core.commands import COMMANDS
 from bot.publish import render
 from bot.publish.render import Links, ProgressView
-from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.publish.pages import repository_seen
-from bot.store.attempts import PriorAttempt
+from bot.core.attempts import PriorAttempt
+from bot.pages.details import repository_seen
 from bot.store.campaigns import (
     ALLOWED,
     CampaignState,

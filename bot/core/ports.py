@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from bot.core.attempts import PriorAttempt
 from bot.core.merge_queue import CarriedResult
 from bot.core.resolve import RevisionSource
 from bot.github.gateway import BotIdentity, CheckRunInfo, CommentInfo, CommitInfo, PullInfo
-from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.bisect_rule import BisectReport
 from runners.progress import ProgressEvent

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr, ValidationError
 
 from bot.core.accept_comments import read_back
+from bot.core.attempts import PriorAttempt
 from bot.core.commands import COMMANDS
 from bot.core.merge_queue import MERGE_GROUP_TRIGGER, CarriedResult, queue_entry
 from bot.github.gateway import (
@@ -43,7 +44,6 @@ from bot.publish.check_runs import CheckRunWriter
 from bot.publish.comments import CommentWriter
 from bot.publish.render import Links, ProgressView
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
-from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.config import parse_rows
 from runners.progress import ProgressEvent

@@ -17,9 +17,9 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel
 
+from bot.core.attempts import PriorAttempt
 from bot.core.commands import CommandSpec
 from bot.core.merge_queue import CarriedResult
-from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignView
 from runners.config import PerfConfig
 from runners.progress import ProgressEvent

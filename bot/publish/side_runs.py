@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import SecretStr, ValidationError
 
+from bot.core.attempts import PriorAttempt
 from bot.core.commands import COMMANDS
 from bot.github.gateway import CheckConclusion, GitHubError, GitHubGateway, IssueInfo, PullRef, TokenAuth
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
@@ -49,7 +50,6 @@ from bot.publish.publisher import publish_main as publish_pull_request
 from bot.publish.render import Links, ProgressView
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.publish.tracking_render import ISSUE_TITLE, pull_request_comment, regression_body, tracking_marker
-from bot.store.attempts import PriorAttempt
 from bot.store.campaigns import CampaignState, CampaignView
 from runners.bisect_rule import BisectReport
 from runners.config import parse_rows

@@ -24,9 +24,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from bot.core.attempts import PriorAttempt
 from bot.store.acceptances import SCHEMA as ACCEPTANCES_SCHEMA
 from bot.store.acceptances import AcceptanceRecords
-from bot.store.attempts import PriorAttempt
 from bot.store.deliveries import SCHEMA as DELIVERIES_SCHEMA
 from bot.store.deliveries import Delivery, DeliveryQueue
 from bot.store.operations import OperatorQueries

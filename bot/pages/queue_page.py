@@ -1,6 +1,6 @@
 """The queue page, `{public_url}/queue`: what is running and waiting, where, and when it should start; and the latest
 endings with their conclusions. Served only when the details pages are (`public_url`), under their rules
-(`bot.publish.pages`): no script, nothing fetched, the pages' security headers, redacted once more, and only
+(`bot.pages.details`): no script, nothing fetched, the pages' security headers, redacted once more, and only
 campaigns of repositories a page may be shown for (public ones, or every one when the operator opted private ones
 in). The estimate and its rule are `bot.queue`'s.
 """
@@ -17,8 +17,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bot.dispatch.base import RunHandle
+from bot.pages.details import Pages, _html, _not_found, _when
 from bot.publish.html_report import page
-from bot.publish.pages import Pages, _html, _not_found, _when
 from bot.queue import ESTIMATE_FROM, LiveCampaign, queue_snapshot
 from bot.store.campaigns import CampaignView
 
