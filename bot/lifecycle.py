@@ -20,13 +20,14 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
+from bot.core.campaign import ACTIVE_STATES, LIVE_STATES, SIDE_RUN_CHECKS, Campaign, CampaignState
 from bot.core.ports import Publisher, RepoServices
 from bot.dispatch.base import Backend, RunHandle, StartError
 from bot.github.gateway import GitHubRetryLaterError, Interrupted
 from bot.logs import log_context, log_failure
 from bot.pages.details import Pages
 from bot.settings import Settings
-from bot.store.campaigns import ACTIVE_STATES, LIVE_STATES, SIDE_RUN_CHECKS, CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from bot.store.publications import Publication
 from bot.store.tracking import main_points
 from runners.bisect_rule import BisectReport
@@ -44,20 +45,20 @@ PUBLICATION_MAX_ATTEMPTS = 10
 class RunPages(Protocol):
     """A backend whose runs have a page of their own (the Actions backend: the workflow run)."""
 
-    def run_url(self, campaign: CampaignView) -> str | None: ...
+    def run_url(self, campaign: Campaign) -> str | None: ...
 
 
 class CampaignMetrics(Protocol):
     """What the service's metrics (`bot.metrics`) learn from the campaigns it drives."""
 
-    def progress(self, campaign: CampaignView, events: list[ProgressEvent]) -> None: ...
+    def progress(self, campaign: Campaign, events: list[ProgressEvent]) -> None: ...
 
-    def ended(self, campaign: CampaignView, report: CampaignReport | None) -> None:
+    def ended(self, campaign: Campaign, report: CampaignReport | None) -> None:
         """The campaign reached its ending, with its report when it completed."""
         ...
 
 
-def about(campaign: CampaignView) -> contextlib.AbstractContextManager[None]:
+def about(campaign: Campaign) -> contextlib.AbstractContextManager[None]:
     """Every line logged inside names the campaign, its repository and pull request (`bot.logs`)."""
     return log_context(campaign_id=campaign.id, repo=campaign.repo, pr=campaign.pr_number)
 
@@ -88,7 +89,7 @@ class Lifecycle:
         self.metrics = metrics
         self.pages = Pages(store, settings)
 
-    def linked(self, campaign: CampaignView) -> CampaignView:
+    def linked(self, campaign: Campaign) -> Campaign:
         """The campaign with its details_url for the publisher: its details page when pages are served (and
         it may have one), else its Actions run's page, else None (the publisher falls back to the artifact)."""
         url = self.pages.details_url(campaign)
@@ -99,8 +100,8 @@ class Lifecycle:
     # ------------------------------------------------------------------ endings
 
     def end(
-        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
-    ) -> CampaignView:
+        self, campaign: Campaign, state: CampaignState, reason: str, *, published_state: str | None = None
+    ) -> Campaign:
         """Persist the ending (and its publication), then stop the process if there was one."""
         ended = self.store.transition(campaign.id, state, reason, publish="ended", published_state=published_state)
         if self.metrics is not None:
@@ -108,14 +109,14 @@ class Lifecycle:
         self._stop_process(ended)
         return ended
 
-    def _stop_process(self, campaign: CampaignView) -> None:
+    def _stop_process(self, campaign: Campaign) -> None:
         raw = self.store.handle(campaign.id)
         if raw is None:
             return
         self.backend.cancel(campaign, RunHandle.model_validate_json(raw))
         self.store.clear_handle(campaign.id)
 
-    def _restart(self, campaign: CampaignView, reason: str) -> None:
+    def _restart(self, campaign: Campaign, reason: str) -> None:
         """Back to the queue to start from scratch, unless it already used every attempt."""
         if campaign.attempt >= self.settings.max_attempts:
             self.end(campaign, S.ERRORED, f"{reason}; gave up after {campaign.attempt} attempts")
@@ -123,7 +124,7 @@ class Lifecycle:
         self.store.transition(campaign.id, S.REQUESTED, f"{reason}; restarting from scratch", handle=None)
 
     def _record_exit(
-        self, campaign: CampaignView, report: CampaignReport | None, error: str | None, note: str | None = None,
+        self, campaign: Campaign, report: CampaignReport | None, error: str | None, note: str | None = None,
         bisect: BisectReport | None = None,
     ) -> None:
         if bisect is not None:
@@ -165,7 +166,7 @@ class Lifecycle:
                     self.backend.cancel(campaign, RunHandle.model_validate_json(raw))
                     self.store.clear_handle(campaign.id)
 
-    def _recover(self, campaign: CampaignView) -> None:
+    def _recover(self, campaign: Campaign) -> None:
         """Adopt the campaign's process, record how it ended, or restart it."""
         raw = self.store.handle(campaign.id)
         handle = RunHandle.model_validate_json(raw) if raw else self.backend.adopt(campaign)
@@ -211,7 +212,7 @@ class Lifecycle:
         except Exception as exc:
             log_failure(log, exc, "lifecycle step %r failed; retrying on the next tick", what)
 
-    def _poll(self, campaign: CampaignView) -> None:
+    def _poll(self, campaign: Campaign) -> None:
         raw = self.store.handle(campaign.id)
         if raw is None:
             self._restart(campaign, "no process was recorded for it")
@@ -249,7 +250,7 @@ class Lifecycle:
         with about(queue[0]):
             self._dispatch(queue[0])
 
-    def _dispatch(self, campaign: CampaignView) -> None:
+    def _dispatch(self, campaign: Campaign) -> None:
         attempt = campaign.attempt + 1
         out = (self.settings.work_dir / campaign.id / f"attempt-{attempt}" / "out").resolve()
         deadline = campaign.deadline.timestamp() if campaign.deadline else self.clock() + self.settings.deadline_seconds
@@ -273,7 +274,7 @@ class Lifecycle:
             handle=handle.model_dump_json(),
         )
 
-    def ensure_check_run(self, campaign: CampaignView, publisher: Publisher) -> CampaignView:
+    def ensure_check_run(self, campaign: Campaign, publisher: Publisher) -> Campaign:
         """Every campaign gets its check run (opening is retried on later ticks if GitHub was down)."""
         if campaign.check_run_id is not None:
             return campaign
@@ -289,11 +290,11 @@ class Lifecycle:
         for campaign in self.store.in_states(LIVE_STATES, self.backend.name):
             self.announce(campaign)
 
-    def announce(self, campaign: CampaignView) -> None:
+    def announce(self, campaign: Campaign) -> None:
         with about(campaign):
             self._announce(campaign)
 
-    def _announce(self, campaign: CampaignView) -> None:
+    def _announce(self, campaign: Campaign) -> None:
         publisher = self.publisher_of(campaign)
         campaign = self.ensure_check_run(campaign, publisher)
         position = campaign.queue_position
@@ -333,7 +334,7 @@ class Lifecycle:
                 else:
                     self.store.publication_done(publication.campaign_id, publication.kind)
 
-    def publisher_of(self, campaign: CampaignView) -> Publisher:
+    def publisher_of(self, campaign: Campaign) -> Publisher:
         """Who reports the campaign: a side run (bisect, main-branch tracking) has check runs of its own and no
         place in a pull request's status comment (bot.publish.side_runs)."""
         services = self.services(campaign.repo)
@@ -376,7 +377,7 @@ class Lifecycle:
         else:
             publisher.ended(self.linked(campaign), publication.state, publication.reason)
 
-    def _publish_bisect(self, campaign: CampaignView) -> None:
+    def _publish_bisect(self, campaign: Campaign) -> None:
         services = self.services(campaign.repo)
         if campaign.artifact_dir is None or services.side_runs is None:
             raise RuntimeError(f"completed bisect {campaign.id} has no artifact directory or publisher")

@@ -15,7 +15,8 @@ import functools
 import statistics
 from dataclasses import dataclass
 
-from bot.store.campaigns import CampaignView, Store
+from bot.core.campaign import Campaign
+from bot.store.campaigns import Store
 from runners.config import ConfigError, parse_config
 
 ESTIMATE_FROM = 20
@@ -26,7 +27,7 @@ ESTIMATE_FROM = 20
 class LiveCampaign:
     """A queued (position >= 1) or running (position 0) campaign, as the page and the metrics show it."""
 
-    campaign: CampaignView
+    campaign: Campaign
     backend: str
     rows: list[str]
     """The rows it runs: those the requester named, else every row of its config."""

@@ -22,18 +22,20 @@ from typing import Any
 
 import pytest
 
+from bot.core.campaign import CampaignState
 from bot.core.commands import COMMANDS, ParsedCommand, parse_commands
 from bot.core.decisions import Decisions
 from bot.core.ports import RepoServices
+from bot.core.repo_values import BotIdentity, CheckRunInfo, CommentInfo
 from bot.core.triggers import Accept
 from bot.dispatch.local import LocalBackend
 from bot.event_cli import RunTitleLedger
-from bot.github.gateway import ACTIONS_BOT, BotIdentity, CheckRunInfo, CommentInfo
+from bot.github.gateway import ACTIONS_BOT
 from bot.intake import StoreLedger
 from bot.lifecycle import Lifecycle
 from bot.publish import render
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, Store
+from bot.store.campaigns import Store
 from runners.report import Revision
 from tests.report_factory import make_report
 from tests.test_decisions import BASE, HEAD, HEAD2, NOW, WRITTEN, MemoryGitHub, label

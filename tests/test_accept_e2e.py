@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from bot.core.campaign import CampaignState
 from bot.server import create_app, default_publisher
-from bot.store.campaigns import CampaignState, Store
+from bot.store.campaigns import Store
 from bot.store.history import history_main
 from runners.report import CampaignReport
 from runners.verify import main_verify

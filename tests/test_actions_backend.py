@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.actions import (
     REPORT_ARTIFACT,
     ActionsBackend,
@@ -33,7 +34,7 @@ from bot.github.gateway import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInf
 from bot.publish import render
 from bot.server import create_app
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from runners.distributed.common import FIXTURES_ROW
 from runners.report import CampaignReport, CheckConclusion, Revision, StopRecord
 from runners.verdicts import campaign_verdicts
@@ -118,11 +119,11 @@ class Service:
     store: Store
     url: str
 
-    def campaign(self, pr: int = 1) -> CampaignView:
+    def campaign(self, pr: int = 1) -> Campaign:
         [campaign] = self.store.for_pr(REPO, pr)
         return campaign
 
-    def wait_state(self, state: CampaignState, timeout: float = 20) -> CampaignView:
+    def wait_state(self, state: CampaignState, timeout: float = 20) -> Campaign:
         return wait_until(  # type: ignore[no-any-return]
             lambda: (found := self.store.for_pr(REPO, 1)) and found[0].state == state and found[0],
             f"campaign {state}; have {[(c.state, c.reason) for c in self.store.for_pr(REPO, 1)]}",
@@ -566,9 +567,9 @@ def test_artifact_size_is_bounded_while_reading(tmp_path: Path, monkeypatch: pyt
     assert (tmp_path / "out" / "a" / "b.txt").read_bytes() == b"ok"
 
 
-def _campaign(report: CampaignReport) -> CampaignView:
+def _campaign(report: CampaignReport) -> Campaign:
     revisions = {r.arm: r.sha for r in report.revisions}
-    return CampaignView(
+    return Campaign(
         id=report.campaign_id,
         repo=REPO,
         pr_number=1,

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main as cli_main
+from bot.core.campaign import FINAL_STATES, CampaignState
 from bot.server import create_app, default_publisher
 from bot.settings import Settings
-from bot.store.campaigns import FINAL_STATES, CampaignState, Store
+from bot.store.campaigns import Store
 from runners.bisect import BisectRequest, run_bisect
 from runners.bisect_rule import BisectReport
 from runners.build_cache import configured_dir

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main as cli_main
+from bot.core.campaign import CampaignState
 from bot.server import create_app, default_publisher
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, Store
+from bot.store.campaigns import Store
 from runners.build_cache import configured_dir
 from runners.config import DEFAULT_CONFIG_PATH
 from runners.demo import commit_change, init_fixture_repo

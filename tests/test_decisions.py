@@ -19,20 +19,22 @@ from typing import Any, cast
 
 import pytest
 
+from bot.core.campaign import Campaign, CampaignState
 from bot.core.commands import ParsedCommand, approval_command, parse_commands
 from bot.core.decisions import Decisions
 from bot.core.events import parse_event
 from bot.core.ledger import Ledger
 from bot.core.ports import RepoServices
+from bot.core.repo_values import BotIdentity, MergeBase, PullInfo
 from bot.core.triggers import Cancel, Intent, NeedsApproval, Refuse, Rerun, Start, Status
 from bot.dispatch.actions import RUN_NAME
 from bot.dispatch.local import LocalBackend
 from bot.event_cli import RunTitleLedger
-from bot.github.gateway import ACTIONS_BOT, BotIdentity, MergeBase, PullInfo, WorkflowRunInfo
+from bot.github.gateway import ACTIONS_BOT, WorkflowRunInfo
 from bot.intake import StoreLedger
 from bot.lifecycle import Lifecycle
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from tests.webhooks import CONFIG_TOML, REPO, RecordingPublisher, pull_request_event
 
 S = CampaignState
@@ -96,7 +98,7 @@ class MemoryGitHub:
         return ACTIONS_BOT
 
 
-def label_of(campaign: CampaignView) -> str:
+def label_of(campaign: Campaign) -> str:
     """How a row names a campaign: head, rows and mode (ids are random)."""
     return f"{NAMES[campaign.head_sha]} {','.join(campaign.rows) if campaign.rows else 'all'} {campaign.mode}"
 
@@ -111,12 +113,12 @@ class Spy:
         return getattr(self._ledger, name)
 
     def end(
-        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
+        self, campaign: Campaign, state: CampaignState, reason: str, *, published_state: str | None = None
     ) -> None:
         self._effects.append(("end", label_of(campaign), str(published_state or state)))
         self._ledger.end(campaign, state, reason, published_state=published_state)
 
-    def launch(self, campaign: CampaignView) -> str:
+    def launch(self, campaign: Campaign) -> str:
         self._effects.append(("launch", label_of(campaign)))
         return self._ledger.launch(campaign)
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from bot.github.gateway import ACTIONS_BOT, AppAuth, BotIdentity, GitHubGateway, TokenAuth
+from bot.core.repo_values import BotIdentity
+from bot.github.gateway import ACTIONS_BOT, AppAuth, GitHubGateway, TokenAuth
 from tests.fakes.github_api import FakeGitHub, user_id
 from tests.webhooks import REPO, rsa_key_pair
 

@@ -17,16 +17,9 @@ from xml.etree import ElementTree
 import pytest
 from pydantic import SecretStr
 
-from bot.github.gateway import (
-    BotIdentity,
-    CheckAction,
-    CheckConclusion,
-    CheckOutput,
-    CheckStatus,
-    CommentInfo,
-    GitHubGateway,
-    TokenAuth,
-)
+from bot.core.campaign import Campaign, CampaignState
+from bot.core.repo_values import BotIdentity, CommentInfo
+from bot.github.gateway import CheckAction, CheckConclusion, CheckOutput, CheckStatus, GitHubGateway, TokenAuth
 from bot.publish import render
 from bot.publish.publisher import (
     PROGRESS_INTERVAL_SECONDS,
@@ -36,7 +29,6 @@ from bot.publish.publisher import (
     web_url,
     write_artifact,
 )
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 from tests.fakes.github_api import FakeGitHub
@@ -76,8 +68,8 @@ def settings(api_url: str = "https://api.github.com") -> CliSettings:
 
 def campaign(
     campaign_id: str = CAMPAIGN_ID, check_run_id: int | None = None, minute: int = 0
-) -> CampaignView:
-    return CampaignView(
+) -> Campaign:
+    return Campaign(
         id=campaign_id,
         repo=REPO,
         pr_number=PR,

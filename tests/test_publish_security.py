@@ -20,12 +20,12 @@ from markupsafe import escape
 from pydantic import SecretStr
 
 from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign, CampaignState
 from bot.github.gateway import GitHubGateway, TokenAuth
 from bot.github.redact import REDACTED, Redactor, secret_values
 from bot.publish import render
 from bot.publish.publisher import EXIT_REFUSED, CliSettings, Publisher, publish_main
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport, Revision, StopRecord
 from tests.fakes.github_api import FakeGitHub
@@ -58,8 +58,8 @@ def cli_settings(api_url: str) -> CliSettings:
     return CliSettings(check_name="kv-parity", command_word="/parity", label="kv-parity", api_base_url=api_url)
 
 
-def campaign(campaign_id: str = CAMPAIGN_ID, minute: int = 0) -> CampaignView:
-    return CampaignView(
+def campaign(campaign_id: str = CAMPAIGN_ID, minute: int = 0) -> Campaign:
+    return Campaign(
         id=campaign_id,
         repo=REPO,
         pr_number=PR,

@@ -22,10 +22,10 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign, CampaignState
 from bot.core.commands import COMMANDS
 from bot.publish import render
 from bot.publish.render import Links, ProgressView
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, OUTCOMES, make_report
@@ -124,8 +124,8 @@ def poisoned(model: M, round_: int) -> M:
     raise AssertionError("could not build a valid hostile model")
 
 
-def hostile_campaign(round_: int) -> CampaignView:
-    view = CampaignView(
+def hostile_campaign(round_: int) -> Campaign:
+    view = Campaign(
         id=CAMPAIGN_ID,
         repo="octo-org/dynamo",
         pr_number=512,

@@ -21,11 +21,12 @@ from typing import Any
 import httpx
 import pytest
 
+from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.base import RunHandle
 from bot.dispatch.local import LocalBackend, campaign_argv, process_alive
 from bot.server import create_app, signature_valid
 from bot.settings import Settings, SettingsError, load_settings
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from runners.report import CampaignReport
 from tests.fakes.github_api import secondary_rate_limit
 from tests.service_fixtures import BOT, ROOT, TOKEN, Env, service, standin_env, widgets_history
@@ -485,10 +486,10 @@ def test_service_killed_mid_campaign_completes_once_after_restart(env: Env, runn
 # ----------------------------------------------------------------- the local backend on its own
 
 
-def _view(env: Env, tmp: Path, rows: list[str] | None = None) -> CampaignView:
+def _view(env: Env, tmp: Path, rows: list[str] | None = None) -> Campaign:
     from datetime import UTC, datetime
 
-    return CampaignView(
+    return Campaign(
         id="kvp-test",
         repo=REPO,
         pr_number=1,

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Protocol
 
 from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign, CampaignState
 from bot.core.merge_queue import CarriedResult
+from bot.core.repo_values import BotIdentity, CheckRunInfo, CommentInfo, CommitInfo, PullInfo
 from bot.core.resolve import RevisionSource
-from bot.github.gateway import BotIdentity, CheckRunInfo, CommentInfo, CommitInfo, PullInfo
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.bisect_rule import BisectReport
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
@@ -24,23 +24,23 @@ from runners.report import CampaignReport
 class Publisher(Protocol):
     """What the bot tells GitHub (`bot.publish.publisher.Publisher(gateway, settings)`)."""
 
-    def open_check_run(self, campaign: CampaignView) -> int:
+    def open_check_run(self, campaign: Campaign) -> int:
         """Create the campaign's check run (external_id = campaign.id) and return its id."""
         ...
 
-    def queued(self, campaign: CampaignView, position: int) -> int | None:
+    def queued(self, campaign: Campaign, position: int) -> int | None:
         """Show the queue position (0 = started); may return the sticky status comment id to persist."""
         ...
 
-    def progress(self, campaign: CampaignView, event: ProgressEvent) -> None: ...
+    def progress(self, campaign: Campaign, event: ProgressEvent) -> None: ...
 
-    def waiting(self, campaign: CampaignView) -> None:
+    def waiting(self, campaign: Campaign) -> None:
         """Show where the running campaign waits in its scheduler's queue (`campaign.scheduler_wait`)."""
         ...
 
     def finished(
         self,
-        campaign: CampaignView,
+        campaign: Campaign,
         report: CampaignReport,
         artifact_dir: Path,
         *,
@@ -50,7 +50,7 @@ class Publisher(Protocol):
         head (oldest first), listed so repeated attempts are visible."""
         ...
 
-    def ended(self, campaign: CampaignView, state: str, reason: str) -> None:
+    def ended(self, campaign: Campaign, state: str, reason: str) -> None:
         """cancelled | superseded | timed_out | errored | config_error, with the recorded reason."""
         ...
 
@@ -96,7 +96,7 @@ class SideRunPublisher(Publisher, Protocol):
     """What reports side runs (`bot.publish.side_runs.SideRunPublisher`): bisects and main-branch tracking, each on
     a check run of its own, never in a pull request's status comment."""
 
-    def bisect_finished(self, campaign: CampaignView, bisect: BisectReport, artifact_dir: Path) -> None:
+    def bisect_finished(self, campaign: Campaign, bisect: BisectReport, artifact_dir: Path) -> None:
         """Complete the `kv-parity / bisect` check run and post the result on the pull request, once."""
         ...
 
@@ -116,9 +116,9 @@ class CampaignDriver(Protocol):
     """What the service's ledger needs from `bot.lifecycle.Lifecycle`, which runs the campaigns it records."""
 
     def end(
-        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
-    ) -> CampaignView: ...
+        self, campaign: Campaign, state: CampaignState, reason: str, *, published_state: str | None = None
+    ) -> Campaign: ...
 
-    def ensure_check_run(self, campaign: CampaignView, publisher: Publisher) -> CampaignView: ...
+    def ensure_check_run(self, campaign: Campaign, publisher: Publisher) -> Campaign: ...
 
-    def announce(self, campaign: CampaignView) -> None: ...
+    def announce(self, campaign: Campaign) -> None: ...

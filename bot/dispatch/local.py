@@ -39,9 +39,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from bot.core.campaign import Campaign
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.settings import SettingsError
-from bot.store.campaigns import CampaignView
 from runners.bisect_rule import BisectReport
 from runners.config import format_rows
 from runners.progress import ProgressEvent
@@ -101,7 +101,7 @@ def default_argv_prefix() -> list[str]:
 def campaign_argv(
     prefix: list[str],
     repo: Path,
-    campaign: CampaignView,
+    campaign: Campaign,
     config_file: Path,
     out_dir: Path,
     progress: Path,
@@ -142,7 +142,7 @@ def default_bisect_prefix() -> list[str]:
 def bisect_argv(
     prefix: list[str],
     repo: Path,
-    campaign: CampaignView,
+    campaign: Campaign,
     config_file: Path,
     out_dir: Path,
     progress: Path,
@@ -280,7 +280,7 @@ class LocalBackend:
         except RevisionError as exc:
             raise StartError(str(exc)) from exc
 
-    def _pinned(self, campaign: CampaignView) -> Path:
+    def _pinned(self, campaign: Campaign) -> Path:
         """The campaign's artifact directory, once every SHA it names is a full SHA present in the clone."""
         if campaign.artifact_dir is None:
             raise StartError(f"campaign {campaign.id} has no artifact directory")
@@ -291,7 +291,7 @@ class LocalBackend:
         self._ensure_commits(shas)
         return campaign.artifact_dir
 
-    def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
+    def start(self, campaign: Campaign, config_text: str) -> RunHandle:
         """Write the config, spawn the runner in its own session, and leave a handle file for `adopt`."""
         out_dir = self._pinned(campaign)
         work = out_dir.parent
@@ -341,7 +341,7 @@ class LocalBackend:
         log.info("campaign %s started as pid %d: %s", campaign.id, process.pid, argv)
         return handle
 
-    def adopt(self, campaign: CampaignView) -> RunHandle | None:
+    def adopt(self, campaign: Campaign) -> RunHandle | None:
         """The handle of a run started just before the service died, before the store recorded it."""
         if campaign.artifact_dir is None:
             return None
@@ -373,7 +373,7 @@ class LocalBackend:
                 log.warning("campaign %s: unreadable progress line %r: %s", campaign_id, line[:200], exc)
         return events
 
-    def poll(self, campaign: CampaignView, handle: RunHandle) -> PollResult:
+    def poll(self, campaign: Campaign, handle: RunHandle) -> PollResult:
         pid = int(handle.ref)
         process = self._children.get(campaign.id)
         progress = self._read_progress(campaign.id, handle)
@@ -393,7 +393,7 @@ class LocalBackend:
         return self._outcome(campaign, handle, exit_code, progress)
 
     def _outcome(
-        self, campaign: CampaignView, handle: RunHandle, code: int | None, progress: list[ProgressEvent]
+        self, campaign: Campaign, handle: RunHandle, code: int | None, progress: list[ProgressEvent]
     ) -> PollResult:
         log_tail = _tail(Path(handle.out_dir).parent / "campaign.log")
         if code is not None and code < 0:
@@ -428,7 +428,7 @@ class LocalBackend:
         return PollResult(False, progress, report=report, exit_code=code)
 
     @staticmethod
-    def _bisect_outcome(campaign: CampaignView, handle: RunHandle, code: int | None, progress: list[ProgressEvent],
+    def _bisect_outcome(campaign: Campaign, handle: RunHandle, code: int | None, progress: list[ProgressEvent],
                         status: str, log_tail: str) -> PollResult:
         """A bisect run's end: its bisect.json, validated and named by this campaign's id (as `--bisect-id`)."""
         path = Path(handle.out_dir) / "bisect.json"
@@ -463,7 +463,7 @@ class LocalBackend:
                 return
             time.sleep(0.01)
 
-    def cancel(self, campaign: CampaignView, handle: RunHandle) -> None:
+    def cancel(self, campaign: Campaign, handle: RunHandle) -> None:
         """SIGTERM to the process group, SIGKILL after the grace period; returns once none of the group runs."""
         pid = int(handle.ref)
         process = self._children.pop(campaign.id, None)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from bot.core.campaign import Campaign
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.local import LocalBackend
-from bot.store.campaigns import CampaignView
 from runners.config import ConfigError
 from runners.progress import ProgressEvent
 from runners.revisions import RevisionError
@@ -50,12 +50,12 @@ class SlurmBackend(LocalBackend):
             self._campaigns[key] = SlurmCampaign(work, self.options, self.sandbox, build_cache=self.build_cache)
         return self._campaigns[key]
 
-    def _handle(self, campaign: CampaignView, run: SlurmRun) -> RunHandle:
+    def _handle(self, campaign: Campaign, run: SlurmRun) -> RunHandle:
         assert campaign.artifact_dir is not None
         return RunHandle(backend=self.name, ref=run.jobs[0].job_id if run.jobs else campaign.id,
                          token=str(run.submitted_unix), out_dir=str(campaign.artifact_dir))
 
-    def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
+    def start(self, campaign: Campaign, config_text: str) -> RunHandle:
         """Plan at the base branch's tip (as the Actions plan job does) and submit the whole pipeline."""
         artifact_dir = self._pinned(campaign)
         spec = CampaignSpec(campaign_id=campaign.id, repo=self.repo.resolve(), base_sha=campaign.base_sha,
@@ -67,7 +67,7 @@ class SlurmBackend(LocalBackend):
             raise StartError(f"cannot submit campaign {campaign.id} to Slurm: {exc}") from exc
         return self._handle(campaign, run)
 
-    def adopt(self, campaign: CampaignView) -> RunHandle | None:
+    def adopt(self, campaign: Campaign) -> RunHandle | None:
         """The submission of this attempt whose handle the store never got (the service died in between)."""
         if campaign.artifact_dir is None:
             return None
@@ -76,7 +76,7 @@ class SlurmBackend(LocalBackend):
             return None
         return self._handle(campaign, run)
 
-    def poll(self, campaign: CampaignView, handle: RunHandle) -> PollResult:
+    def poll(self, campaign: Campaign, handle: RunHandle) -> PollResult:
         now = time.monotonic()
         if now - self._checked.get(campaign.id, float("-inf")) < self.options.poll_seconds:
             return PollResult(running=True)
@@ -94,7 +94,7 @@ class SlurmBackend(LocalBackend):
         return PollResult(running=outcome.running, progress=outcome.progress, report=outcome.report,
                           error=outcome.error, note=outcome.note, waiting=outcome.waiting)
 
-    def cancel(self, campaign: CampaignView, handle: RunHandle) -> None:
+    def cancel(self, campaign: Campaign, handle: RunHandle) -> None:
         """scancel every job of the campaign; returns once squeue lists none of them."""
         self._checked.pop(campaign.id, None)
         self._campaign(Path(handle.out_dir).parent).cancel(wait_seconds=self.cancel_grace_seconds + 60)

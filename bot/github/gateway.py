@@ -32,6 +32,16 @@ from github.WorkflowRun import WorkflowRun
 from pydantic import BaseModel, ConfigDict, SecretStr
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
+from bot.core.repo_values import (
+    BotIdentity,
+    CheckRunInfo,
+    CommentInfo,
+    CommitInfo,
+    MergeBase,
+    NotFoundError,
+    PullInfo,
+)
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -62,7 +72,7 @@ class GitHubAuthError(GitHubError):
     """The credentials were refused (401): a configuration problem, never retried."""
 
 
-class GitHubNotFoundError(GitHubError):
+class GitHubNotFoundError(GitHubError, NotFoundError):
     """The resource does not exist, or is invisible to these credentials (404)."""
 
 
@@ -137,33 +147,6 @@ class AppAuth(_Frozen):
     app_id: int
     private_key: SecretStr
     installation_id: int | None = None
-
-
-class PullInfo(_Frozen):
-    """What the bot needs to decide whether and what to benchmark for a pull request."""
-
-    number: int
-    state: str
-    head_sha: str
-    head_ref: str
-    head_repo_full_name: str | None  # None when the fork was deleted
-    base_ref: str
-    base_sha: str
-    is_fork: bool  # head lives elsewhere (or is gone): its code is untrusted
-    author_login: str
-    labels: list[str]
-    html_url: str
-
-
-class MergeBase(_Frozen):
-    """Where a head diverged from a base branch: the baseline to benchmark against."""
-
-    sha: str
-    base_tip_sha: str
-    """The base branch's head when compared: the trusted revision the campaign config is read at."""
-    status: Literal["ahead", "behind", "identical", "diverged"]
-    ahead_by: int
-    behind_by: int
 
 
 class CheckOutput(_Frozen):
@@ -243,30 +226,6 @@ def _job_info(job: WorkflowJob) -> WorkflowJobInfo:
     )
 
 
-class CommentInfo(_Frozen):
-    """An issue/PR comment; ``node_id`` is what GraphQL (e.g. minimizing) needs.
-
-    ``author_id`` is what tells the bot's own comments apart: a login is text anyone can echo in a body,
-    and a human may even own the bot's slug as a login; the numeric user id cannot be borrowed.
-    """
-
-    id: int
-    node_id: str
-    body: str
-    author_login: str
-    author_id: int
-    html_url: str
-    created_at: datetime | None = None
-    """When it was written (an acceptance read back from its comment keeps it)."""
-
-
-class BotIdentity(_Frozen):
-    """Who the bot acts as on GitHub: its login for display, its numeric user id for every comparison."""
-
-    login: str
-    id: int
-
-
 ACTIONS_BOT = BotIdentity(login="github-actions[bot]", id=41898282)
 """The author of everything done with ``GITHUB_TOKEN`` (a fixed account on github.com)."""
 
@@ -285,20 +244,6 @@ def _comment_info(comment: IssueComment) -> CommentInfo:
         html_url=comment.html_url,
         created_at=comment.created_at,
     )
-
-
-class CheckRunInfo(_Frozen):
-    """A check run as the merge queue and the Re-run buttons read it: which campaign, and how it ended."""
-
-    id: int
-    name: str
-    head_sha: str
-    status: str
-    conclusion: str | None
-    external_id: str | None
-    app_slug: str | None
-    """Which App wrote it (`github-actions` in Actions-only mode): a check run's name is not an identity."""
-    html_url: str
 
 
 def _check_run_info(data: Mapping[str, Any]) -> CheckRunInfo:
@@ -952,13 +897,6 @@ class ActionsCalls(GitHubTransport):
                 return b"".join(chunks)
 
         return self._call(f"download artifact {name!r}", fetch)
-
-
-class CommitInfo(_Frozen):
-    """A commit as main-branch tracking reads it: its full SHA and its parents' (the first is the first parent)."""
-
-    sha: str
-    parents: list[str]
 
 
 class PullRef(_Frozen):

@@ -23,7 +23,8 @@ from typing import Any, Protocol
 from markupsafe import escape
 from pydantic import BaseModel, SecretStr
 
-from bot.github.gateway import BotIdentity, CheckAction, CheckConclusion, CheckOutput, CheckStatus, CommentInfo
+from bot.core.repo_values import BotIdentity, CommentInfo
+from bot.github.gateway import CheckAction, CheckConclusion, CheckOutput, CheckStatus
 
 REDACTED = "[redacted]"
 MIN_SECRET_LENGTH = 6

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from bot.core.campaign import Campaign
 from bot.github.gateway import CheckAction, CheckConclusion, CheckOutput
 from bot.github.redact import RedactingGateway
 from bot.publish.render import CheckRunContent, ProgressView
-from bot.store.campaigns import CampaignView
 from runners.progress import ProgressEvent
 
 RERUN = CheckAction(label="Rerun", description="Run the parity campaign again", identifier="rerun")
@@ -21,7 +21,7 @@ CANCEL = CheckAction(label="Cancel", description="Stop this parity campaign", id
 
 
 NAMED_KINDS = ("profile", "bisect", "main", "reference")
-"""Campaign kinds with a check run of their own name (`CampaignView.check_kind`)."""
+"""Campaign kinds with a check run of their own name (`Campaign.check_kind`)."""
 
 
 def check_name_of(campaign_check: str, kind: str) -> str:
@@ -59,10 +59,10 @@ class CheckRunWriter:
         self._ids: dict[str, int] = {}
         self._progress: dict[str, _Progress] = {}
 
-    def id_of(self, campaign: CampaignView) -> int | None:
+    def id_of(self, campaign: Campaign) -> int | None:
         return campaign.check_run_id or self._ids.get(campaign.id)
 
-    def open(self, campaign: CampaignView, content: CheckRunContent) -> int:
+    def open(self, campaign: Campaign, content: CheckRunContent) -> int:
         """Create the check run, queued, with Rerun and Cancel."""
         run_id = self.gateway.create_check_run(
             campaign.head_sha,
@@ -85,7 +85,7 @@ class CheckRunWriter:
             details_url=details_url,
         )
 
-    def due(self, campaign: CampaignView, events: Sequence[ProgressEvent]) -> ProgressView | None:
+    def due(self, campaign: Campaign, events: Sequence[ProgressEvent]) -> ProgressView | None:
         """The view to write for this batch of events, or None when the rate limit holds it back.
 
         Every event updates the stage clock (so the ETA stays right), but only the newest is shown.
@@ -120,7 +120,7 @@ class CheckRunWriter:
 
     def complete(
         self,
-        campaign: CampaignView,
+        campaign: Campaign,
         run_id: int,
         conclusion: CheckConclusion,
         content: CheckRunContent,
@@ -137,6 +137,6 @@ class CheckRunWriter:
             details_url=details_url,
         )
 
-    def forget_progress(self, campaign: CampaignView) -> None:
+    def forget_progress(self, campaign: Campaign) -> None:
         """The campaign ended without completing here (or its check run is completed elsewhere)."""
         self._progress.pop(campaign.id, None)

@@ -26,17 +26,11 @@ from pydantic import SecretStr, ValidationError
 
 from bot.core.accept_comments import read_back
 from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign, CampaignPurpose, CampaignState
 from bot.core.commands import COMMANDS
 from bot.core.merge_queue import MERGE_GROUP_TRIGGER, CarriedResult, queue_entry
-from bot.github.gateway import (
-    CheckConclusion,
-    CheckOutput,
-    CommentInfo,
-    GitHubError,
-    GitHubGateway,
-    PullInfo,
-    TokenAuth,
-)
+from bot.core.repo_values import CommentInfo, PullInfo
+from bot.github.gateway import CheckConclusion, CheckOutput, GitHubError, GitHubGateway, TokenAuth
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
 from bot.publish import render
 from bot.publish.artifact import write_artifact as write_artifact
@@ -44,7 +38,6 @@ from bot.publish.check_runs import CheckRunWriter
 from bot.publish.comments import CommentWriter
 from bot.publish.render import Links, ProgressView
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.config import parse_rows
 from runners.progress import ProgressEvent
 from runners.report import Acceptance, CampaignReport
@@ -67,7 +60,7 @@ and the newer campaign's check run carries the verdict.
 """
 
 
-def _comments_on_pull(campaign: CampaignView) -> bool:
+def _comments_on_pull(campaign: Campaign) -> bool:
     """A merge group's campaign reports on the group's check run only, never in the pull request's comments."""
     return campaign.trigger != MERGE_GROUP_TRIGGER
 
@@ -137,7 +130,7 @@ class Publisher:
 
     def _links(
         self,
-        campaign: CampaignView,
+        campaign: Campaign,
         artifact_url: str | None = None,
         result_url: str | None = None,
         check_run_id: int | None = None,
@@ -154,7 +147,7 @@ class Publisher:
 
     # --- lifecycle steps
 
-    def open_check_run(self, campaign: CampaignView) -> int:
+    def open_check_run(self, campaign: Campaign) -> int:
         """Create the campaign's check run on the head SHA, queued, with its Cancel button."""
         with self._lock:
             content = render.progress_content(
@@ -166,10 +159,10 @@ class Publisher:
             )
             return self.check_runs.open(campaign, content)
 
-    def _ensure_check_run(self, campaign: CampaignView) -> int:
+    def _ensure_check_run(self, campaign: Campaign) -> int:
         return self.check_runs.id_of(campaign) or self.open_check_run(campaign)
 
-    def queued(self, campaign: CampaignView, position: int) -> int | None:
+    def queued(self, campaign: Campaign, position: int) -> int | None:
         """Show the queue position (0 = started) on the check run and in the status comment.
 
         Returns the status comment's id for the store (None when a newer campaign owns that comment).
@@ -195,11 +188,11 @@ class Publisher:
             )
             return self.comments.upsert_status(campaign, body)
 
-    def progress(self, campaign: CampaignView, event: ProgressEvent) -> None:
+    def progress(self, campaign: Campaign, event: ProgressEvent) -> None:
         """Live progress of one event (see `progress_batch`)."""
         self.progress_batch(campaign, [event])
 
-    def progress_batch(self, campaign: CampaignView, events: Sequence[ProgressEvent]) -> None:
+    def progress_batch(self, campaign: Campaign, events: Sequence[ProgressEvent]) -> None:
         """Live progress on the check run: at most one write for a batch, at once on a stage or row change,
         else at most one per interval. The status comment is not touched (it links to the check run)."""
         with self._lock:
@@ -212,7 +205,7 @@ class Publisher:
             )
             self.check_runs.running(run_id, content, started=True, details_url=campaign.details_url)
 
-    def waiting(self, campaign: CampaignView) -> None:
+    def waiting(self, campaign: Campaign) -> None:
         """The running status comment again, now saying where the campaign waits in its scheduler's queue (or
         no longer): a person sees why nothing runs without opening the check run. One edit per change."""
         if not _comments_on_pull(campaign):
@@ -223,7 +216,7 @@ class Publisher:
 
     def finished(
         self,
-        campaign: CampaignView,
+        campaign: Campaign,
         report: CampaignReport,
         artifact_dir: Path,
         artifact_url: str | None = None,
@@ -262,7 +255,7 @@ class Publisher:
                 ),
             )
 
-    def ended(self, campaign: CampaignView, state: str, reason: str) -> None:
+    def ended(self, campaign: Campaign, state: str, reason: str) -> None:
         """A campaign that stopped without a report: complete its check run and say why in the status."""
         if state not in STATE_CONCLUSIONS:
             raise ValueError(f"unknown end state {state!r}; expected one of {sorted(STATE_CONCLUSIONS)}")
@@ -359,33 +352,33 @@ def standing_acceptances(gateway: PublishGateway, pr: int, head_sha: str, comman
 
 
 def campaign_from_report(
-    report: CampaignReport, repo: str, pr_number: int, artifact_dir: Path
-) -> CampaignView:
-    """The campaign a stand-alone report stands for, so publishing shares `Publisher.finished`."""
+    report: CampaignReport,
+    repo: str,
+    pr_number: int,
+    *,
+    rows: list[str] | None = None,
+    purpose: CampaignPurpose = "pull_request",
+) -> Campaign:
+    """The campaign a stand-alone report is of (`kv-parity publish`), read from the report itself, so publishing
+    it shares `Publisher.finished` (and `SideRunPublisher.finished`) with the service."""
     revisions = {r.arm: r.sha for r in report.revisions}
-    verdicts = report.concluded
-    return CampaignView(
+    return Campaign(
         id=report.campaign_id,
         repo=repo,
         pr_number=pr_number,
         head_sha=revisions["candidate"],
         base_sha=revisions["baseline"],
         relationship=report.relationship,
-        rows=None,
-        state=CampaignState.COMPLETED,
-        check_run_id=None,
-        status_comment_id=None,
+        rows=rows,
         requested_by="kv-parity publish",
         trigger="publish",
-        created_at=datetime.fromtimestamp(report.created_unix, UTC),
-        deadline=None,
-        artifact_dir=artifact_dir,
-        queue_position=None,
-        attempt=1,
-        reason="published from report.json",
-        conclusion=verdicts.conclusion.value,
         config_source=report.config_source,
         mode=report.mode,
+        purpose=purpose,
+        state=CampaignState.COMPLETED,
+        created_at=datetime.fromtimestamp(report.created_unix, UTC),
+        reason="published from report.json",
+        conclusion=report.concluded.conclusion.value,
     )
 
 
@@ -492,7 +485,7 @@ def publish_main(argv: Sequence[str], gateway: PublishGateway | None = None) -> 
         api_base_url=args.api_url,
     )
     out_dir: Path = args.out or args.report.resolve().parent
-    campaign = campaign_from_report(report, args.repo, args.pr, out_dir).model_copy(
+    campaign = campaign_from_report(report, args.repo, args.pr).model_copy(
         update={"details_url": args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ))}
     )
     try:

@@ -20,13 +20,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import SecretStr, ValidationError
 
 from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign
 from bot.core.commands import COMMANDS
 from bot.github.gateway import CheckConclusion, GitHubError, GitHubGateway, IssueInfo, PullRef, TokenAuth
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
@@ -44,13 +44,13 @@ from bot.publish.publisher import (
     STATE_CONCLUSIONS,
     _default_bot_login,
     _workflow_run_url,
+    campaign_from_report,
     web_url,
 )
 from bot.publish.publisher import publish_main as publish_pull_request
 from bot.publish.render import Links, ProgressView
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.publish.tracking_render import ISSUE_TITLE, pull_request_comment, regression_body, tracking_marker
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.bisect_rule import BisectReport
 from runners.config import parse_rows
 from runners.progress import ProgressEvent
@@ -115,7 +115,7 @@ class SideRunPublisher:
         self.check_runs = CheckRunWriter(self.gateway, settings_like.check_name, clock, progress_interval)
         self.comments = CommentWriter(self.gateway)
 
-    def _links(self, campaign: CampaignView, check_run_id: int | None = None) -> Links:
+    def _links(self, campaign: Campaign, check_run_id: int | None = None) -> Links:
         run_id = check_run_id or self.check_runs.id_of(campaign)
         return Links(
             artifact_url=f"{self.artifact_base_url}/{campaign.id}/" if self.artifact_base_url else None,
@@ -125,13 +125,13 @@ class SideRunPublisher:
 
     # --- the lifecycle's steps (bot.core.ports.Publisher)
 
-    def open_check_run(self, campaign: CampaignView) -> int:
+    def open_check_run(self, campaign: Campaign) -> int:
         with self._lock:
             content = render.progress_content(campaign, None, self._links(campaign), self.settings.command_word,
                                               position=campaign.queue_position)
             return self.check_runs.open(campaign, content)
 
-    def queued(self, campaign: CampaignView, position: int) -> int | None:
+    def queued(self, campaign: Campaign, position: int) -> int | None:
         """The queue position (0 = started) on the check run only, when it has one (the service opens it first;
         Actions-only mode's publish job opens and completes it at once); there is no status comment to return."""
         with self._lock:
@@ -146,7 +146,7 @@ class SideRunPublisher:
             self.check_runs.running(run_id, content, started, campaign.details_url)
         return None
 
-    def progress(self, campaign: CampaignView, event: ProgressEvent) -> None:
+    def progress(self, campaign: Campaign, event: ProgressEvent) -> None:
         with self._lock:
             view = self.check_runs.due(campaign, [event])
             if view is None:
@@ -156,10 +156,10 @@ class SideRunPublisher:
                                               self.settings.command_word)
             self.check_runs.running(run_id, content, started=True, details_url=campaign.details_url)
 
-    def waiting(self, campaign: CampaignView) -> None:
+    def waiting(self, campaign: Campaign) -> None:
         """Nothing to edit: where a side run waits shows on its check run's next progress write."""
 
-    def finished(self, campaign: CampaignView, report: CampaignReport, artifact_dir: Path, *,
+    def finished(self, campaign: Campaign, report: CampaignReport, artifact_dir: Path, *,
                  prior_attempts: Sequence[PriorAttempt] = ()) -> None:
         """A main or reference campaign: the artifact, its check run, and on a FAIL the tracking issue and the
         merged pull requests."""
@@ -174,7 +174,7 @@ class SideRunPublisher:
             if campaign.purpose in ("main", "reference") and report.concluded.failed:
                 self._regression(campaign, report, links)
 
-    def bisect_finished(self, campaign: CampaignView, bisect: BisectReport, artifact_dir: Path) -> None:
+    def bisect_finished(self, campaign: Campaign, bisect: BisectReport, artifact_dir: Path) -> None:
         """The `kv-parity / bisect` check run completed with the result, and the result posted on the pull
         request once (found again by its marker among the bot's own comments)."""
         with self._lock:
@@ -187,7 +187,7 @@ class SideRunPublisher:
             if not any(c.body.startswith(marker) for c in self.comments.ours(campaign.pr_number)):
                 self.gateway.create_comment(campaign.pr_number, bisect_comment(bisect, campaign.id, links))
 
-    def ended(self, campaign: CampaignView, state: str, reason: str) -> None:
+    def ended(self, campaign: Campaign, state: str, reason: str) -> None:
         if state not in STATE_CONCLUSIONS:
             raise ValueError(f"unknown end state {state!r}; expected one of {sorted(STATE_CONCLUSIONS)}")
         with self._lock:
@@ -212,7 +212,7 @@ class SideRunPublisher:
     def _posted(self, number: int, marker: str, also: str = "") -> bool:
         return marker in also or any(c.body.startswith(marker) for c in self.comments.ours(number))
 
-    def _regression(self, campaign: CampaignView, report: CampaignReport, links: Links) -> None:
+    def _regression(self, campaign: Campaign, report: CampaignReport, links: Links) -> None:
         label = self.settings.tracking_label
         baseline = next((r.sha for r in report.revisions if r.arm == "baseline"), "")
         reference = (report.config.main.reference or baseline) if campaign.purpose == "reference" else None
@@ -307,16 +307,9 @@ def publish_main(argv: Sequence[str], gateway: SideRunGateway | None = None) -> 
             return EXIT_USAGE
         gateway = GitHubGateway(args.repo, TokenAuth(token=SecretStr(token)), args.api_url, bot_login=args.bot_login)
     out_dir: Path = args.out or args.report.resolve().parent
-    revisions = {r.arm: r.sha for r in report.revisions}
-    campaign = CampaignView(
-        id=report.campaign_id, repo=args.repo, pr_number=0, head_sha=revisions["candidate"],
-        base_sha=revisions["baseline"], relationship=report.relationship, rows=parse_rows(args.expect_rows),
-        state=CampaignState.COMPLETED, check_run_id=None, status_comment_id=None,
-        requested_by="kv-parity publish", trigger="publish",
-        created_at=datetime.fromtimestamp(report.created_unix, UTC), deadline=None, artifact_dir=out_dir,
-        queue_position=None, attempt=1, reason="published from report.json",
-        conclusion=report.concluded.conclusion.value, config_source=report.config_source, purpose=purpose,
-        details_url=args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ)),
+    campaign = campaign_from_report(report, args.repo, 0, rows=parse_rows(args.expect_rows), purpose=purpose)
+    campaign = campaign.model_copy(
+        update={"details_url": args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ))}
     )
     publisher = SideRunPublisher(gateway, PublishSettings(args), artifact_base_url=None)
     try:
