@@ -294,16 +294,14 @@ class RunTitleLedger:
             report = self._report_of(run, title)
             if report is None:
                 continue
-            checks = [c for c in self.api.check_runs_of(head_sha, self.settings.check_name)
-                      if c.external_id == title.campaign_id]
             view = Campaign(
                 id=title.campaign_id, repo=self.repo, pr_number=pr, head_sha=head_sha,
                 base_sha=next(r.sha for r in report.revisions if r.arm == "baseline"),
                 relationship=report.relationship, rows=title.rows, requested_by=f"run {run.id}",
                 trigger="workflow_dispatch", config_source=report.config_source, state=CampaignState.COMPLETED,
-                created_at=run.created_at, details_url=run.html_url, check_run_id=checks[0].id if checks else None,
+                created_at=run.created_at,
             )
-            return FinishedCampaign(view, report)
+            return FinishedCampaign(view, report, details_url=run.html_url)
         return None
 
     def acceptances(self, pr: int, head_sha: str) -> list[Acceptance]:
@@ -328,7 +326,7 @@ class RunTitleLedger:
         report = with_acceptances(finished.report, self.acceptances(campaign.pr_number, campaign.head_sha))
         scratch = Path(tempfile.mkdtemp(prefix="kv-parity-republish-"))
         try:
-            self.publisher.finished(campaign, report, scratch, prior_attempts=[])
+            self.publisher.finished(campaign, report, scratch, prior_attempts=[], details_url=finished.details_url)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return f"republished campaign {campaign.id}: {report.concluded.conclusion.value}"
@@ -420,8 +418,9 @@ def event_main(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
 
     gateway = make_gateway(settings, repo)
     try:
-        outcome = handle_event(event, gateway, GitHubPublisher(gateway, settings), settings,
-                               side_runs=SideRunPublisher(gateway, settings))
+        # A check run opens when the publish job (or a failure) completes it: nothing here would end one left queued.
+        outcome = handle_event(event, gateway, GitHubPublisher(gateway, settings, open_when_queued=False), settings,
+                               side_runs=SideRunPublisher(gateway, settings, open_when_queued=False))
     except GitHubError as exc:
         print(f"kv-parity event: GitHub refused: {exc}", file=sys.stderr)
         return EXIT_GITHUB

@@ -24,7 +24,7 @@ from bot.core.decisions import Decisions
 from bot.core.events import PayloadError, PushEvent, parse_event
 from bot.core.heads import HeadSeen
 from bot.core.ledger import FinishedCampaign, HeadConclusion
-from bot.core.ports import CampaignDriver, Publisher, RepoServices
+from bot.core.ports import CampaignDriver, RepoServices
 from bot.core.tracking import handle_push
 from bot.settings import Settings
 from bot.store.campaigns import Delivery, Store
@@ -45,24 +45,14 @@ def campaign_failed(campaign: Campaign) -> bool:
 
 
 class StoreLedger:
-    """The service's ledger: `bot.store.campaigns.Store`, with endings and launches made by the lifecycle."""
+    """The service's ledger: `bot.store.campaigns.Store`, with endings and launches made by the lifecycle. It only
+    records: what is published, and when, is the lifecycle's and the publisher's."""
 
     records_heads = True
 
-    def __init__(
-        self,
-        store: Store,
-        driver: CampaignDriver,
-        publisher: Publisher,
-        repo: str,
-        *,
-        backend: str,
-        delivery_id: str,
-        side_runs: Publisher | None = None,
-    ) -> None:
-        self.store, self.driver, self.publisher, self.repo = store, driver, publisher, repo
+    def __init__(self, store: Store, driver: CampaignDriver, repo: str, *, backend: str, delivery_id: str) -> None:
+        self.store, self.driver, self.repo = store, driver, repo
         self.backend, self.delivery_id = backend, delivery_id
-        self.side_runs = side_runs
 
     @property
     def runs_bisect(self) -> bool:
@@ -108,10 +98,8 @@ class StoreLedger:
         return [live] if live is not None else []
 
     def create(self, request: CampaignRequest) -> Campaign:
-        """Record the campaign and open its check run (retried by the lifecycle if GitHub is down)."""
-        campaign = self.store.create_campaign(request, self.repo, delivery_id=self.delivery_id, backend=self.backend)
-        side = request.purpose != "pull_request" and self.side_runs is not None
-        return self.driver.ensure_check_run(campaign, self.side_runs if side and self.side_runs else self.publisher)
+        """Record the campaign; nothing is published until the lifecycle announces it (`launch`)."""
+        return self.store.create_campaign(request, self.repo, delivery_id=self.delivery_id, backend=self.backend)
 
     def launch(self, campaign: Campaign) -> str:
         """Queued: the lifecycle's worker dispatches campaigns one at a time, oldest first."""
@@ -227,10 +215,7 @@ class Intake:
         if already:
             return f"already handled: campaign {already[0].id}"
         services = self.services(repo)
-        ledger = StoreLedger(
-            self.store, self.driver, services.publisher, repo, backend=self.backend_name, delivery_id=delivery.id,
-            side_runs=services.side_runs,
-        )
+        ledger = StoreLedger(self.store, self.driver, repo, backend=self.backend_name, delivery_id=delivery.id)
         if isinstance(event, PushEvent):
             return handle_push(event, ledger, services.api, self.settings.config_path)
         decisions = Decisions(ledger, services.api, services.publisher, self.settings, clock=self.clock)

@@ -89,13 +89,20 @@ class Lifecycle:
         self.metrics = metrics
         self.pages = Pages(store, settings)
 
-    def linked(self, campaign: Campaign) -> Campaign:
-        """The campaign with its details_url for the publisher: its details page when pages are served (and
-        it may have one), else its Actions run's page, else None (the publisher falls back to the artifact)."""
+    def details_url(self, campaign: Campaign) -> str | None:
+        """Where a person follows the campaign, handed to every publisher step: its details page when pages are
+        served (and it may have one), else its Actions run's page, else None (the publisher falls back to the
+        artifact)."""
         url = self.pages.details_url(campaign)
         if url is None and isinstance(self.backend, RunPages):
             url = self.backend.run_url(campaign)
-        return campaign.model_copy(update={"details_url": url})
+        return url
+
+    def _record_check_run(self, campaign: Campaign, run_id: int | None) -> None:
+        """Keep the id of the check run the publisher wrote, for the details pages' link (the publisher finds its
+        check run by its external_id and never reads this back)."""
+        if run_id is not None:
+            self.store.set_check_run(campaign.id, run_id)
 
     # ------------------------------------------------------------------ endings
 
@@ -226,16 +233,16 @@ class Lifecycle:
             self.metrics.progress(campaign, result.progress)
         if result.progress:
             publisher = self.publisher_of(campaign)
-            linked = self.linked(campaign)
+            details_url = self.details_url(campaign)
             for event in result.progress:
                 try:
-                    publisher.progress(linked, event)
+                    publisher.progress(campaign, event, details_url=details_url)
                 except Exception as exc:
                     log_failure(log, exc, "campaign %s: publishing progress failed", campaign.id)
         if result.running and result.waiting is not None and result.waiting != (campaign.scheduler_wait or ""):
             waiting = campaign.model_copy(update={"scheduler_wait": result.waiting or None})
             try:
-                self.publisher_of(campaign).waiting(self.linked(waiting))
+                self.publisher_of(campaign).waiting(waiting, details_url=self.details_url(campaign))
             except Exception as exc:  # kept unstored, so the next poll that says the same publishes it again
                 log_failure(log, exc, "campaign %s: publishing where it waits failed", campaign.id)
             else:
@@ -274,17 +281,6 @@ class Lifecycle:
             handle=handle.model_dump_json(),
         )
 
-    def ensure_check_run(self, campaign: Campaign, publisher: Publisher) -> Campaign:
-        """Every campaign gets its check run (opening is retried on later ticks if GitHub was down)."""
-        if campaign.check_run_id is not None:
-            return campaign
-        with about(campaign):
-            try:
-                self.store.set_check_run(campaign.id, publisher.open_check_run(self.linked(campaign)))
-            except Exception as exc:
-                log_failure(log, exc, "campaign %s: opening the check run failed; retrying later", campaign.id)
-        return self.store.require(campaign.id)
-
     def _refresh_positions(self) -> None:
         """Tell the publisher about every live campaign whose queue position changed (0 = started)."""
         for campaign in self.store.in_states(LIVE_STATES, self.backend.name):
@@ -295,21 +291,18 @@ class Lifecycle:
             self._announce(campaign)
 
     def _announce(self, campaign: Campaign) -> None:
-        publisher = self.publisher_of(campaign)
-        campaign = self.ensure_check_run(campaign, publisher)
+        """Publish a changed queue position (the publisher opens the check run with the first; a failure is
+        retried on the next tick, since the position is recorded only once published)."""
         position = campaign.queue_position
-        if position is None or campaign.check_run_id is None:
-            return
-        if self.store.published_position(campaign.id) == position:
+        if position is None or self.store.published_position(campaign.id) == position:
             return
         try:
-            comment_id = publisher.queued(self.linked(campaign), position)
+            run_id = self.publisher_of(campaign).queued(campaign, position, details_url=self.details_url(campaign))
         except Exception as exc:
             log_failure(log, exc, "campaign %s: publishing the queue position failed", campaign.id)
             return
         self.store.set_published_position(campaign.id, position)
-        if comment_id is not None:
-            self.store.set_status_comment(campaign.id, comment_id)
+        self._record_check_run(campaign, run_id)
 
     def _publish_due(self) -> None:
         for publication in self.store.due_publications(self.clock()):
@@ -348,9 +341,9 @@ class Lifecycle:
     def _publish(self, publication: Publication) -> None:
         campaign = self.store.require(publication.campaign_id)
         publisher = self.publisher_of(campaign)
-        campaign = self.ensure_check_run(campaign, publisher)
+        details_url = self.details_url(campaign)
         if publication.kind == "finished" and campaign.purpose == "bisect":
-            self._publish_bisect(campaign)
+            self._publish_bisect(campaign, details_url)
         elif publication.kind == "finished":
             if campaign.artifact_dir is None:
                 raise RuntimeError(f"completed campaign {campaign.id} has no artifact directory")
@@ -368,16 +361,19 @@ class Lifecycle:
                                                           campaign.base_sha, report))
             if report.verdicts is not None and report.verdicts.conclusion.value != campaign.conclusion:
                 self.store.set_conclusion(campaign.id, report.verdicts.conclusion.value)
-            publisher.finished(
-                self.linked(campaign),
+            run_id = publisher.finished(
+                campaign,
                 report,
                 campaign.artifact_dir,
                 prior_attempts=self.store.prior_attempts(campaign.id),
+                details_url=details_url,
             )
+            self._record_check_run(campaign, run_id)
         else:
-            publisher.ended(self.linked(campaign), publication.state, publication.reason)
+            run_id = publisher.ended(campaign, publication.state, publication.reason, details_url=details_url)
+            self._record_check_run(campaign, run_id)
 
-    def _publish_bisect(self, campaign: Campaign) -> None:
+    def _publish_bisect(self, campaign: Campaign, details_url: str | None) -> None:
         services = self.services(campaign.repo)
         if campaign.artifact_dir is None or services.side_runs is None:
             raise RuntimeError(f"completed bisect {campaign.id} has no artifact directory or publisher")
@@ -385,4 +381,5 @@ class Lifecycle:
             bisect = BisectReport.model_validate_json((campaign.artifact_dir / "bisect.json").read_bytes())
         except (OSError, ValidationError) as exc:
             raise RuntimeError(f"bisect.json of completed bisect {campaign.id} unreadable: {exc}") from exc
-        services.side_runs.bisect_finished(self.linked(campaign), bisect, campaign.artifact_dir)
+        run_id = services.side_runs.bisect_finished(campaign, bisect, campaign.artifact_dir, details_url=details_url)
+        self._record_check_run(campaign, run_id)

@@ -134,7 +134,7 @@ def _sqlite(tmp_path: Path) -> Iterator[Mode]:
     deliveries = iter(range(1_000_000))
 
     def ledger() -> StoreLedger:
-        return StoreLedger(store, lifecycle, publisher, REPO, backend="local", delivery_id=f"d-{next(deliveries)}")
+        return StoreLedger(store, lifecycle, REPO, backend="local", delivery_id=f"d-{next(deliveries)}")
 
     def finish(outcome: str, *, seen_before: bool = True) -> None:
         """The head's campaign ran and wrote its report; the head was seen before the comment was written

@@ -578,8 +578,6 @@ def _campaign(report: CampaignReport) -> Campaign:
         relationship="diverged",
         rows=None,
         state=S.RUNNING,
-        check_run_id=None,
-        status_comment_id=None,
         requested_by="maintainer",
         trigger="label",
         created_at=datetime(2025, 11, 29, tzinfo=UTC),

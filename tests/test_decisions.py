@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import pytest
 
-from bot.core.campaign import Campaign, CampaignState
+from bot.core.campaign import Campaign, CampaignRequest, CampaignState
 from bot.core.commands import ParsedCommand, approval_command, parse_commands
 from bot.core.decisions import Decisions
 from bot.core.events import parse_event
@@ -180,7 +180,7 @@ def _sqlite(tmp_path: Path) -> Iterator[Mode]:
     deliveries = iter(range(1_000_000))
 
     def ledger() -> Ledger:
-        return StoreLedger(store, lifecycle, publisher, REPO, backend="local", delivery_id=f"d-{next(deliveries)}")
+        return StoreLedger(store, lifecycle, REPO, backend="local", delivery_id=f"d-{next(deliveries)}")
 
     try:
         yield Mode("sqlite", github, publisher, settings, ledger)
@@ -463,3 +463,19 @@ def test_only_the_store_answers_a_label_with_a_completed_campaign(mode: Mode, tm
         assert outcome == f"duplicate of {campaign.id}" and mode.effects == []
     else:
         assert re.match(LAUNCHED, outcome) and mode.effects == [("launch", "head all campaign")]
+
+
+def test_a_ledger_only_records_and_launching_is_what_publishes(mode: Mode) -> None:
+    """Recording a campaign writes nothing to GitHub in either mode (issue 39: the service's ledger used to open
+    the check run while recording); launching it shows it, through the publisher alone."""
+    ledger = mode.new_ledger()
+    request = CampaignRequest(
+        pr_number=1, head_sha=HEAD, base_sha=BASE, relationship="ancestor", rows=None, rows_key="vllm-agg",
+        requested_by="maintainer", trigger="label", config_text=CONFIG_TOML,
+        config_source=f".github/kv-parity.toml @ {TIP} (base branch tip)", config_sha=TIP, rerun=False,
+    )
+    campaign = ledger.create(request)
+    assert mode.publisher.calls == [], "recording published something"
+    assert (campaign.head_sha, campaign.base_sha, campaign.config_sha) == (HEAD, BASE, TIP)
+    ledger.launch(campaign)
+    assert [(call["method"], call["campaign"]) for call in mode.publisher.calls] == [("queued", campaign.id)]

@@ -80,8 +80,6 @@ def _view(campaign_id: str, repo: tuple[Path, str, str], root: Path) -> Campaign
         relationship="ancestor",
         rows=None,
         state=CampaignState.DISPATCHED,
-        check_run_id=None,
-        status_comment_id=None,
         requested_by="maintainer",
         trigger="label",
         created_at=datetime.now(UTC),

@@ -68,8 +68,6 @@ def campaign(campaign_id: str = CAMPAIGN_ID, minute: int = 0) -> Campaign:
         relationship="ancestor",
         rows=None,
         state=CampaignState.RUNNING,
-        check_run_id=None,
-        status_comment_id=None,
         requested_by="alice",
         trigger="label",
         created_at=datetime(2025, 11, 29, 10, minute, tzinfo=UTC),
@@ -274,7 +272,8 @@ def test_user_comments_with_copied_markers_change_nothing(
     view = campaign()
 
     publisher.open_check_run(view)
-    status_id = publisher.queued(view, 1)
+    publisher.queued(view, 1)
+    [status_id] = [c["id"] for c in fake.comments(REPO, PR) if c["user"] == BOT_LOGIN]
     publisher.finished(view, make_report("perf_fail"), tmp_path)
     restarted = Publisher(gateway, cli_settings(fake.url), Clock())
     restarted.ended(campaign("c-2", minute=5), "cancelled", "cancelled by a maintainer")

@@ -59,8 +59,6 @@ def campaign(**changes: object) -> Campaign:
         "relationship": "ancestor",
         "rows": None,
         "state": CampaignState.RUNNING,
-        "check_run_id": 1001,
-        "status_comment_id": None,
         "requested_by": "alice",
         "trigger": "comment",
         "created_at": datetime(2025, 11, 29, 10, 0, tzinfo=UTC),

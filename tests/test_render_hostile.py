@@ -134,8 +134,6 @@ def hostile_campaign(round_: int) -> Campaign:
         relationship="ancestor",
         rows=["vllm-disagg", "sglang-disagg"],
         state=CampaignState.RUNNING,
-        check_run_id=1001,
-        status_comment_id=None,
         requested_by="alice",
         trigger="comment",
         created_at=datetime(2025, 11, 29, 10, 0, tzinfo=UTC),

@@ -116,7 +116,7 @@ def test_labeled_event_runs_a_campaign_to_completion(env: Env) -> None:
         wait_until(lambda: svc.publisher.of("finished"), "finished published")
     assert done.head_sha == env.head and done.base_sha == env.base, "base is the merge base, not main's tip"
     assert done.relationship == "diverged" and done.requested_by == "maintainer" and done.trigger == "label"
-    assert done.conclusion == "success" and done.attempt == 1 and done.check_run_id == 1
+    assert done.conclusion == "success" and done.attempt == 1 and svc.store.check_run_of(done.id) == 1
     source = f".github/kv-parity.toml @ {env.main2} (base branch tip)"
     assert done.config_source == source and done.config_sha == env.main2, "the config is read at main's tip"
     assert states(svc.store, done.id) == ["requested", "dispatched", "running", "completed"]
@@ -150,7 +150,6 @@ def test_labeled_event_runs_a_campaign_to_completion(env: Env) -> None:
     ]
     calls = [(c["method"], c.get("position", c.get("stage", c.get("conclusion")))) for c in svc.publisher.calls]
     assert calls == [
-        ("open_check_run", None),
         ("queued", 1),
         ("queued", 0),
         ("progress", "build"),
@@ -383,7 +382,7 @@ def test_bad_or_missing_config_fails_fast(env: Env, pr: int, message: str) -> No
         [errored] = svc.wait_state(S.ERRORED, pr=pr)
         [ended] = wait_until(lambda: svc.publisher.of("ended", campaign=errored.id), "config error published")
     assert ended["state"] == "config_error" and message in ended["reason"]
-    assert svc.publisher.of("open_check_run", campaign=errored.id), "the check run carries the message"
+    assert svc.store.check_run_of(errored.id) is not None, "the check run carries the message"
     assert states(svc.store, errored.id) == ["requested", "errored"] and env.runs() == []
 
 
@@ -498,8 +497,6 @@ def _view(env: Env, tmp: Path, rows: list[str] | None = None) -> Campaign:
         relationship="diverged",
         rows=rows,
         state=S.DISPATCHED,
-        check_run_id=None,
-        status_comment_id=None,
         requested_by="m",
         trigger="label",
         created_at=datetime.now(UTC),

@@ -135,8 +135,8 @@ def slow_revisions(tmp_path_factory: pytest.TempPathFactory, demo_trace: Path) -
 def view(revisions: Revisions, root: Path, campaign_id: str, rows: list[str] | None = None) -> Campaign:
     return Campaign(
         id=campaign_id, repo="acme/widgets", pr_number=1, head_sha=revisions.head, base_sha=revisions.base,
-        relationship="ancestor", rows=rows, state=CampaignState.DISPATCHED, check_run_id=None,
-        status_comment_id=None, requested_by="maintainer", trigger="label", created_at=datetime.now(UTC),
+        relationship="ancestor", rows=rows, state=CampaignState.DISPATCHED,
+        requested_by="maintainer", trigger="label", created_at=datetime.now(UTC),
         deadline=None, artifact_dir=root / campaign_id / "out", queue_position=0, attempt=1, reason="",
         conclusion=None, config_source=DEFAULT_CONFIG_PATH, config_sha=revisions.base,
     )

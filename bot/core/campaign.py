@@ -68,7 +68,7 @@ class IllegalTransition(RuntimeError):
 class CampaignFacts(BaseModel):
     """What a campaign is of and who asked for it how: pinned when it is requested, never changed after."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pr_number: int
     """The pull request; 0 for `main` and `reference` (no pull request)."""
@@ -134,11 +134,6 @@ class Campaign(CampaignFacts):
     scheduler_wait: str | None = None
     """Where its jobs wait in the backend's scheduler queue (Slurm's reason and place), as the backend last
     said; None when nothing waits or the backend has no queue of its own. Cleared by every transition."""
-    check_run_id: int | None = None
-    status_comment_id: int | None = None
-    details_url: str | None = None
-    """Where a person follows the campaign (its details page, or its Actions run): set by the lifecycle for
-    the publisher, never stored."""
 
     @property
     def check_kind(self) -> str:

@@ -24,6 +24,8 @@ class FinishedCampaign:
 
     campaign: Campaign
     report: CampaignReport
+    details_url: str | None = None
+    """Where a person follows it, when the ledger knows (Actions-only mode: its workflow run)."""
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,10 @@ class Gateway(Protocol):
         conclusion: CheckConclusion | None = None,
     ) -> int: ...
 
+    def check_run_of(self, head_sha: str, name: str, external_id: str) -> int | None:
+        """The check run of this name and external id on the commit, if there is one."""
+        ...
+
     def update_check_run(
         self,
         check_run_id: int,
@@ -185,6 +189,9 @@ class RedactingGateway:
         return self.inner.create_check_run(
             head_sha, name, external_id, status, self._output(output), actions, details_url, conclusion=conclusion
         )
+
+    def check_run_of(self, head_sha: str, name: str, external_id: str) -> int | None:
+        return self.inner.check_run_of(head_sha, name, external_id)
 
     def update_check_run(
         self,

@@ -249,7 +249,8 @@ class PageViews:
         campaign = self.store.require(campaign_id)
         found = self.store.campaign_page(campaign_id)
         nav = self._nav(campaign)
-        check_run = f"{self.pages.web}/{campaign.repo}/runs/{campaign.check_run_id}" if campaign.check_run_id else None
+        run_id = self.store.check_run_of(campaign_id)
+        check_run = f"{self.pages.web}/{campaign.repo}/runs/{run_id}" if run_id else None
         if found is not None and found.report_json is not None:
             try:
                 report = with_verdicts(CampaignReport.model_validate_json(found.report_json))

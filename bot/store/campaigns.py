@@ -124,8 +124,8 @@ _ADDED_COLUMNS = {
 """Campaign columns added after the first schema: added in place to a database that lacks them."""
 
 _COLUMNS = (
-    "seq, id, repo, pr_number, head_sha, base_sha, relationship, rows, state, check_run_id, "
-    "status_comment_id, requested_by, trigger, created_at, deadline, artifact_dir, attempt, reason, "
+    "seq, id, repo, pr_number, head_sha, base_sha, relationship, rows, state, requested_by, trigger, "
+    "created_at, deadline, artifact_dir, attempt, reason, "
     "conclusion, config_source, backend, config_sha, mode, scheduler_wait, purpose"
 )
 
@@ -155,8 +155,6 @@ def campaign_from_row(
         relationship,
         rows,
         state,
-        check_run_id,
-        comment_id,
         requested_by,
         trigger,
         created_at,
@@ -182,8 +180,6 @@ def campaign_from_row(
         relationship=str(relationship),
         rows=None if rows is None else json.loads(str(rows)),
         state=state,
-        check_run_id=None if check_run_id is None else int(str(check_run_id)),
-        status_comment_id=None if comment_id is None else int(str(comment_id)),
         requested_by=str(requested_by),
         trigger=str(trigger),
         created_at=_utc(float(str(created_at))),
@@ -475,10 +471,13 @@ class Store(
             db.execute(f"UPDATE campaigns SET {column} = ? WHERE id = ?", (value, campaign_id))
 
     def set_check_run(self, campaign_id: str, check_run_id: int) -> None:
+        """Keep the id of the check run the publisher wrote (for the details pages' link to it)."""
         self._set(campaign_id, "check_run_id", check_run_id)
 
-    def set_status_comment(self, campaign_id: str, comment_id: int) -> None:
-        self._set(campaign_id, "status_comment_id", comment_id)
+    def check_run_of(self, campaign_id: str) -> int | None:
+        with self._lock:
+            row = self._db.execute("SELECT check_run_id FROM campaigns WHERE id = ?", (campaign_id,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
     def set_scheduler_wait(self, campaign_id: str, waiting: str) -> Campaign:
         """Keep the backend's latest word on where the campaign waits in its queue ('' = nothing waits)."""
