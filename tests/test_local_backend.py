@@ -22,7 +22,8 @@ import pytest
 
 from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.base import PollResult
-from bot.dispatch.local import CAMPAIGN_ENV, CLONE_DIR, UNSANDBOXED, LocalBackend, SandboxRequired, group_running
+from bot.dispatch.clone import UNSANDBOXED, SandboxRequired
+from bot.dispatch.local import CAMPAIGN_ENV, CLONE_DIR, LocalBackend, group_running
 from tests.webhooks import commit, free_port, git, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -41,17 +40,15 @@ from pydantic import ValidationError
 
 from bot.core.campaign import Campaign
 from bot.dispatch.base import PollResult, RunHandle, StartError
-from bot.settings import SettingsError
+from bot.dispatch.clone import UNSANDBOXED, ServiceClone, require_sandbox
 from runners.bisect_rule import BisectReport
 from runners.config import format_rows
 from runners.progress import ProgressEvent
 from runners.report import CampaignReport
-from runners.revisions import GIT, RevisionError, shared_clone
-from runners.sandbox import SandboxKind, SandboxUnavailable, check
+from runners.sandbox import SandboxKind
 
 log = logging.getLogger(__name__)
 
-SHA = re.compile(r"^[0-9a-f]{40}$")
 EXIT_USAGE = 2
 TAIL_BYTES = 2000
 HANDLE_FILE = "handle.json"
@@ -60,33 +57,9 @@ CLONE_DIR = "repo"
 CAMPAIGN_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "RUSTUP_HOME", "CARGO_HOME", "PYTHONPATH")
 """The only variables a campaign process inherits: what finds the toolchain, the locale and the runner's own
 code. The service's secrets live in KV_PARITY_* variables and files it alone reads."""
-UNSANDBOXED = (
-    'sandbox = "none": campaigns run pull-request code UNSANDBOXED, as the service\'s user; a build script can '
-    "read the service's files and forge results. Set sandbox = \"bwrap\" for anything but trusted code."
-)
-
-
-class SandboxRequired(SettingsError):
-    """The local backend was asked for without a working sandbox and without the explicit opt-out."""
-
-
 def campaign_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The allow-listed part of `environ` that a campaign process gets."""
     return {name: environ[name] for name in CAMPAIGN_ENV if name in environ}
-
-
-def require_sandbox(kind: SandboxKind) -> None:
-    """Refuse (SandboxRequired) unless `kind` works here; `none` is accepted, with a warning in the log."""
-    if kind == "none":
-        log.warning(UNSANDBOXED)
-        return
-    try:
-        check(kind)
-    except SandboxUnavailable as exc:
-        raise SandboxRequired(
-            f"backend 'local' runs pull-request code and needs a working sandbox ({kind}): {exc}. "
-            'Setting sandbox = "none" runs it unsandboxed instead (unsafe: it can read the service\'s secrets).'
-        ) from exc
 
 
 def default_argv_prefix() -> list[str]:
@@ -242,58 +215,17 @@ class LocalBackend:
         self.bisect_prefix = bisect_prefix
         self.sandbox: SandboxKind = sandbox
         self.build_cache = build_cache
-        self.repo = repo
+        self.clone = ServiceClone(repo, fetch_remote)
         self.argv_prefix = argv_prefix
-        self.fetch_remote = fetch_remote
         self.cancel_grace_seconds = cancel_grace_seconds
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._offsets: dict[str, int] = {}
 
     # ------------------------------------------------------------------ start
 
-    def _git(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*GIT, "-C", str(self.repo), *args],
-            capture_output=True,
-            text=True,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def _ensure_commits(self, shas: list[str]) -> None:
-        """Both revisions must be in the clone; fetch them by SHA from the remote when they are not."""
-        missing = [sha for sha in shas if self._git("cat-file", "-e", f"{sha}^{{commit}}").returncode != 0]
-        if not missing:
-            return
-        fetched = self._git("fetch", "--no-tags", "--quiet", self.fetch_remote, *missing)
-        still = [sha for sha in missing if self._git("cat-file", "-e", f"{sha}^{{commit}}").returncode != 0]
-        if still:
-            raise StartError(
-                f"commits {[s[:12] for s in still]} are not in {self.repo} and fetching them from "
-                f"{self.fetch_remote!r} failed: {fetched.stderr.strip()[-500:]}"
-            )
-
-    def _fresh_clone(self, dest: Path) -> None:
-        """The campaign's own clone, read through alternates from the service's clone (which it never writes)."""
-        try:
-            shared_clone(self.repo, dest)
-        except RevisionError as exc:
-            raise StartError(str(exc)) from exc
-
-    def _pinned(self, campaign: Campaign) -> Path:
-        """The campaign's artifact directory, once every SHA it names is a full SHA present in the clone."""
-        if campaign.artifact_dir is None:
-            raise StartError(f"campaign {campaign.id} has no artifact directory")
-        shas = [campaign.base_sha, campaign.head_sha, *([campaign.config_sha] if campaign.config_sha else [])]
-        for sha in shas:
-            if not SHA.match(sha):
-                raise StartError(f"{sha!r} is not a full commit SHA")
-        self._ensure_commits(shas)
-        return campaign.artifact_dir
-
     def start(self, campaign: Campaign, config_text: str) -> RunHandle:
         """Write the config, spawn the runner in its own session, and leave a handle file for `adopt`."""
-        out_dir = self._pinned(campaign)
+        out_dir = self.clone.pinned(campaign)
         work = out_dir.parent
         work.mkdir(parents=True, exist_ok=True)
         config_file, progress, log_path = (
@@ -303,7 +235,7 @@ class LocalBackend:
         )
         config_file.write_text(config_text, encoding="utf-8")
         clone = work / CLONE_DIR
-        self._fresh_clone(clone)
+        self.clone.fresh_clone(clone)
         if campaign.purpose == "bisect":
             prefix = self.bisect_prefix if self.bisect_prefix is not None else default_bisect_prefix()
             argv = bisect_argv(prefix, clone, campaign, config_file, out_dir, progress, self.sandbox, self.build_cache)

@@ -1,10 +1,10 @@
 """Slurm backend: the campaign as the split pipeline's jobs on a Slurm cluster (`runners.slurm` does the work).
 
-The service's side: make sure both revisions are in its clone (as the local backend does), hand the campaign to
-`SlurmCampaign`, and translate its state into the lifecycle's `RunHandle` / `PollResult`. Everything a restarted
-service needs is in the attempt's `slurm.json` (job ids, attempts, last states) plus the handle in SQLite, so
-`poll` works on a campaign this process never started. Slurm being unreachable for a while is not the
-campaign's failure: the poll says so and the campaign's deadline bounds the wait.
+The service's side: make sure both revisions are in its clone (`bot.dispatch.clone`, as the local backend does),
+hand the campaign to `SlurmCampaign`, and translate its state into the lifecycle's `RunHandle` / `PollResult`.
+Everything a restarted service needs is in the attempt's `slurm.json` (job ids, attempts, last states) plus the
+handle in SQLite, so `poll` works on a campaign this process never started. Slurm being unreachable for a while is
+not the campaign's failure: the poll says so and the campaign's deadline bounds the wait.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bot.core.campaign import Campaign
 from bot.dispatch.base import PollResult, RunHandle, StartError
-from bot.dispatch.local import LocalBackend
+from bot.dispatch.clone import ServiceClone, require_sandbox
 from runners.config import ConfigError
 from runners.progress import ProgressEvent
 from runners.revisions import RevisionError
@@ -30,16 +30,20 @@ from runners.slurm import (
 )
 
 
-class SlurmBackend(LocalBackend):
-    """Reuses the local backend's clone handling (commits fetched by SHA, the sandbox check at start)."""
+class SlurmBackend:
+    """Campaigns from the service's clone, as the local backend's are (commits fetched by SHA, the sandbox checked
+    at start), run as Slurm jobs."""
 
     name = "slurm"
 
     def __init__(self, repo: Path, *, options: SlurmOptions, fetch_remote: str = "origin",
                  sandbox: SandboxKind = "bwrap", cancel_grace_seconds: float = 10.0,
                  build_cache: Path | None = None) -> None:
-        super().__init__(repo, fetch_remote=fetch_remote, sandbox=sandbox, cancel_grace_seconds=cancel_grace_seconds,
-                         build_cache=build_cache)
+        require_sandbox(sandbox)
+        self.clone = ServiceClone(repo, fetch_remote)
+        self.sandbox: SandboxKind = sandbox
+        self.cancel_grace_seconds = cancel_grace_seconds
+        self.build_cache = build_cache
         self.options = options
         self._campaigns: dict[str, SlurmCampaign] = {}
         self._checked: dict[str, float] = {}
@@ -57,8 +61,8 @@ class SlurmBackend(LocalBackend):
 
     def start(self, campaign: Campaign, config_text: str) -> RunHandle:
         """Plan at the base branch's tip (as the Actions plan job does) and submit the whole pipeline."""
-        artifact_dir = self._pinned(campaign)
-        spec = CampaignSpec(campaign_id=campaign.id, repo=self.repo.resolve(), base_sha=campaign.base_sha,
+        artifact_dir = self.clone.pinned(campaign)
+        spec = CampaignSpec(campaign_id=campaign.id, repo=self.clone.repo.resolve(), base_sha=campaign.base_sha,
                             head_sha=campaign.head_sha, config_ref=campaign.config_sha or campaign.base_sha,
                             rows=campaign.rows, mode=campaign.mode)
         try:
