@@ -5,8 +5,8 @@ one the writer looks for it there (a restarted service, a retried publication, A
 after its event), so no path and no retry ever makes a second; nothing else keeps or decides its id. When one
 is opened is decided here too (`for_queue`, `for_ending`): the service's publishers open it as soon as the
 campaign is queued; Actions-only mode's do not (`open_when_queued=False`), since nothing would end a check run
-left queued by a workflow run that failed before its publish job, so its campaigns get one when published or
-when they end in a failure.
+left queued by a workflow run that failed before its publish job. Either opens one to publish a result or a
+failure, never just to say a campaign was cancelled or superseded.
 
 Progress is the busiest writer, so it is written sparingly and promptly: a batch of progress events costs
 at most one write (the newest event is what matters), a stage or row change is written at once, and within
@@ -124,13 +124,14 @@ class CheckRunWriter:
     def for_ending(
         self, campaign: Campaign, state: str, opening: Callable[[], CheckRunContent], details_url: str | None
     ) -> int | None:
-        """The check run an ending without a report completes: the one the campaign was queued with, or one opened
-        for a failure (`FAILED_ENDINGS`); a campaign Actions-only mode cancels or supersedes before its publish job
-        has none, and gets none."""
+        """The check run an ending without a report completes: one is opened for a failure (`FAILED_ENDINGS`); a
+        cancelled or superseded campaign completes the one it has and gets none otherwise (its status comment
+        says it ended). Actions-only mode completes only a run it made itself: its publish job may already have
+        completed the campaign's run with a verdict, which an ending must not overwrite."""
         self.forget_progress(campaign)
-        if self.open_when_queued or state in FAILED_ENDINGS:
+        if state in FAILED_ENDINGS:
             return self.ensure(campaign, opening, details_url)
-        return self.known(campaign)
+        return self.find(campaign) if self.open_when_queued else self.known(campaign)
 
     def running(self, run_id: int, content: CheckRunContent, started: bool, details_url: str | None) -> None:
         self.gateway.update_check_run(
