@@ -1,5 +1,5 @@
 """What a bisect of 8 commits costs against 8 full campaigns: the same 8 first-parent commits after good, the
-first bad one at position 5 (twice the replay work), either bisected (`runners.bisect.run_bisect`: the bad end,
+first bad one at position 5 (twice the replay work), either bisected (`runners.pipeline.bisect.run_bisect`: the bad end,
 then binary search) or measured one campaign per commit against good (what finding it without a bisect takes).
 Each side starts with an empty build cache of its own, so both pay for the compiles they need: good once as the
 baseline, each probed commit once as a candidate.
@@ -20,13 +20,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners.bisect import BisectRequest, run_bisect
-from runners.campaign import CampaignRequest, run_campaign
-from runners.config import CampaignConfig
+from runners.exec.sandbox import check
+from runners.pipeline.bisect import BisectRequest, run_bisect
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.schema.config import CampaignConfig
+from runners.schema.report import CampaignReport
+
 from runners.demo import commit_change, demo_config, init_fixture_repo
 from runners.demo_trace import generate_demo_trace
-from runners.report import CampaignReport
-from runners.sandbox import check
 
 FIRST_BAD = 5
 COMMITS = 8

@@ -30,12 +30,13 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from runners.build_cache import BUILD_CACHE_ENV, BuildCache, BuildKey
-from runners.campaign import CampaignRequest, run_campaign
+from runners.exec.build_cache import BUILD_CACHE_ENV, BuildCache, BuildKey
+from runners.exec.sandbox import check
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.schema.report import Artifact, BuildSettings
+
 from runners.demo import demo_config, prepare_demo
 from runners.progress import ProgressEvent
-from runners.report import Artifact, BuildSettings
-from runners.sandbox import check
 
 ROOT = Path(__file__).resolve().parents[1]
 

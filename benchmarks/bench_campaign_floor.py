@@ -18,9 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from runners.campaign import CampaignRequest, run_campaign
+from runners.exec.sandbox import SANDBOX_KINDS, check
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+
 from runners.demo import demo_config, prepare_demo
-from runners.sandbox import SANDBOX_KINDS, check
 
 
 def main() -> None:

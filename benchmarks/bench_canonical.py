@@ -1,11 +1,11 @@
 """Canonicalize-and-digest throughput and peak RSS on a realistic 5,000-request canonical line.
 
 Why: every determinism repetition and parity comparison canonicalizes a full report line, so the encoder
-choice in runners/canonical.py is decided by measurement. Variants, each in a fresh process:
+choice in runners/stages/canonical.py is decided by measurement. Variants, each in a fresh process:
 
 - stdlib:       json.loads + json.dumps(sort_keys=True, separators=(",", ":")) + hashlib.sha256
 - orjson:       orjson.loads + orjson.dumps(OPT_SORT_KEYS) + hashlib.sha256 (the encoder alone)
-- canonicalize: runners.canonical.canonicalize (orjson, uuid sort, exclusions, section digests), bytes in memory
+- canonicalize: runners.stages.canonical.canonicalize (orjson, uuid sort, exclusions, section digests), bytes in memory
 - canonicalize-file: the same, the bytes kept in a new file (determinism's first repetition of each arm)
 - canonicalize-digests: the same, digests only (every later determinism repetition)
 
@@ -237,8 +237,8 @@ def _run_variant(variant: str, line: bytes, scratch: Path) -> str:
         import orjson
 
         return hashlib.sha256(orjson.dumps(orjson.loads(line), option=orjson.OPT_SORT_KEYS)).hexdigest()
-    from runners.canonical import canonicalize
-    from runners.config import PROTOCOL_EXCLUSIONS
+    from runners.schema.config import PROTOCOL_EXCLUSIONS
+    from runners.stages.canonical import canonicalize
 
     keep = {"canonicalize": True, "canonicalize-file": scratch, "canonicalize-digests": False}[variant]
     return canonicalize(line, PROTOCOL_EXCLUSIONS, keep=keep).digest
@@ -248,7 +248,7 @@ def _worker(variant: str, path: Path, repeat: int) -> None:
     if variant != "stdlib":
         import orjson  # noqa: F401  (imports are not part of the measured pass)
     if variant.startswith("canonicalize"):
-        import runners.canonical  # noqa: F401
+        import runners.stages.canonical  # noqa: F401
     line = path.read_bytes()
     floor_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     seconds, cpu_seconds, digest = [], [], ""

@@ -22,15 +22,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from runners.build import build_artifact
-from runners.config import InvalidationRules, PerfConfig
-from runners.containment import SECCOMP_ONLY, Containment, host_containment
+from runners.exec.containment import SECCOMP_ONLY, Containment, host_containment
+from runners.exec.harness import row_args
+from runners.exec.placement import perf_placement
+from runners.exec.sandbox import Run, Sandbox
+from runners.perf.sampler import run_performance
+from runners.schema.config import InvalidationRules, PerfConfig
+from runners.stages.build import build_artifact
+
 from runners.demo import commit_change, demo_config, init_fixture_repo
 from runners.demo_trace import generate_demo_trace
-from runners.harness import row_args
-from runners.perf import run_performance
-from runners.placement import perf_placement
-from runners.sandbox import Run, Sandbox
 
 OFF = Containment(kind="none", detail="containment off: the sampler before issue 34")
 

@@ -5,7 +5,7 @@
 1. The command as an operator or a row job runs it (a fresh interpreter: imports, every check, the 0.5 s
    /proc/stat window), against `kv-parity --help` (the interpreter and CLI start alone).
 2. In process, what `run_row` adds per row: `run_doctor()`, against the same checks without the load window and
-   against the sandbox probe alone (`runners.sandbox.check`, which every command already runs once).
+   against the sandbox probe alone (`runners.exec.sandbox.check`, which every command already runs once).
 3. One real row of the demo (both builds, determinism, parity, the default 60-pair performance gate), whose
    recorded doctor is set against the campaign's wall time and the row's performance stage.
 """
@@ -21,10 +21,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from runners.campaign import CampaignRequest, run_campaign
+from runners.exec.sandbox import check
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.stages.doctor import run_doctor
+
 from runners.demo import demo_config, prepare_demo
-from runners.doctor import run_doctor
-from runners.sandbox import check
 
 KV_PARITY = Path(sys.executable).parent / "kv-parity"
 

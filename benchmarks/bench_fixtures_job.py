@@ -19,11 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from runners.config import PROFILES_DIR
+from runners.pipeline.distributed.build import build_main
+from runners.pipeline.distributed.common import FIXTURES_ROW, MANIFEST_NAME
+from runners.pipeline.distributed.row import row_main
+from runners.schema.config import PROFILES_DIR
+
 from runners.demo import prepare_demo
-from runners.distributed.build import build_main
-from runners.distributed.common import FIXTURES_ROW, MANIFEST_NAME
-from runners.distributed.row import row_main
 
 ROW = "vllm-agg"
 

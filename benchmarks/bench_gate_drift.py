@@ -32,15 +32,17 @@ from pathlib import Path
 
 import numpy as np
 from bench_perf_overhead import build_fixture  # the script's directory is on sys.path
+from runners.exec.harness import row_args
+from runners.exec.placement import perf_placement
+from runners.perf.gate import evaluate
+from runners.perf.sampler import SampleHooks, disclosing_name, run_performance
+from runners.perf.schedule import make_schedule, schedule_seed
+from runners.perf.stats import PairObservation, decide
+from runners.schema.config import InvalidationRules, PerfConfig
+from runners.schema.report import Arm, PerfResult, PerfVerdict
 
-from runners.config import InvalidationRules, PerfConfig
 from runners.demo import demo_config
 from runners.demo_trace import generate_demo_trace
-from runners.harness import row_args
-from runners.perf import SampleHooks, disclosing_name, evaluate, make_schedule, run_performance, schedule_seed
-from runners.placement import perf_placement
-from runners.report import Arm, PerfResult, PerfVerdict
-from runners.stats import PairObservation, decide
 
 TRACE_ROWS = 300
 """A small trace keeps one process near 15 ms, so a 130-process campaign takes a few seconds."""

@@ -30,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 from bench_perf_overhead import build_fixture, demo_args  # the script's directory is on sys.path
-
-from runners.config import DiagnosticsThresholds, InvalidationRules, PerfConfig
-from runners.perf import classify, evaluate, run_performance
-from runners.placement import perf_placement
-from runners.report import Arm, PerfResult, PerfVerdict, Sample
-from runners.stats import bounds, gate, order_statistic_bounds
+from runners.exec.placement import perf_placement
+from runners.perf.gate import classify, evaluate
+from runners.perf.sampler import run_performance
+from runners.perf.stats import bounds, gate, order_statistic_bounds
+from runners.schema.config import DiagnosticsThresholds, InvalidationRules, PerfConfig
+from runners.schema.report import Arm, PerfResult, PerfVerdict, Sample
 
 FIELDS = ("replay_execution_ms", "replay_cpu_ms")
 TEST_DIAGNOSTICS = DiagnosticsThresholds(

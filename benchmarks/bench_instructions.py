@@ -20,8 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from runners.campaign import CampaignRequest, run_campaign
-from runners.config import load_profile
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.schema.config import load_profile
+
 from runners.demo import REAL_HARNESS_SHAPES, prepare_demo
 from runners.progress import ProgressEvent
 

@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 
 from bench_perf_overhead import build_fixture, demo_args  # the script's directory is on sys.path
-
-from runners.config import InvalidationRules, PerfConfig
-from runners.perf import evaluate, run_performance
-from runners.placement import perf_placement
-from runners.report import Arm, PerfResult
-from runners.sandbox import SANDBOX_KINDS, check, sha256_of
+from runners.exec.placement import perf_placement
+from runners.exec.sandbox import SANDBOX_KINDS, check, sha256_of
+from runners.perf.gate import evaluate
+from runners.perf.sampler import run_performance
+from runners.schema.config import InvalidationRules, PerfConfig
+from runners.schema.report import Arm, PerfResult
 
 
 def evaluation_seconds(evidence: PerfResult, perf: PerfConfig, repeats: int) -> tuple[list[float], list[float]]:

@@ -30,15 +30,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from runners.build import build_artifact
-from runners.config import InvalidationRules, PerfConfig
+from runners.exec.harness import row_args
+from runners.exec.placement import kept_off, perf_placement, pinned_argv
+from runners.exec.sandbox import SANDBOX_KINDS, check, sha256_of
+from runners.perf.sampler import run_performance
+from runners.schema.config import InvalidationRules, PerfConfig
+from runners.schema.report import Arm, Sample
+from runners.stages.build import build_artifact
+
 from runners.demo import commit_change, demo_config, init_fixture_repo
 from runners.demo_trace import generate_demo_trace
-from runners.harness import row_args
-from runners.perf import run_performance
-from runners.placement import kept_off, perf_placement, pinned_argv
-from runners.report import Arm, Sample
-from runners.sandbox import SANDBOX_KINDS, check, sha256_of
 
 
 def build_fixture(work: Path, **knobs: bool | float | str) -> Path:

@@ -23,12 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runners.campaign import CampaignRequest, run_campaign
-from runners.config import load_profile
+from runners.exec.sandbox import SANDBOX_KINDS, check
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.schema.config import load_profile
+from runners.schema.report import CampaignReport
+
 from runners.demo import REAL_HARNESS_SHAPES, prepare_demo
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
-from runners.sandbox import SANDBOX_KINDS, check
 
 PROFILE = "demo-5000"
 

@@ -21,10 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from runners.build import build_artifact
+from runners.exec.placement import cpu_busy_ms
+from runners.exec.sandbox import SYSTEM_PYTHON, Run, Sandbox
+from runners.stages.build import build_artifact
+
 from runners.demo import commit_change, demo_config, init_fixture_repo
-from runners.perf import cpu_busy_ms
-from runners.sandbox import SYSTEM_PYTHON, Run, Sandbox
 
 
 def without_shim(argv: list[str], command: list[str]) -> list[str]:

@@ -16,10 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from runners.campaign import CampaignRequest, run_campaign
+from runners.exec.sandbox import check
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+
 from runners.demo import commit_change, demo_config, prepare_demo
 from runners.progress import ProgressEvent
-from runners.sandbox import check
 
 
 class StageClock:

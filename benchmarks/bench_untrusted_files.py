@@ -3,7 +3,7 @@
 1. Attribution capture (per profiled run): before, `perf record` and `perf script` ran as root outside the
    sandbox, perf.data in a directory the bot owned; now both run inside the sandbox as its user, perf.data in
    the process's own directory, and the bot keeps the `perf script` text from the pipe. Both styles run
-   alternately on the same binary. The callgrind capture's copy out (`runners.untrusted.copy_out`) is timed
+   alternately on the same binary. The callgrind capture's copy out (`runners.exec.untrusted.copy_out`) is timed
    on its own.
 2. Reading a sandbox output (per sample / per determinism process): `untrusted.read_bytes` (O_NOFOLLOW, fstat,
    bounded chunks) against `Path.read_bytes` on a canonical line the fixture wrote.
@@ -25,15 +25,15 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
+from runners.exec import untrusted
+from runners.exec.placement import perf_placement
+from runners.exec.sandbox import check
+from runners.stages.attribution import PERF_FREQUENCY_HZ, sandbox_launcher
+from runners.stages.build import build_artifact
+from runners.stages.symbols import attribute_sizes
 
-from runners import untrusted
-from runners.attribution import PERF_FREQUENCY_HZ, sandbox_launcher
-from runners.build import build_artifact
 from runners.demo import commit_change, demo_config, init_fixture_repo
 from runners.demo_trace import generate_demo_trace
-from runners.placement import perf_placement
-from runners.sandbox import check
-from runners.symbols import attribute_sizes
 
 
 def _build(root: Path, name: str, knobs: dict[str, float]) -> Path:

@@ -8,20 +8,28 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from runners.exec.build_cache import (
+    BUILD_CACHE_ENV,
+    BuildCache,
+    BuildCacheError,
+    configured_dir,
+    human_bytes,
+    parse_size,
+)
+from runners.exec.sandbox import SandboxUnavailable, add_sandbox_argument
+from runners.exec.sandbox import check as sandbox_check
+from runners.exec.untrusted import UntrustedFileError, refuse_symlinks
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.pipeline.slurm import SlurmError, add_slurm_arguments
+from runners.schema.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, parse_rows
+from runners.schema.report import CampaignReport, CheckConclusion
+from runners.schema.verdicts import with_verdicts
+from runners.stages.revisions import RevisionError, resolve_config
+
 from runners import build_info
-from runners.build_cache import BUILD_CACHE_ENV, BuildCache, BuildCacheError, configured_dir, human_bytes, parse_size
-from runners.campaign import CampaignRequest, run_campaign
-from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig, ConfigError, parse_rows, resolve_config
 from runners.demo import SCENARIOS, demo_config, prepare_demo
 from runners.progress import JsonlProgress, ProgressSink
-from runners.report import CampaignReport, CheckConclusion
-from runners.revisions import RevisionError
-from runners.sandbox import SandboxUnavailable, add_sandbox_argument
-from runners.sandbox import check as sandbox_check
-from runners.slurm import SlurmError, add_slurm_arguments
 from runners.terminal import Verbosity, terminal_progress
-from runners.untrusted import UntrustedFileError, refuse_symlinks
-from runners.verdicts import with_verdicts
 
 EXIT_FOR_CONCLUSION = {
     CheckConclusion.SUCCESS: 0,
@@ -79,7 +87,7 @@ def _slurm_campaign(args: argparse.Namespace, spec_fields: dict[str, object], ou
     """The same campaign as the split pipeline on Slurm: this process plans, submits, follows and merges."""
     import uuid
 
-    from runners.slurm import CampaignSpec, options_from_args, run_on_slurm
+    from runners.pipeline.slurm import CampaignSpec, options_from_args, run_on_slurm
 
     spec = CampaignSpec.model_validate({"campaign_id": uuid.uuid4().hex[:12], **spec_fields})
     work = Path(args.work_dir) if args.work_dir else out.parent / f"{out.name}.slurm"
@@ -134,12 +142,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    """Probe first-parent commits between --good and --bad by the predeclared rule (runners/bisect.py); writes
+    """Probe first-parent commits between --good and --bad by the predeclared rule (runners/pipeline/bisect.py); writes
     bisect.json, bisect.md and every probe's campaign artifact; the last line printed is the culprit or the range.
     Exit 0 a culprit, 4 only a range (an undecided probe, or bad does not fail), 2 unusable arguments."""
+    from runners.pipeline.bisect import BisectError, BisectRequest, parse_target, run_bisect
+
     from bot.publish.bisect_render import bisect_markdown
     from bot.publish.publisher import write_artifact
-    from runners.bisect import BisectError, BisectRequest, parse_target, run_bisect
 
     repo = Path(args.repo)
     config, source = resolve_config(repo, args.config, args.profile, args.config_ref or args.good)
@@ -384,13 +393,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return serve_main(argv[1:])
     if argv[:1] in (["plan"], ["build"], ["manifest"], ["row"], ["merge"]):
-        from runners.distributed import build, manifest, merge, plan, row
+        from runners.pipeline.distributed import build, manifest, merge, plan, row
 
         entry = {"plan": plan.plan_main, "build": build.build_main, "manifest": manifest.manifest_main,
                  "row": row.row_main, "merge": merge.merge_main}
         return entry[argv[0]](argv[1:])
     if argv[:1] == ["doctor"]:
-        from runners.doctor import doctor_main
+        from runners.stages.doctor import doctor_main
 
         return doctor_main(argv[1:])
     if argv[:1] == ["history"]:

@@ -30,6 +30,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
+from runners.schema.report import Acceptance, CampaignReport
+from runners.schema.verdicts import with_acceptances, with_verdicts
+
 from bot.core.accept_comments import read_back
 from bot.core.campaign import Campaign, CampaignRequest, CampaignState
 from bot.core.decisions import Decisions
@@ -52,8 +55,6 @@ from bot.dispatch.actions import (
 from bot.github.gateway import ACTIONS_BOT, GitHubError, WorkflowRunInfo
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.settings import Settings, SettingsError, load_settings
-from runners.report import Acceptance, CampaignReport
-from runners.verdicts import with_acceptances, with_verdicts
 from runners.verify import verify_report
 
 ACTIONS_BOT_LOGIN = ACTIONS_BOT.login

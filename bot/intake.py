@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 
 from pydantic import ValidationError
+from runners.schema.report import Acceptance, CampaignReport
+from runners.schema.verdicts import with_verdicts
 
 from bot.core.campaign import LIVE_STATES, Campaign, CampaignRequest, CampaignState
 from bot.core.decisions import Decisions
@@ -28,8 +30,6 @@ from bot.core.ports import CampaignDriver, RepoServices
 from bot.core.tracking import handle_push
 from bot.settings import Settings
 from bot.store.campaigns import Delivery, Store
-from runners.report import Acceptance, CampaignReport
-from runners.verdicts import with_verdicts
 
 
 def campaign_failed(campaign: Campaign) -> bool:

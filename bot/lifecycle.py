@@ -19,6 +19,9 @@ from collections.abc import Callable
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import ValidationError
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.report import CampaignReport
+from runners.schema.verdicts import with_acceptances
 
 from bot.core.campaign import ACTIVE_STATES, LIVE_STATES, SIDE_RUN_CHECKS, Campaign, CampaignState
 from bot.core.ports import Publisher, RepoServices
@@ -30,10 +33,7 @@ from bot.settings import Settings
 from bot.store.campaigns import Store
 from bot.store.publications import Publication
 from bot.store.tracking import main_points
-from runners.bisect_rule import BisectReport
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
-from runners.verdicts import with_acceptances
 
 log = logging.getLogger(__name__)
 

@@ -36,6 +36,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from pydantic import SecretStr
+from runners.exec.build_cache import BuildCache, BuildCacheError
+from runners.schema.report import CampaignReport
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -55,9 +57,7 @@ from bot.github.gateway import (
 from bot.queue import queue_snapshot
 from bot.settings import Settings, SettingsError
 from bot.store.campaigns import Store
-from runners.build_cache import BuildCache, BuildCacheError
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,10 @@ import functools
 import statistics
 from dataclasses import dataclass
 
+from runners.schema.config import ConfigError, parse_config
+
 from bot.core.campaign import Campaign
 from bot.store.campaigns import Store
-from runners.config import ConfigError, parse_config
 
 ESTIMATE_FROM = 20
 """How many of a backend's latest ended campaigns its typical run time is the median of."""

@@ -146,8 +146,9 @@ def make_backend(
         )
     assert settings.local_repo_path is not None
     if settings.backend == "slurm":
+        from runners.pipeline.slurm import SlurmOptions
+
         from bot.dispatch.slurm import SlurmBackend
-        from runners.slurm import SlurmOptions
 
         return SlurmBackend(settings.local_repo_path, options=settings.slurm or SlurmOptions(),
                             fetch_remote=settings.local_fetch_remote, sandbox=settings.sandbox,

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
-
-from runners.config import DEFAULT_CONFIG_PATH
-from runners.slurm import SlurmOptions
+from runners.pipeline.slurm import SlurmOptions
+from runners.schema.config import DEFAULT_CONFIG_PATH
 
 Permission = Literal["none", "read", "triage", "write", "maintain", "admin"]
 ENV_PREFIX = "KV_PARITY_"
@@ -94,7 +93,7 @@ class Settings(BaseModel):
     work_dir: Path = Path("kv-parity-work")
     """Per-campaign directories: config written from the base revision, progress file, report, logs."""
     build_cache_dir: Path | None = None
-    """Where the local and Slurm backends' campaigns reuse and store builds (runners/build_cache.py; an entry serves
+    """Where the local and Slurm backends' campaigns reuse and store builds (runners/exec/build_cache.py; an entry serves
     only the arm that built it, so a candidate's build never serves a merge base); None: `<work_dir>/build-cache`."""
     local_repo_path: Path | None = None
     """Clone the local backend runs campaigns in; missing commits are fetched from `local_fetch_remote`."""

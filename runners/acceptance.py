@@ -4,7 +4,7 @@ An acceptance is pinned to what was measured: it applies only to a campaign of t
 gate that decided FAIL (performance per row, or the size gate), and only when the measured upper bound is at most
 its `max`. A semantic FAIL is never covered (a semantic difference needs a verified exception record), nor is an
 undecided gate (INCONCLUSIVE, BLOCKED, NOT_RUN: measure again instead), nor a FAIL without a measured bound (arms
-built differently). `runners.verdicts.campaign_verdicts` applies the outcome, so a campaign and `kv-parity verify`
+built differently). `runners.schema.verdicts.campaign_verdicts` applies the outcome, so a campaign and `kv-parity verify`
 conclude the same way from the report alone.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runners.report import (
+from runners.schema.report import (
     Acceptance,
     AcceptanceOutcome,
     CampaignReport,

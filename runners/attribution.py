@@ -7,7 +7,7 @@ The protocol's steps, in order, after the gate has decided and never while sampl
    inputs and environment give the same count whatever else the machine does);
 3. sampled self time and call stacks for both arms (`perf record` with the cpu-clock event and DWARF unwinding,
    several alternating runs on the row's pinned CPU), as flame graphs per arm and a differential flame graph.
-Function names are demangled and made stable across builds by `runners.symbols`, generic instantiations grouped.
+Function names are demangled and made stable across builds by `runners.stages.symbols`, generic instantiations grouped.
 Raw captures are kept as files speedscope and the Firefox Profiler open (callgrind output, `perf script` text).
 """
 
@@ -23,12 +23,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from runners import untrusted
-from runners.flamegraph import Stacks, differential_flame_svg, flame_svg
-from runners.placement import pinned_argv
-from runners.report import ARMS, Arm, CostTable, FunctionDelta, RegressionAttribution, WorkComparison, WorkCounter
-from runners.sandbox import Sandbox
-from runners.symbols import demangle, generic_name
+from runners.exec import untrusted
+from runners.exec.placement import pinned_argv
+from runners.exec.sandbox import Sandbox
+from runners.schema.report import (
+    ARMS,
+    Arm,
+    CostTable,
+    FunctionDelta,
+    RegressionAttribution,
+    WorkComparison,
+    WorkCounter,
+)
+from runners.stages.flamegraph import Stacks, differential_flame_svg, flame_svg
+from runners.stages.symbols import demangle, generic_name
 
 TOP_MOVERS = 10
 FINDINGS = 3
@@ -304,7 +312,7 @@ def _timed_args(args: list[str], own: Path, label: str) -> list[str]:
 
 def _own_dir(scratch: Path, label: str) -> Path:
     """A fresh directory for one profiled process: the only place it (and the profiler inside the sandbox with
-    it) may write. The bot never writes there and reads back only through `runners.untrusted`."""
+    it) may write. The bot never writes there and reads back only through `runners.exec.untrusted`."""
     scratch.mkdir(parents=True, exist_ok=True)
     own = scratch / label
     own.mkdir()

@@ -1,6 +1,6 @@
 """`kv-parity bisect`: find the first-parent commit between a good and a bad revision that made the campaign FAIL.
 
-Every probe is a whole campaign (`runners.campaign.run_campaign`) of one commit against `good`, under the
+Every probe is a whole campaign (`runners.pipeline.campaign.run_campaign`) of one commit against `good`, under the
 campaign config's own predeclared gates: determinism, parity with coverage, the paired performance gate and the
 size gate. A semantic change is therefore found exactly as a slowdown is. The search is an ordinary binary search
 over the first-parent commits after `good` up to `bad`; what makes it honest is the rule, fixed before the first
@@ -20,7 +20,7 @@ Builds are reused through the build cache: `good` is the baseline arm of every p
 rerun finds its candidate built. The search assumes what every bisection assumes: once a commit is bad, later
 ones are too (a later revert shows up as a range or a wrong culprit, and the stored probes show which).
 
-The rule's pure functions and bisect.json's models are in `runners.bisect_rule`, which `runners.verify` replays.
+The rule's pure functions and bisect.json's models are in `runners.schema.bisect_rule`, which `runners.verify` replays.
 """
 
 from __future__ import annotations
@@ -33,20 +33,20 @@ from pathlib import Path
 from typing import Final
 
 from runners import build_info
-from runners.bisect_rule import (
+from runners.exec.build_cache import configured_dir
+from runners.exec.sandbox import Sandbox
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.progress import ProgressSink, emit
+from runners.schema.bisect_rule import (
     GATES,
     BisectReport,
     Gate,
     conclude,
     search,
 )
-from runners.build_cache import configured_dir
-from runners.campaign import CampaignRequest, run_campaign
-from runners.config import CampaignConfig
-from runners.progress import ProgressSink, emit
-from runners.report import CampaignReport
-from runners.revisions import RevisionError, git, resolve_sha
-from runners.sandbox import Sandbox
+from runners.schema.config import CampaignConfig
+from runners.schema.report import CampaignReport
+from runners.stages.revisions import RevisionError, git, resolve_sha
 
 NOT_ATTRIBUTED: Final = ("regression attribution of a performance FAIL: not run in a bisect probe (profile the "
                           "culprit with `kv-parity profile`)")

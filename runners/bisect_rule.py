@@ -1,5 +1,5 @@
 """The bisect's schema and rule: `bisect.json`'s models and the pure functions that decide a probe's state, the
-next commit to probe and the result. `runners.bisect` runs them; `runners.verify` replays them from a
+next commit to probe and the result. `runners.pipeline.bisect` runs them; `runners.verify` replays them from a
 bisect.json alone, so the rule lives here once.
 """
 
@@ -11,8 +11,8 @@ from typing import Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from runners.config import CampaignConfig
-from runners.report import CampaignReport, GateVerdict, PerfVerdict, SemanticVerdict, Verdicts
+from runners.schema.config import CampaignConfig
+from runners.schema.report import CampaignReport, GateVerdict, PerfVerdict, SemanticVerdict, Verdicts
 
 BISECT_SCHEMA_VERSION: Final = "kv-parity.bisect.v1"
 RERUNS: Final = 1

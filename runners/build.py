@@ -1,7 +1,7 @@
 """Stage 1.4-1.6: build one release artifact per revision, contained, and record what it is and how it was built.
 
 Pull-request code runs during a build (`build.rs`, proc macros), so everything cargo does for a revision runs in
-that revision's own sandbox (runners/sandbox.py): only its worktree and its own cargo home are writable, there is
+that revision's own sandbox (runners/exec/sandbox.py): only its worktree and its own cargo home are writable, there is
 no network, and nothing it starts survives the build. Dependencies come first from `cargo fetch --locked`, the one
 sandbox with network (its own namespace behind pasta, fenced off the host and private ranges), which reads nothing
 the pull request chose: it runs from outside the worktree (`--manifest-path`, so no `.cargo/config*` or
@@ -11,7 +11,7 @@ the trusted side reads of the PR's tree (cargo configs, toolchain files, the man
 the pinned SHA, never through the worktree, so a committed symlink is never followed. The executable is located
 from cargo's JSON messages (never by globbing `target/`), must lie inside the worktree, and is copied by the
 trusted process into the campaign store (root-owned, mode 0555, never bound writable into a sandbox) before it is
-hashed. With a build cache (runners/build_cache.py) the arm's key is computed once its settings and feature
+hashed. With a build cache (runners/exec/build_cache.py) the arm's key is computed once its settings and feature
 closure are known, before any fetch: a hit copies the cached binary in and no fetch or compile runs. A baseline
 is stored once built; a candidate only once its size gate passed (`store_candidate`), so a pull request's
 bloated binary never reaches the cache.
@@ -33,13 +33,13 @@ from functools import cache
 from pathlib import Path
 from typing import BinaryIO
 
-from runners.build_cache import BuildKey, CampaignCache, Lookup, build_key
-from runners.config import BuildConfig
-from runners.report import Arm, Artifact, BuildCacheRecord, BuildSettings, GateVerdict, SizeGate, Toolchain
-from runners.revisions import RevisionError, git, git_dir_of, revision_file
-from runners.sandbox import Run, Sandbox, SandboxUnavailable, sha256_of, toml_rustflags
-from runners.sizes import text_size
-from runners.untrusted import UntrustedFileError, read_bytes
+from runners.exec.build_cache import BuildKey, CampaignCache, Lookup, build_key
+from runners.exec.sandbox import Run, Sandbox, SandboxUnavailable, sha256_of, toml_rustflags
+from runners.exec.untrusted import UntrustedFileError, read_bytes
+from runners.schema.config import BuildConfig
+from runners.schema.report import Arm, Artifact, BuildCacheRecord, BuildSettings, GateVerdict, SizeGate, Toolchain
+from runners.stages.revisions import RevisionError, git, git_dir_of, revision_file
+from runners.stages.sizes import text_size
 
 OUTPUT_TAIL_CHARS = 3000
 CARGO_CONFIG_NAMES = (".cargo/config", ".cargo/config.toml")

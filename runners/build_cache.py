@@ -35,7 +35,7 @@ share of the cache and the cache never holds fewer than that many entries' worth
 entries until the rest fit, never the entry just stored: names that are no readable entry first, then
 candidates, then baselines (the merge bases every pull request on them reuses), least recently used first within
 each (stored or reused longest ago: a reuse touches its entry). A candidate is stored only after its size gate
-passed (`runners.build.store_candidate`), so a bloated pull request never reaches the cache at all. An entry
+passed (`runners.stages.build.store_candidate`), so a bloated pull request never reaches the cache at all. An entry
 deleted while another campaign is opening it is that campaign's miss, recorded, and its arm is built. What a
 writer killed mid-store left (`.tmp-*`, an hour old) is deleted too. A cache on a file system without `flock`
 stops the campaign naming the directory (`BuildCache.building`), never with a bare OSError.
@@ -62,9 +62,9 @@ from typing import BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runners.config import BuildConfig
-from runners.report import Arm, Artifact, BuildSettings
-from runners.sandbox import SandboxKind
+from runners.exec.sandbox import SandboxKind
+from runners.schema.config import BuildConfig
+from runners.schema.report import Arm, Artifact, BuildSettings
 
 KEY_SCHEMA = 3
 """Bumped whenever what determines a build changes meaning, so older entries stop matching (2: the arm, 3: the

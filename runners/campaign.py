@@ -16,31 +16,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runners import build_info
-from runners.attribution import attribute_regression, sandbox_launcher
-from runners.build import (
-    BuildError,
-    ProtocolMismatch,
-    StartedBuild,
-    finish_build,
-    start_build,
-    store_candidate,
-    toolchain,
-)
-from runners.build_cache import UNSANDBOXED_NO_CACHE, BuildCacheError, CampaignCache, configured_dir
-from runners.config import CampaignConfig, LifecycleFixture, RowConfig
-from runners.coverage import CoverageError, check_evidence, count_evidence
-from runners.declared import check_declared_exclusions
-from runners.determinism import run_determinism
-from runners.doctor import LoadWindow, open_load_window, row_cpus, run_doctor
-from runners.exceptions import ExceptionFileError, load_records, verify_records
-from runners.harness import PreflightError, preflight_flags, row_args
-from runners.instructions import count_instructions, should_count
-from runners.lifecycles import fixture_trace, run_fixture
-from runners.parity import compare
-from runners.perf import SampleHooks, run_performance
-from runners.placement import correctness_cpu_sets, host_facts, kept_off, perf_placement
+from runners.exec.build_cache import UNSANDBOXED_NO_CACHE, BuildCacheError, CampaignCache, configured_dir
+from runners.exec.harness import PreflightError, preflight_flags, row_args
+from runners.exec.placement import correctness_cpu_sets, host_facts, kept_off, perf_placement
+from runners.exec.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable
+from runners.perf.sampler import SampleHooks, run_performance
 from runners.progress import ProgressSink, emit
-from runners.report import (
+from runners.schema.config import CampaignConfig, LifecycleFixture, RowConfig
+from runners.schema.report import (
     ARMS,
     Arm,
     Artifact,
@@ -57,7 +40,33 @@ from runners.report import (
     StopRecord,
     build_difference_reason,
 )
-from runners.revisions import (
+from runners.schema.verdicts import (
+    campaign_verdicts,
+    declared_exclusion_verdict,
+    gated_build_differences,
+    row_performance,
+    row_semantic_verdict,
+    size_gate,
+)
+from runners.stages.attribution import attribute_regression, sandbox_launcher
+from runners.stages.build import (
+    BuildError,
+    ProtocolMismatch,
+    StartedBuild,
+    finish_build,
+    start_build,
+    store_candidate,
+    toolchain,
+)
+from runners.stages.coverage import CoverageError, check_evidence, count_evidence
+from runners.stages.declared import check_declared_exclusions
+from runners.stages.determinism import run_determinism
+from runners.stages.doctor import LoadWindow, open_load_window, row_cpus, run_doctor
+from runners.stages.exceptions import ExceptionFileError, load_records, verify_records
+from runners.stages.instructions import count_instructions, should_count
+from runners.stages.lifecycles import fixture_trace, run_fixture
+from runners.stages.parity import compare
+from runners.stages.revisions import (
     RevisionError,
     apply_patch,
     relationship,
@@ -66,17 +75,9 @@ from runners.revisions import (
     worktree,
     worktree_head,
 )
-from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable
-from runners.sizes import ElfError, size_gate
-from runners.symbols import attribute_sizes
-from runners.trace import TraceError, prepare_trace
-from runners.verdicts import (
-    campaign_verdicts,
-    declared_exclusion_verdict,
-    gated_build_differences,
-    row_performance,
-    row_semantic_verdict,
-)
+from runners.stages.sizes import ElfError
+from runners.stages.symbols import attribute_sizes
+from runners.stages.trace import TraceError, prepare_trace
 
 STANDING_SKIPS = (
     "round-robin routing: excluded from this campaign by the protocol",
@@ -113,11 +114,11 @@ class CampaignRequest:
     profile_only: bool = False
     """`kv-parity profile` / `/parity profile`: correctness, then regression attribution instead of sampling."""
     build_cache: Path | None = field(default_factory=configured_dir)
-    """Build cache directory each arm may be reused from and is stored in, as that arm (runners/build_cache.py);
+    """Build cache directory each arm may be reused from and is stored in, as that arm (runners/exec/build_cache.py);
     default $KV_PARITY_BUILD_CACHE, None: build both arms."""
     attribute_failures: bool = True
     """Profile a row whose performance gate FAILed (evidence, never a verdict); a bisect's probes skip it (about
-    the row's sampling time again per FAIL) and say so in `skipped` (runners/bisect.py)."""
+    the row's sampling time again per FAIL) and say so in `skipped` (runners/pipeline/bisect.py)."""
 
     def __post_init__(self) -> None:
         """Absolute paths: git runs in other directories (worktrees), where a relative path means another place."""

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from runners.report import PointerDiff, Resolution
+from runners.schema.report import PointerDiff, Resolution
 
 SECTIONS: tuple[str, ...] = ("coverage", "metadata", "per_request", "planner", "summary")
 """The top-level keys every canonical report carries."""

@@ -14,7 +14,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runners.resources import package_dir
-from runners.revisions import RevisionError, resolve_sha, show_file
+from runners.stages.revisions import RevisionError, resolve_sha, show_file
 
 PROTOCOL_EXCLUSIONS: tuple[str, ...] = (
     "/summary/wall_time_ms",

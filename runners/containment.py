@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from runners.placement import format_cpu_list, parse_cpu_list
-from runners.report import ContainmentKind
+from runners.exec.placement import format_cpu_list, parse_cpu_list
+from runners.schema.report import ContainmentKind
 
 PARENT = "kv-parity"
 """The directory, in each hierarchy, under which every start's own cgroup is made."""

@@ -32,8 +32,8 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runners.config import Band, ExpectedEvidence, band_limits
-from runners.report import ARMS, Arm, CoverageCheck, CoverageCounts
+from runners.schema.config import Band, ExpectedEvidence, band_limits
+from runners.schema.report import ARMS, Arm, CoverageCheck, CoverageCounts
 
 TERMINAL_STATUSES = ("completed", "rejected", "canceled", "failed")
 

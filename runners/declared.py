@@ -15,12 +15,12 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from runners import untrusted
-from runners.canonical import Canonical, CanonicalError, canonicalize, resolve, single_line
-from runners.harness import run_pinned
+from runners.exec import untrusted
+from runners.exec.harness import run_pinned
+from runners.exec.sandbox import Sandbox
 from runners.progress import ProgressSink, emit
-from runners.report import ARMS, Arm, DeclaredExclusions, DeclaredPointer, ProcessRecord
-from runners.sandbox import Sandbox
+from runners.schema.report import ARMS, Arm, DeclaredExclusions, DeclaredPointer, ProcessRecord
+from runners.stages.canonical import Canonical, CanonicalError, canonicalize, resolve, single_line
 
 
 def _pointers(canonical: Mapping[Arm, Canonical], campaign: Sequence[str]) -> list[DeclaredPointer]:

@@ -12,9 +12,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from runners.config import CampaignConfig, load_profile
 from runners.demo_trace import generate_demo_trace
 from runners.resources import package_dir
+from runners.schema.config import CampaignConfig, load_profile
 
 FIXTURE_DIR = package_dir("kv_parity_fixtures", "replay_harness")
 VARIANT_FILE = "lib/bench/src/variant.rs"

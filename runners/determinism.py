@@ -10,12 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runners import untrusted
-from runners.canonical import Canonical, CanonicalError, ReplayBenchNotActive, canonicalize, single_line
-from runners.harness import run_pinned
+from runners.exec import untrusted
+from runners.exec.harness import run_pinned
+from runners.exec.sandbox import Sandbox
 from runners.progress import ProgressSink, emit
-from runners.report import ARMS, Arm, DeterminismResult, ProcessRecord
-from runners.sandbox import Sandbox
+from runners.schema.report import ARMS, Arm, DeterminismResult, ProcessRecord
+from runners.stages.canonical import Canonical, CanonicalError, ReplayBenchNotActive, canonicalize, single_line
 
 REPETITIONS = 2
 
@@ -103,7 +103,7 @@ def _read_canonical(
     record: ProcessRecord, out: Path, exclusions: list[str], keep: Path | bool = True
 ) -> tuple[Canonical | None, str | None, bool]:
     """Never trust exit 0: the output file must exist and hold exactly one valid canonical line. It lies in the
-    process's own sandbox-writable directory, so it is read through `runners.untrusted` (a link, FIFO or
+    process's own sandbox-writable directory, so it is read through `runners.exec.untrusted` (a link, FIFO or
     oversize file is a product failure naming it). `keep`: where the canonical bytes go (`canonicalize`)."""
     if record.error is not None:
         return None, f"{record.error}; stderr tail:\n{record.stderr_tail}", False

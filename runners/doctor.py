@@ -23,9 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners.containment import UNCONTAINED, Containment, host_containment
-from runners.instructions import check_hardware_counter
-from runners.placement import (
+from runners.exec.containment import UNCONTAINED, Containment, host_containment
+from runners.exec.placement import (
     PROC,
     SYS,
     choose_perf_core,
@@ -38,9 +37,10 @@ from runners.placement import (
     read_affinity,
     read_fact,
 )
-from runners.report import DoctorCheck, DoctorReport, DoctorStatus
-from runners.sandbox import SandboxKind, SandboxUnavailable, add_sandbox_argument
-from runners.sandbox import check as sandbox_check
+from runners.exec.sandbox import SandboxKind, SandboxUnavailable, add_sandbox_argument
+from runners.exec.sandbox import check as sandbox_check
+from runners.schema.report import DoctorCheck, DoctorReport, DoctorStatus
+from runners.stages.instructions import check_hardware_counter
 
 PROFILERS = ("valgrind", "perf", "c++filt")
 """What regression attribution runs: callgrind instruction counts, sampled stacks, demangled symbol names."""

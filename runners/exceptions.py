@@ -16,9 +16,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from runners.report import ARMS, Arm, ExceptionOutcome, ExceptionRecord, RegressionRun
-from runners.revisions import RevisionError, revision_file
-from runners.sandbox import FIXED_BINARY, Run, Sandbox
+from runners.exec.sandbox import FIXED_BINARY, Run, Sandbox
+from runners.schema.report import ARMS, Arm, ExceptionOutcome, ExceptionRecord, RegressionRun
+from runners.stages.revisions import RevisionError, revision_file
 
 EXCEPTIONS_PATH = ".kv-parity/exceptions.toml"
 TAIL_CHARS = 1500

@@ -11,9 +11,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from runners.config import CampaignConfig, RowConfig
-from runners.report import Arm, ProcessRecord
-from runners.sandbox import Sandbox
+from runners.exec.sandbox import Sandbox
+from runners.schema.config import CampaignConfig, RowConfig
+from runners.schema.report import Arm, ProcessRecord
 
 STDERR_TAIL_CHARS = 2000
 
@@ -61,7 +61,7 @@ def run_pinned(
     sandbox: Sandbox | None = None,
 ) -> tuple[ProcessRecord, subprocess.CompletedProcess[str]]:
     """One fresh sandboxed harness process pinned to `cpu_set` and contained there (everything it forks stays
-    on those CPUs, runners/containment.py); returns the record and the raw result.
+    on those CPUs, runners/exec/containment.py); returns the record and the raw result.
 
     Sandbox rules (Sandbox.harness_run): existing absolute paths in `args` are read-only, the directory of an
     output path that does not exist yet is writable, so give every process its own output directory.

@@ -2,7 +2,7 @@
 
 After a row's performance stage (never beside its samples: the protocol forbids profilers next to measurement),
 each arm runs the row's sample invocation twice under valgrind's callgrind, in the sandbox and pinned like a
-sample (`runners.attribution` runs callgrind the same way; this module reuses its launcher, capture and parser).
+sample (`runners.stages.attribution` runs callgrind the same way; this module reuses its launcher, capture and parser).
 For a deterministic replay the count is exact: two runs give the same number, so any difference between the
 arms is a difference in the work done, and a difference between an arm's two runs is nondeterministic work
 (evidence for Stage 2). `harness.timed_function` names the function whose call the timer brackets; the count
@@ -11,7 +11,7 @@ function from outside it), so one full run gives both the region's and the whole
 timed function (or when an arm never entered it) the whole process is compared, and labelled so.
 
 The capture is written by the sandboxed tool that runs the candidate: it is copied out and read as untrusted
-(`runners.untrusted`), and its header total must equal its totals line and the sum of its functions' costs. Both
+(`runners.exec.untrusted`), and its header total must equal its totals line and the sum of its functions' costs. Both
 arms' counted runs see the binary at one fixed path and write into directories of one name length, since a count
 moves by a few instructions with the length of a path the harness is given.
 
@@ -30,10 +30,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from runners import untrusted
-from runners.attribution import CallgrindProfile, callgrind_capture, parse_callgrind, sandbox_launcher
+from runners.exec import untrusted
+from runners.exec.sandbox import FIXED_BINARY, BinaryMismatch, Sandbox
 from runners.progress import ProgressSink, emit
-from runners.report import (
+from runners.schema.report import (
     ARMS,
     Arm,
     CountedRun,
@@ -42,8 +42,8 @@ from runners.report import (
     InstructionCounts,
     PerfResult,
 )
-from runners.sandbox import FIXED_BINARY, BinaryMismatch, Sandbox
-from runners.symbols import demangle
+from runners.stages.attribution import CallgrindProfile, callgrind_capture, parse_callgrind, sandbox_launcher
+from runners.stages.symbols import demangle
 
 COUNTED_RUNS = 2
 """Runs per arm: two show whether the count is exact; more would buy nothing for a deterministic replay."""

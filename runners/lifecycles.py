@@ -15,17 +15,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from runners.canonical import Canonical
-from runners.config import CampaignConfig, LifecycleFixture
 from runners.demo_trace import generate_demo_trace
-from runners.determinism import run_determinism
-from runners.harness import missing_flags
-from runners.parity import compare
-from runners.report import ARMS, Arm, ExceptionOutcome, FixtureAssertion, FixtureReport, FixtureStatus
-from runners.revisions import show_file
-from runners.sandbox import Sandbox
-from runners.trace import sha256_file
-from runners.verdicts import fixture_status, uncovered_pointers
+from runners.exec.harness import missing_flags
+from runners.exec.sandbox import Sandbox
+from runners.schema.config import CampaignConfig, LifecycleFixture
+from runners.schema.report import ARMS, Arm, ExceptionOutcome, FixtureAssertion, FixtureReport, FixtureStatus
+from runners.schema.verdicts import fixture_status, uncovered_pointers
+from runners.stages.canonical import Canonical
+from runners.stages.determinism import run_determinism
+from runners.stages.parity import compare
+from runners.stages.revisions import show_file
+from runners.stages.trace import sha256_file
 
 EPSILON_MS = 1e-6
 ROUNDING_MS = 0.0015

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runners.canonical import Canonical, diff
-from runners.report import ParityResult
+from runners.schema.report import ParityResult
+from runners.stages.canonical import Canonical, diff
 
 FOCUSED_DIFF_LIMIT = 20
 

@@ -25,11 +25,13 @@ from typing import Literal
 
 import numpy as np
 
-from runners import untrusted
-from runners.config import OUTPUT_FLAGS, InvalidationRules, PerfConfig
-from runners.placement import cpu_busy_ms, cpu_telemetry, kept_off, pinned_argv, read_affinity, stat_tick_ms
+from runners.exec import untrusted
+from runners.exec.placement import cpu_busy_ms, cpu_telemetry, kept_off, pinned_argv, read_affinity, stat_tick_ms
+from runners.exec.sandbox import Sandbox
+from runners.perf.stats import SAMPLING_ASSUMPTION, Decision, decide, observations
 from runners.progress import ProgressSink, emit
-from runners.report import (
+from runners.schema.config import OUTPUT_FLAGS, InvalidationRules, PerfConfig
+from runners.schema.report import (
     ARMS,
     KERNEL_CLOCK_LABELS,
     Arm,
@@ -47,8 +49,6 @@ from runners.report import (
     Sample,
     SampleKind,
 )
-from runners.sandbox import Sandbox
-from runners.stats import SAMPLING_ASSUMPTION, Decision, decide, observations
 
 STDERR_TAIL_CHARS = 2000
 TIMING_FILE_MAX_BYTES = 1 << 20
@@ -171,7 +171,7 @@ def read_timing_file(path: Path, root: Path) -> tuple[dict[str, object] | None, 
     """The single timing record of an --iterations 1 run, or why there is none.
 
     The harness wrote the file in its own sandbox-writable directory under the trusted `root`: it is read
-    without following links, as a regular file, up to TIMING_FILE_MAX_BYTES (runners/untrusted.py)."""
+    without following links, as a regular file, up to TIMING_FILE_MAX_BYTES (runners/exec/untrusted.py)."""
     try:
         text = untrusted.read_text(path, max_bytes=TIMING_FILE_MAX_BYTES, root=root)
     except FileNotFoundError:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners.report import HostFacts, Placement
+from runners.schema.report import HostFacts, Placement
 
 SYS = Path("/sys")
 PROC = Path("/proc")

@@ -1,7 +1,7 @@
 """The versioned campaign report: the one contract between the runners and the bot.
 
 Everything a verdict depends on is recorded here before the verdict is computed; the rules that compute
-verdicts from it are in `runners.verdicts`, shared by the campaign and `kv-parity verify`.
+verdicts from it are in `runners.schema.verdicts`, shared by the campaign and `kv-parity verify`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runners.config import CampaignConfig, CampaignMode, PerfConfig, RowConfig
+from runners.schema.config import CampaignConfig, CampaignMode, PerfConfig, RowConfig
 
 REPORT_SCHEMA_VERSION: Final = "kv-parity.report.v1"
 
@@ -111,7 +111,7 @@ def build_difference_reason(differences: list[str]) -> str:
 
 
 class BuildCacheRecord(_Model):
-    """How the build cache (runners/build_cache.py) served an arm (an entry serves only the arm that built it)."""
+    """How the build cache (runners/exec/build_cache.py) served an arm (an entry serves only the arm that built it)."""
 
     key_sha256: str
     """Digest of everything that determines the build (tree, toolchain as it applied, command, features,
@@ -528,7 +528,7 @@ class DoctorReport(_Model):
     cpus: list[int]
     checks: list[DoctorCheck]
     status: DoctorStatus
-    """The worst status of the checks (FAIL > WARN > UNKNOWN > PASS; exit status in runners/doctor.py)."""
+    """The worst status of the checks (FAIL > WARN > UNKNOWN > PASS; exit status in runners/stages/doctor.py)."""
     seconds: float
 
     @property
@@ -582,12 +582,12 @@ class PerfResult(_Model):
     probes: list[Sample] = Field(default_factory=list)
     """One timing-mode invocation per arm before any warmup: a missing or non-numeric timer blocks here."""
     containment: ContainmentKind | None = None
-    """How every sample's whole process tree was kept on the row's CPUs and counted (runners/containment.py):
+    """How every sample's whole process tree was kept on the row's CPUs and counted (runners/exec/containment.py):
     under a cgroup each sample's `kernel_cpu_ms` is the cgroup's CPU time of every task, else wait4's rusage;
     None in reports from before containment."""
 
 
-# --- Instruction counts (after a row's performance stage; runners/instructions.py) ----------------------------
+# --- Instruction counts (after a row's performance stage; runners/stages/instructions.py) ----------------------------
 
 InstructionScope = Literal["region", "process"]
 """What a count covers: the calls of `harness.timed_function` (the timed region), or the whole process."""
@@ -867,7 +867,7 @@ class SandboxRecord(_Model):
     """Whether sandboxed code could reach the kernel keyrings, which outlive a process (False: seccomp refuses
     add_key, keyctl and request_key)."""
     containment_kind: ContainmentKind | None = None
-    """How a pinned harness start was kept on its CPUs with its every task counted (runners/containment.py); None
+    """How a pinned harness start was kept on its CPUs with its every task counted (runners/exec/containment.py); None
     in reports from before containment."""
     containment: str = ""
     """That mechanism in words: where its cgroups were, or why only the seccomp program was available."""
@@ -879,7 +879,7 @@ AcceptedGate = Literal["performance", "sizes"]
 class Acceptance(_Model):
     """An audited acceptance of an intended performance or size FAIL (`/parity accept`), pinned to the head SHA
     that was current when its comment was written. It covers only FAILs of its gate whose measured upper bound
-    is at most `max`; a semantic FAIL or an undecided gate is never covered (`runners.acceptance`)."""
+    is at most `max`; a semantic FAIL or an undecided gate is never covered (`runners.schema.acceptance`)."""
 
     gate: AcceptedGate
     login: str
@@ -1031,16 +1031,16 @@ class CampaignReport(_Model):
     sandbox: SandboxRecord | None = None
     acceptances: list[Acceptance] = Field(default_factory=list)
     """Acceptances of an intended performance or size FAIL of this head (`/parity accept`), added when the bot
-    publishes; `kv-parity verify` recomputes the conclusion with them (`runners.acceptance`)."""
+    publishes; `kv-parity verify` recomputes the conclusion with them (`runners.schema.acceptance`)."""
 
     def artifact(self, arm: Arm) -> Artifact:
         return next(a for a in self.artifacts if a.arm == arm)
 
     @property
     def concluded(self) -> Verdicts:
-        """The verdicts of a finished report: set by the run that finished it, or by `runners.verdicts.with_verdicts`
+        """The verdicts of a finished report: set by the run that finished it, or by `runners.schema.verdicts.with_verdicts`
         where one was loaded. Missing here is a bug upstream, refused rather than recomputed in a second place."""
         if self.verdicts is None:
             raise ValueError(f"campaign {self.campaign_id}: report has no verdicts; load it with "
-                             "runners.verdicts.with_verdicts")
+                             "runners.schema.verdicts.with_verdicts")
         return self.verdicts

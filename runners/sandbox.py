@@ -40,9 +40,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from runners.containment import UNCONTAINED, Containment, host_containment
-from runners.placement import pinned_argv
-from runners.report import Arm, SandboxRecord
+from runners.exec.containment import UNCONTAINED, Containment, host_containment
+from runners.exec.placement import pinned_argv
+from runners.schema.report import Arm, SandboxRecord
 
 SANDBOX_UID = 65534
 """`nobody`: owns nothing of the bot's, so only the writable binds are writable."""
@@ -268,7 +268,7 @@ class Run:
     loads it and `prlimit` sets the limits, natively, as for a sampled start, instead of the exec shim."""
     cpu_set: tuple[int, ...] = ()
     """A pinned harness start: `taskset` to these CPUs before the sandbox, and contained there
-    (runners/containment.py: its own cgroup, or the confined seccomp program)."""
+    (runners/exec/containment.py: its own cgroup, or the confined seccomp program)."""
 
 
 PIN_RACY_NS = 1_000_000_000
@@ -470,7 +470,7 @@ class Sandbox:
         """Start `run` and wait; the caller reads exit status and output (never through a shell).
 
         A pinned `run` (`cpu_set`) starts under `taskset` (bwrap and the command inherit the affinity) and is
-        contained (runners/containment.py): in a cgroup of its own, joined while bwrap blocks before the command,
+        contained (runners/exec/containment.py): in a cgroup of its own, joined while bwrap blocks before the command,
         or under the confined seccomp program. A networked `run` gets its own network namespace: bwrap blocks
         before the command until pasta is attached and the fence routes are in, so the command never sees the
         namespace unfenced."""

@@ -11,7 +11,7 @@ from elftools.common.exceptions import ELFError, ELFParseError
 from elftools.construct import ConstructError
 from elftools.elf.elffile import ELFFile
 
-from runners.report import Artifact, GateVerdict, SizeGate, build_difference_reason
+from runners.schema.report import Artifact, GateVerdict, SizeGate, build_difference_reason
 
 
 class ElfError(ValueError):

@@ -34,16 +34,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runners.config import CampaignMode, SlurmRowConfig
-from runners.distributed.artifacts import load_manifest
-from runners.distributed.common import FIXTURES_ROW, MANIFEST_NAME, REPORT_NAME, DistributedError, write_json
-from runners.distributed.plan import PLAN_NAME, make_plan
+from runners.exec.sandbox import SandboxKind
+from runners.exec.untrusted import UntrustedFileError, read_text
+from runners.pipeline.distributed.artifacts import load_manifest
+from runners.pipeline.distributed.common import FIXTURES_ROW, MANIFEST_NAME, REPORT_NAME, DistributedError, write_json
+from runners.pipeline.distributed.plan import PLAN_NAME, make_plan
 from runners.progress import ProgressEvent, ProgressSink
-from runners.report import CampaignReport, ScheduledOn
-from runners.revisions import shared_clone
-from runners.sandbox import SandboxKind
-from runners.untrusted import UntrustedFileError, read_text
-from runners.verdicts import campaign_verdicts
+from runners.schema.config import CampaignMode, SlurmRowConfig
+from runners.schema.report import CampaignReport, ScheduledOn
+from runners.schema.verdicts import campaign_verdicts
+from runners.stages.revisions import shared_clone
 from runners.verify import verify_report
 
 STATE_FILE = "slurm.json"

@@ -16,9 +16,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from runners.config import DiagnosticsThresholds, PerfConfig
 from runners.rank_tests import kendall_tau_b, mann_whitney_u
-from runners.report import (
+from runners.schema.config import DiagnosticsThresholds, PerfConfig
+from runners.schema.report import (
     BatchBounds,
     Bootstrap,
     Bounds,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from elftools.elf.sections import SymbolTableSection
 
-from runners.report import SizeAttribution, SymbolDelta, SymbolGroup
-from runners.sizes import ElfError, elf
+from runners.schema.report import SizeAttribution, SymbolDelta, SymbolGroup
+from runners.stages.sizes import ElfError, elf
 
 TOP = 10
 
@@ -48,7 +48,7 @@ _STT_OBJECT, _STT_FUNC, _SHN_UNDEF = 1, 2, 0
 def _raw_symbols(binary: Path) -> list[tuple[str, int]] | None:
     """(mangled name, size) of every sized function and data object; None when the binary has no symbol table.
 
-    The binary is the candidate's own output, so its symbol table is read within bounds (`runners.sizes.elf`):
+    The binary is the candidate's own output, so its symbol table is read within bounds (`runners.stages.sizes.elf`):
     entry size as the format says, table and string table inside the file, at most MAX_SYMBOLS entries,
     ELF_PARSE_SECONDS. Entries are unpacked with `struct` in one pass (pyelftools' per-symbol objects cost
     ten times as much on a 900-symbol binary); only the section headers come from pyelftools."""

@@ -16,8 +16,8 @@ from typing import BinaryIO
 
 import orjson
 
-from runners.config import TraceConfig
-from runners.report import TraceEvidence
+from runners.schema.config import TraceConfig
+from runners.schema.report import TraceEvidence
 
 _CHUNK = 1 << 20
 

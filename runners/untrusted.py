@@ -137,12 +137,12 @@ def refuse_symlinks(top: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m runners.untrusted DIR...`: the workflow's check before each upload-artifact. Exit 1 naming
+    """`python -m runners.exec.untrusted DIR...`: the workflow's check before each upload-artifact. Exit 1 naming
     every link found (names printed escaped, never as raw text a runner could read as a command), 2 for a
     directory that does not exist, 0 when none holds a link."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m runners.untrusted", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m runners.exec.untrusted", description=main.__doc__)
     parser.add_argument("directories", nargs="+", type=Path, help="directories about to be uploaded")
     args = parser.parse_args(argv)
     code = 0

@@ -1,6 +1,6 @@
 """The verdict rules: pure functions of a report's recorded evidence, shared by the campaign and `kv-parity verify`.
 
-`runners.report` is the schema; this module decides. `with_verdicts` is where a loaded report gets its campaign
+`runners.schema.report` is the schema; this module decides. `with_verdicts` is where a loaded report gets its campaign
 verdicts, so every reader after it takes them from the report instead of recomputing them.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runners.acceptance import accepted_rows, judge_acceptances, sizes_accepted
-from runners.config import PerfConfig
-from runners.report import (
+from runners.schema.acceptance import accepted_rows, judge_acceptances, sizes_accepted
+from runners.schema.config import PerfConfig
+from runners.schema.report import (
     ARMS,
     Acceptance,
     CampaignReport,
@@ -159,7 +159,7 @@ def instruction_change(counts: InstructionCounts, scope: bool = True) -> str | N
 
 CONTRADICTION_RISE = 1.005
 """Counted work at least this much above the baseline's contradicts a faster reported time: 0.5 %, the smallest
-change regression attribution calls a finding (`runners.attribution.FINDING_FLOOR`)."""
+change regression attribution calls a finding (`runners.stages.attribution.FINDING_FLOOR`)."""
 
 
 def instruction_contradiction(perf: PerfResult | None, counts: InstructionCounts | None) -> str | None:

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from runners.bisect_rule import (
+from runners.perf.gate import breaches, classify, evaluate, process_wall_ms
+from runners.perf.schedule import make_schedule, schedule_seed
+from runners.schema.bisect_rule import (
     BISECT_SCHEMA_VERSION,
     RERUNS,
     BisectReport,
@@ -26,9 +28,8 @@ from runners.bisect_rule import (
     next_position,
     probe_state,
 )
-from runners.config import PerfConfig
-from runners.perf import breaches, classify, evaluate, make_schedule, process_wall_ms, schedule_seed
-from runners.report import (
+from runners.schema.config import PerfConfig
+from runners.schema.report import (
     CampaignReport,
     PerfResult,
     PerfVerdict,
@@ -37,14 +38,14 @@ from runners.report import (
     SemanticVerdict,
     Verdicts,
 )
-from runners.sizes import size_gate
-from runners.verdicts import (
+from runners.schema.verdicts import (
     campaign_verdicts,
     declared_exclusion_verdict,
     fixture_status,
     gated_build_differences,
     row_performance,
     row_semantic_verdict,
+    size_gate,
 )
 
 

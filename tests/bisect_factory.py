@@ -1,4 +1,4 @@
-"""Deterministic bisect.json documents, searched by the real rule (`runners.bisect_rule.search`) over synthetic
+"""Deterministic bisect.json documents, searched by the real rule (`runners.schema.bisect_rule.search`) over synthetic
 probe campaigns: each attempt is one of report_factory's reports (every verdict computed by the real rules) moved
 onto that probe's commit. What a probe's campaign says is chosen per commit and attempt; which commits are probed,
 in which order, with which rerun, and the result are the rule's, never typed in."""
@@ -9,8 +9,9 @@ import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from runners.bisect_rule import BisectReport, Gate, conclude, search
-from runners.report import CampaignReport, Revision
+from runners.schema.bisect_rule import BisectReport, Gate, conclude, search
+from runners.schema.report import CampaignReport, Revision
+
 from tests.report_factory import BASE_SHA, make_report
 
 GOOD = BASE_SHA

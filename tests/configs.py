@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runners.config import CampaignConfig, SlurmRowConfig
+from runners.schema.config import CampaignConfig, SlurmRowConfig
+
 from runners.demo import demo_config
 
 
@@ -45,7 +46,7 @@ def one_row_config(trace: Path, *, pairs: int | None = None,
 
 
 def config_text(config: CampaignConfig) -> str:
-    """The config as the TOML a base commits at runners.config.DEFAULT_CONFIG_PATH."""
+    """The config as the TOML a base commits at runners.schema.config.DEFAULT_CONFIG_PATH."""
     return "\n".join(to_toml(config.model_dump(mode="json"))) + "\n"
 
 

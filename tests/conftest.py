@@ -12,13 +12,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from runners.exec.build_cache import BUILD_CACHE_ENV, CampaignCache
+from runners.exec.sandbox import Sandbox
+from runners.schema.config import CampaignConfig
+from runners.stages.build import build_artifact
 
-from runners.build import build_artifact
-from runners.build_cache import BUILD_CACHE_ENV, CampaignCache
-from runners.config import CampaignConfig
 from runners.demo import Knob, commit_change, demo_config, init_fixture_repo
 from runners.demo_trace import generate_demo_trace
-from runners.sandbox import Sandbox
 from tests import installed
 from tests.installed import KvParity
 
@@ -147,7 +147,7 @@ def shared_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
     """One build cache for every campaign of the session ($KV_PARITY_BUILD_CACHE is CampaignRequest's default,
     inherited by `kv-parity` subprocesses), shared by its xdist workers (entries are written with O_EXCL and a
     rename, so two workers storing one key is safe): the fixture's base tree is built once, not once per test or
-    worker, and so is a candidate tree several tests pull (as a candidate: runners/build_cache.py). Tests of an
+    worker, and so is a candidate tree several tests pull (as a candidate: runners/exec/build_cache.py). Tests of an
     arm's own build opt out with `build_cache=None` or a cache of their own. A variable set before the session
     wins (empty: no cache, as benchmarks/bench_build_cache.py compares)."""
     if BUILD_CACHE_ENV in os.environ:

@@ -1,9 +1,9 @@
 """Deterministic CampaignReport objects for every outcome, built through the real pydantic models.
 
 Golden files are only as good as the reports behind them, so every value here is fixed (no clocks) and every
-verdict is computed by the real rules, never typed in by hand: semantic verdicts by `runners.report`, the
-schedule, sample classification, invalidations and performance verdicts by `runners.perf` and
-`runners.stats`, the size gate by `runners.sizes`. Every report therefore passes `kv-parity verify`
+verdict is computed by the real rules, never typed in by hand: semantic verdicts by `runners.schema.report`, the
+schedule, sample classification, invalidations and performance verdicts by `runners.perf.sampler` and
+`runners.perf.stats`, the size gate by `runners.stages.sizes`. Every report therefore passes `kv-parity verify`
 (`runners.verify.verify_report`). Synthetic measurements come from SHA-256 hashes, not an RNG whose stream
 could change between versions; the only RNG streams are the ones the real rules use (numpy's default
 generator for the schedule and the bootstrap).
@@ -17,11 +17,11 @@ from collections.abc import Callable
 from statistics import NormalDist
 from typing import Any
 
-from runners.attribution import compare_work, cost_table, findings, readable_costs
-from runners.config import CampaignConfig, ExpectedEvidence, PerfConfig, RowConfig
-from runners.doctor import worst
-from runners.perf import SETUP_FIELD, arm_order, breaches, classify, finalize, make_schedule, schedule_seed
-from runners.report import (
+from runners.perf.gate import SETUP_FIELD, breaches, classify, finalize
+from runners.perf.schedule import arm_order, make_schedule, schedule_seed
+from runners.perf.stats import SAMPLING_ASSUMPTION
+from runners.schema.config import CampaignConfig, ExpectedEvidence, PerfConfig, RowConfig
+from runners.schema.report import (
     ARMS,
     Arm,
     Artifact,
@@ -62,9 +62,9 @@ from runners.report import (
     Toolchain,
     TraceEvidence,
 )
-from runners.sizes import size_gate
-from runners.stats import SAMPLING_ASSUMPTION
-from runners.verdicts import campaign_verdicts, fixture_status, row_performance, row_semantic_verdict
+from runners.schema.verdicts import campaign_verdicts, fixture_status, row_performance, row_semantic_verdict, size_gate
+from runners.stages.attribution import compare_work, cost_table, findings, readable_costs
+from runners.stages.doctor import worst
 
 CAMPAIGN_ID = "c-20251129-0001"
 BASE_SHA = "e8828036e3d32d8361e2abb819e0ee60e569f518"

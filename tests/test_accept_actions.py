@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 from pydantic import SecretStr
+from runners.schema.report import CampaignReport, Revision
 
 from bot.event_cli import event_main
 from bot.github.gateway import GitHubGateway, TokenAuth
 from bot.publish.publisher import publish_main
-from runners.report import CampaignReport, Revision
 from runners.verify import main_verify
 from tests.fakes.github_api import FakeGitHub
 from tests.fakes.openapi import github_openapi

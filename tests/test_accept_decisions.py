@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runners.schema.report import Revision
 
 from bot.core.campaign import CampaignState
 from bot.core.commands import COMMANDS, ParsedCommand, parse_commands
@@ -36,7 +37,6 @@ from bot.lifecycle import Lifecycle
 from bot.publish import render
 from bot.settings import Settings
 from bot.store.campaigns import Store
-from runners.report import Revision
 from tests.report_factory import make_report
 from tests.test_decisions import BASE, HEAD, HEAD2, NOW, WRITTEN, MemoryGitHub, label
 from tests.webhooks import CONFIG_TOML, REPO, RecordingPublisher

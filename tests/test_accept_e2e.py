@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runners.schema.report import CampaignReport
 
 from bot.core.campaign import CampaignState
 from bot.server import create_app, default_publisher
 from bot.store.campaigns import Store
 from bot.store.history import history_main
-from runners.report import CampaignReport
 from runners.verify import main_verify
 from tests.report_factory import make_report
 from tests.service_fixtures import Env, standin_env, widgets_history

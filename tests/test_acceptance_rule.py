@@ -1,4 +1,4 @@
-"""The acceptance rule (`runners.acceptance`, applied by `runners.verdicts`): which FAILs an audited
+"""The acceptance rule (`runners.schema.acceptance`, applied by `runners.schema.verdicts`): which FAILs an audited
 `/parity accept` covers, and that `kv-parity verify` recomputes the conclusion with it from the report alone."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from runners.schema.acceptance import row_upper_bound
+from runners.schema.report import Acceptance, CampaignReport, CheckConclusion, GateVerdict, PerfVerdict
+from runners.schema.verdicts import with_acceptances
 
-from runners.acceptance import row_upper_bound
-from runners.report import Acceptance, CampaignReport, CheckConclusion, GateVerdict, PerfVerdict
-from runners.verdicts import with_acceptances
 from runners.verify import main_verify, verify_report
 from tests.report_factory import make_report
 

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runners.pipeline.distributed.common import FIXTURES_ROW
+from runners.schema.report import CampaignReport, CheckConclusion, Revision, StopRecord
+from runners.schema.verdicts import campaign_verdicts
 
 from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.actions import (
@@ -35,9 +38,6 @@ from bot.publish import render
 from bot.server import create_app
 from bot.settings import Settings
 from bot.store.campaigns import Store
-from runners.distributed.common import FIXTURES_ROW
-from runners.report import CampaignReport, CheckConclusion, Revision, StopRecord
-from runners.verdicts import campaign_verdicts
 from tests.fakes.github_api import FakeGitHub
 from tests.report_factory import make_report, with_undecided_conclusion
 from tests.test_event_cli import INPUTS, MAX_INPUTS, TOKEN, WORKFLOW, History, make_history, serve_repo

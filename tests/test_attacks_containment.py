@@ -19,14 +19,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from runners.exec.containment import SECCOMP_ONLY, ContainmentError, host_containment
+from runners.exec.placement import perf_placement
+from runners.exec.sandbox import SYSTEM_PYTHON, Run, Sandbox
+from runners.perf.sampler import run_performance
+from runners.schema.config import CampaignConfig, InvalidationRules, PerfConfig
+from runners.schema.report import PerfResult, PerfVerdict, Placement
+from runners.stages.determinism import run_determinism
 
-from runners.config import CampaignConfig, InvalidationRules, PerfConfig
-from runners.containment import SECCOMP_ONLY, ContainmentError, host_containment
-from runners.determinism import run_determinism
-from runners.perf import run_performance
-from runners.placement import perf_placement
-from runners.report import PerfResult, PerfVerdict, Placement
-from runners.sandbox import SYSTEM_PYTHON, Run, Sandbox
 from tests.conftest import HarnessBuilder
 
 ATTACK_PERF = PerfConfig(pairs=20, warmups_per_arm=1,

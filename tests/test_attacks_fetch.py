@@ -21,13 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from runners.exec.sandbox import FIXED_BINARY, Limits, Run, Sandbox
+from runners.schema.report import ExceptionRecord
+from runners.stages.build import CARGO_HOME_CONFIG_KEY, BuildError, build_artifact
+from runners.stages.exceptions import ExceptionFileError, load_records, verify_records
+from runners.stages.revisions import worktree
 
-from runners.build import CARGO_HOME_CONFIG_KEY, BuildError, build_artifact
 from runners.demo import commit_change, demo_config, init_fixture_repo
-from runners.exceptions import ExceptionFileError, load_records, verify_records
-from runners.report import ExceptionRecord
-from runners.revisions import worktree
-from runners.sandbox import FIXED_BINARY, Limits, Run, Sandbox
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
                                 reason="needs bubblewrap and pasta (packages bubblewrap, passt)")
@@ -410,7 +410,7 @@ def test_a_fetch_whose_bot_is_killed_leaves_no_pasta_behind(start_tmp: Path) -> 
     lands as soon as a pasta is seen, which may be pasta's parent before its daemon exists: no pasta of this
     start may remain, not only the ones first seen."""
     fetcher = subprocess.Popen([sys.executable, "-c", (
-        "from runners.sandbox import Run, Sandbox\n"
+        "from runners.exec.sandbox import Run, Sandbox\n"
         "Sandbox().run(Run(argv=['python3', '-c', 'import time; time.sleep(120)'], network=True, proc=True))\n")],
         env={**os.environ, "TMPDIR": str(start_tmp)})
     try:

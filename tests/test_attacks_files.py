@@ -21,18 +21,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from runners.exec.untrusted import symlinks_under
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.pipeline.distributed.merge import merge_main
+from runners.schema.config import CampaignConfig
+from runners.schema.report import CampaignReport, PerfVerdict, ProcessRecord
+from runners.stages.determinism import _read_canonical
+from runners.stages.sizes import ELF_MAX_BYTES, ElfError, text_size
+from runners.stages.symbols import attribute_sizes, demangle
 
 from bot.cli import _finish
 from bot.cli import main as cli_main
-from runners.campaign import CampaignRequest, run_campaign
-from runners.config import CampaignConfig
 from runners.demo import FIXTURE_DIR, commit_change, init_fixture_repo
-from runners.determinism import _read_canonical
-from runners.distributed.merge import merge_main
-from runners.report import CampaignReport, PerfVerdict, ProcessRecord
-from runners.sizes import ELF_MAX_BYTES, ElfError, text_size
-from runners.symbols import attribute_sizes, demangle
-from runners.untrusted import symlinks_under
 from tests.conftest import HarnessBuilder
 from tests.report_factory import make_report
 
@@ -234,14 +234,14 @@ def test_a_planted_link_in_a_row_result_makes_the_upload_refusal_name_it(tmp_pat
     (row_out / f"{ROW}.row.json").write_text("{}\n")
     link = row_out / "attribution" / ROW / "candidate.0.perf-script.txt\n::add-mask::x"
     link.symlink_to("/home/runner/.credentials")
-    check = subprocess.run([sys.executable, "-m", "runners.untrusted", str(row_out)], capture_output=True,
+    check = subprocess.run([sys.executable, "-m", "runners.exec.untrusted", str(row_out)], capture_output=True,
                            text=True, check=False)
     assert check.returncode == 1
     assert str(row_out) in check.stderr
     assert repr(str(link)) in check.stderr, check.stderr
     assert "\n::add-mask::" not in check.stderr, "a link's name never reaches the log as raw lines"
     link.unlink()
-    clean = subprocess.run([sys.executable, "-m", "runners.untrusted", str(row_out)], capture_output=True,
+    clean = subprocess.run([sys.executable, "-m", "runners.exec.untrusted", str(row_out)], capture_output=True,
                            text=True, check=False)
     assert clean.returncode == 0, clean.stderr
 
@@ -266,7 +266,7 @@ def test_every_upload_after_pull_request_code_is_checked_for_links_first() -> No
         for index in uploads:
             directory = steps[index]["with"]["path"].replace("${{ runner.temp }}", "$RUNNER_TEMP")
             check = steps[index - 1]
-            assert check.get("run") == f'python -m runners.untrusted "{directory}"', (job, check)
+            assert check.get("run") == f'python -m runners.exec.untrusted "{directory}"', (job, check)
             # An upload that runs after failures (`!cancelled()`) must still never run past a failed check.
             if "cancelled()" in str(steps[index].get("if", "")):
                 assert f"steps.{check.get('id')}.outcome == 'success'" in steps[index]["if"], (job, steps[index])

@@ -10,8 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from runners.attribution import (
+from runners.exec.sandbox import Sandbox
+from runners.stages.attribution import (
     attribute_regression,
     bare_launcher,
     callgrind_self_costs,
@@ -20,9 +20,9 @@ from runners.attribution import (
     sandbox_launcher,
     work_counters,
 )
+from runners.stages.flamegraph import differential_flame_svg, flame_svg
+
 from runners.demo_trace import generate_demo_trace
-from runners.flamegraph import differential_flame_svg, flame_svg
-from runners.sandbox import Sandbox
 from tests.conftest import HarnessBuilder
 
 CALLGRIND = """\
@@ -167,7 +167,7 @@ def test_a_missing_profiler_is_recorded_not_fatal(
     import shutil as shutil_module
 
     real_which = shutil_module.which
-    monkeypatch.setattr("runners.attribution.shutil.which", lambda name: None if name == missing else real_which(name))
+    monkeypatch.setattr("runners.stages.attribution.shutil.which", lambda name: None if name == missing else real_which(name))
     binary = harness.binary()
     result = attribute_regression(
         {"baseline": binary, "candidate": binary}, short_row_args, None, tmp_path / "a",

@@ -9,18 +9,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from runners.exec.build_cache import configured_dir
+from runners.pipeline.bisect import BisectRequest, run_bisect
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.config import DEFAULT_CONFIG_PATH, CampaignConfig
+from runners.schema.report import PerfVerdict, SemanticVerdict
 
 from bot.cli import main as cli_main
 from bot.core.campaign import FINAL_STATES, CampaignState
 from bot.server import create_app, default_publisher
 from bot.settings import Settings
 from bot.store.campaigns import Store
-from runners.bisect import BisectRequest, run_bisect
-from runners.bisect_rule import BisectReport
-from runners.build_cache import configured_dir
-from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig
 from runners.demo import commit_change, init_fixture_repo
-from runners.report import PerfVerdict, SemanticVerdict
 from runners.verify import main_verify, verify_bisect
 from tests.configs import config_text, quick
 from tests.fakes.github_api import FakeGitHub

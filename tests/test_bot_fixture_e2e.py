@@ -10,16 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from runners.exec.build_cache import configured_dir
+from runners.schema.config import DEFAULT_CONFIG_PATH
+from runners.schema.report import CampaignReport
 
 from bot.cli import main as cli_main
 from bot.core.campaign import CampaignState
 from bot.server import create_app, default_publisher
 from bot.settings import Settings
 from bot.store.campaigns import Store
-from runners.build_cache import configured_dir
-from runners.config import DEFAULT_CONFIG_PATH
 from runners.demo import commit_change, init_fixture_repo
-from runners.report import CampaignReport
 from tests.configs import config_text, one_row_config
 from tests.fakes.github_api import FakeGitHub
 from tests.installed import KvParity

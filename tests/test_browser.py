@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runners.schema.report import CampaignReport
 
 from bot.publish.html_report import report_html
-from runners.report import CampaignReport
 from tests.browser import Browser, BrowserError, PageResult
 from tests.report_factory import OUTCOMES, make_report
 from tests.test_html_report import HOSTILE_LINKS, pwned_report

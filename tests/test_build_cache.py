@@ -16,17 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from runners.exec import build_cache
+from runners.exec.build_cache import BuildCache, BuildCacheError, BuildKey, CacheEntry, CampaignCache
+from runners.exec.sandbox import Run, Sandbox, sha256_of
+from runners.pipeline.campaign import CampaignRequest, CampaignStop, new_report, prepare
+from runners.pipeline.distributed.artifacts import load_manifest
+from runners.schema.config import CampaignConfig
+from runners.schema.report import Arm, Artifact, CampaignReport
+from runners.stages.build import CANDIDATE_AWAITS_SIZE_GATE, StartedBuild, build_artifact, finish_build, start_build
+from runners.stages.revisions import worktree
 
-from runners import build_cache
-from runners.build import CANDIDATE_AWAITS_SIZE_GATE, StartedBuild, build_artifact, finish_build, start_build
-from runners.build_cache import BuildCache, BuildCacheError, BuildKey, CacheEntry, CampaignCache
-from runners.campaign import CampaignRequest, CampaignStop, new_report, prepare
-from runners.config import CampaignConfig
 from runners.demo import commit_change, init_fixture_repo
-from runners.distributed.artifacts import load_manifest
-from runners.report import Arm, Artifact, CampaignReport
-from runners.revisions import worktree
-from runners.sandbox import Run, Sandbox, sha256_of
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (the bubblewrap package)")
 
@@ -397,8 +397,9 @@ def _plan(repo: Path, base: str, head: str, campaign_id: str, out: Path) -> Path
 
 
 def _arm_build(repo: Path, plan: Path, arm: str, out: Path, cache: Path) -> Artifact:
+    from runners.pipeline.distributed.build import ArmBuild
+
     from bot.cli import main as cli_main
-    from runners.distributed.build import ArmBuild
 
     assert cli_main(["build", "--plan", str(plan), "--repo", str(repo), "--arm", arm, "--out", str(out),
                      "--work", str(out.parent / f"work-{out.name}"), "--build-cache", str(cache)]) == 0
@@ -441,7 +442,7 @@ def test_the_split_arm_build_reuses_a_baseline_another_campaign_built_and_the_ma
 
 
 def test_slurm_passes_the_cache_to_both_build_jobs(tmp_path: Path) -> None:
-    from runners.slurm import SlurmCampaign, SlurmOptions
+    from runners.pipeline.slurm import SlurmCampaign, SlurmOptions
 
     campaign = SlurmCampaign(tmp_path / "work", SlurmOptions(), build_cache=tmp_path / "cache")
     baseline = campaign._argv("build-baseline", None, None, 1)

@@ -15,10 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from bot.cli import main as cli_main
-from runners import build_cache
-from runners.build_cache import (
+from runners.exec import build_cache
+from runners.exec.build_cache import (
     ENTRY_SHARE_OF_BOUND,
     LIMIT,
     STAGING,
@@ -31,7 +29,9 @@ from runners.build_cache import (
     human_bytes,
     parse_size,
 )
-from runners.report import Arm, Artifact, BuildSettings
+from runners.schema.report import Arm, Artifact, BuildSettings
+
+from bot.cli import main as cli_main
 
 BINARY_BYTES = 4096
 

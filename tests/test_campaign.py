@@ -8,12 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.schema.config import CampaignConfig, DeterminismConfig, InvalidationRules, RowConfig
+from runners.schema.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict
+from runners.stages.revisions import checkout_state
 
-from runners.campaign import CampaignRequest, run_campaign
-from runners.config import CampaignConfig, DeterminismConfig, InvalidationRules, RowConfig
 from runners.demo import commit_change, init_fixture_repo, set_knobs
-from runners.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict
-from runners.revisions import checkout_state
 
 AGG_ROW = "vllm-agg"
 DISAGG_ROW = "vllm-disagg"

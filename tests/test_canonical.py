@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 import pytest
-
-from runners.canonical import (
+from runners.schema.config import PROTOCOL_EXCLUSIONS
+from runners.stages.canonical import (
     SECTIONS,
     Canonical,
     CanonicalError,
@@ -26,7 +26,6 @@ from runners.canonical import (
     parse_pointer,
     single_line,
 )
-from runners.config import PROTOCOL_EXCLUSIONS
 
 EXAMPLE = Path(__file__).resolve().parent / "data" / "canonical_record.json"
 EXCLUSIONS = list(PROTOCOL_EXCLUSIONS)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from runners.config import PROTOCOL_EXCLUSIONS, ConfigError, format_rows, load_profile, parse_config, parse_rows
+from runners.schema.config import PROTOCOL_EXCLUSIONS, ConfigError, format_rows, load_profile, parse_config, parse_rows
 
 MINIMAL = """
 [build]

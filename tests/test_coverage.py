@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from runners.schema.config import PROTOCOL_EXCLUSIONS, ExpectedEvidence, PoolPlacements, load_profile
+from runners.schema.report import CoverageCheck, CoverageCounts, CoverageResult
+from runners.stages.canonical import canonicalize
+from runners.stages.coverage import CoverageError, check_evidence, count_evidence
 
 from bot.publish import render
 from bot.publish.render import Links
-from runners.canonical import canonicalize
-from runners.config import PROTOCOL_EXCLUSIONS, ExpectedEvidence, PoolPlacements, load_profile
-from runners.coverage import CoverageError, check_evidence, count_evidence
 from runners.demo import REAL_HARNESS_SHAPES, Knob
-from runners.report import CoverageCheck, CoverageCounts, CoverageResult
 from tests.conftest import HarnessBuilder
 from tests.report_factory import make_report
 

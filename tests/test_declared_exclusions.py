@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runners.schema.config import PROTOCOL_EXCLUSIONS, CampaignConfig
+from runners.schema.report import DeclaredExclusions, DeclaredPointer, SemanticVerdict
+from runners.schema.verdicts import declared_exclusion_verdict
+from runners.stages.canonical import CanonicalError, canonicalize, resolve
 
 from bot.publish import render
 from bot.publish.render import Links
-from runners.canonical import CanonicalError, canonicalize, resolve
-from runners.config import PROTOCOL_EXCLUSIONS, CampaignConfig
 from runners.demo import commit_change
-from runners.report import DeclaredExclusions, DeclaredPointer, SemanticVerdict
-from runners.verdicts import declared_exclusion_verdict
 from runners.verify import verify_report
 from tests.report_factory import make_report
 from tests.test_campaign import AGG_ROW, back_to_main, branch, campaign, quick

@@ -13,10 +13,10 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from runners.perf.stats import PairObservation, batch_iut, decide, order_statistic_bounds
+from runners.schema.config import PROFILES_DIR, ConfigError, PerfConfig, parse_config
+from runners.schema.report import PerfVerdict
 
-from runners.config import PROFILES_DIR, ConfigError, PerfConfig, parse_config
-from runners.report import PerfVerdict
-from runners.stats import PairObservation, batch_iut, decide, order_statistic_bounds
 from runners.verify import verify_performance
 from tests.report_factory import make_report
 

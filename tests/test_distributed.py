@@ -17,15 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from bot.cli import main
-from bot.publish.render import md, prose
-from runners.campaign import CampaignRequest, run_campaign
-from runners.config import DEFAULT_CONFIG_PATH, CampaignConfig
-from runners.demo import commit_change, init_fixture_repo
-from runners.distributed.artifacts import BuildManifest, RowResult, load_manifest
-from runners.distributed.build import build_main
-from runners.distributed.common import (
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.pipeline.distributed.artifacts import BuildManifest, RowResult, load_manifest
+from runners.pipeline.distributed.build import build_main
+from runners.pipeline.distributed.common import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
@@ -34,12 +29,17 @@ from runners.distributed.common import (
     REPORT_NAME,
     ROW_SUFFIX,
 )
-from runners.distributed.merge import merge_main, merge_results
-from runners.distributed.row import row_main
-from runners.doctor import row_cpus
-from runners.report import CampaignReport, CheckConclusion, DoctorStatus, PerfVerdict, SemanticVerdict
-from runners.trace import sha256_file
-from runners.verdicts import campaign_verdicts
+from runners.pipeline.distributed.merge import merge_main, merge_results
+from runners.pipeline.distributed.row import row_main
+from runners.schema.config import DEFAULT_CONFIG_PATH, CampaignConfig
+from runners.schema.report import CampaignReport, CheckConclusion, DoctorStatus, PerfVerdict, SemanticVerdict
+from runners.schema.verdicts import campaign_verdicts
+from runners.stages.doctor import row_cpus
+from runners.stages.trace import sha256_file
+
+from bot.cli import main
+from bot.publish.render import md, prose
+from runners.demo import commit_change, init_fixture_repo
 from tests.configs import config_text, quick
 from tests.test_doctor import CHECK_NAMES
 

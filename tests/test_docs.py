@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
+from runners.pipeline.slurm import SlurmOptions
+from runners.schema.report import CampaignReport, RowReport
 
 from bot.cli import build_parser
 from bot.core.commands import COMMANDS
 from bot.settings import Settings
 from bot.store.campaigns import Store
-from runners.report import CampaignReport, RowReport
-from runners.slurm import SlurmOptions
 from tests.installed import ROOT
 
 README = ROOT / "README.md"

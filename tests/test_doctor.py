@@ -14,13 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
-
-from bot.cli import main
-from bot.publish import render
-from bot.publish.html_report import report_html
-from bot.publish.render import Links
-from runners.containment import detect
-from runners.doctor import (
+from runners.exec.containment import detect
+from runners.exec.placement import SYS, choose_perf_core, cpu_topology, stat_tick_ms
+from runners.schema.report import CampaignReport, DoctorCheck, DoctorReport, DoctorStatus
+from runners.stages.doctor import (
     EXIT_FOR_STATUS,
     PROFILERS,
     LoadWindow,
@@ -42,8 +39,11 @@ from runners.doctor import (
     run_doctor,
     worst,
 )
-from runners.placement import SYS, choose_perf_core, cpu_topology, stat_tick_ms
-from runners.report import CampaignReport, DoctorCheck, DoctorReport, DoctorStatus
+
+from bot.cli import main
+from bot.publish import render
+from bot.publish.html_report import report_html
+from bot.publish.render import Links
 from tests.report_factory import make_report
 from tests.test_placement import _write, fake_sys
 

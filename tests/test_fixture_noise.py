@@ -12,9 +12,10 @@ import math
 import subprocess
 from pathlib import Path
 
-from runners.config import InvalidationRules, PerfConfig
-from runners.perf import SampleHooks, disclosing_name, run_performance
-from runners.placement import perf_placement
+from runners.exec.placement import perf_placement
+from runners.perf.sampler import SampleHooks, disclosing_name, run_performance
+from runners.schema.config import InvalidationRules, PerfConfig
+
 from tests.conftest import HarnessBuilder
 
 KNOBS: dict[str, float | str] = {

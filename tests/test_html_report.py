@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runners.schema.report import CampaignReport, StopRecord
 
 from bot.cli import main
 from bot.github.redact import Redactor
@@ -21,7 +22,6 @@ from bot.publish import svg
 from bot.publish.artifact import write_artifact
 from bot.publish.html_report import artifact_href, inline, page, report_html, row_charts, safe_url
 from bot.publish.render import Links, code, md
-from runners.report import CampaignReport, StopRecord
 from tests.report_factory import OUTCOMES, make_report
 from tests.test_render_golden import LINKS, PRIOR_ATTEMPTS, check_golden
 from tests.test_render_hostile import poisoned

@@ -16,10 +16,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.schema.config import parse_config
+from runners.schema.report import FixtureStatus, PerfVerdict, SemanticVerdict
 
-from runners.campaign import CampaignRequest, run_campaign
-from runners.config import parse_config
-from runners.report import FixtureStatus, PerfVerdict, SemanticVerdict
 from runners.verify import verify_report
 
 HARNESS_DIR = Path(__file__).resolve().parent / "fixtures" / "independent_harness"

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from runners.schema.config import DEFAULT_CONFIG_PATH
+from runners.schema.report import CampaignReport, SemanticVerdict
 
 from bot.cli import EXIT_FOR_CONCLUSION
 from runners import build_info
 from runners.build_info import BuildInfo, describe
-from runners.config import DEFAULT_CONFIG_PATH
 from runners.demo import commit_change, init_fixture_repo
-from runners.report import CampaignReport, SemanticVerdict
 from runners.resources import package_dir
 from tests.configs import config_text, one_row_config
 from tests.fakes.github_api import FakeGitHub

@@ -7,14 +7,12 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-
-from bot.pages.details import instruction_points
-from bot.publish.html_report import report_html
-from bot.publish.render import Links, check_run_content
-from bot.store.campaigns import Store
-from runners.attribution import parse_callgrind
-from runners.config import ConfigError, PerfConfig, parse_config
-from runners.instructions import (
+from runners.exec.untrusted import UntrustedFileError
+from runners.schema.config import ConfigError, PerfConfig, parse_config
+from runners.schema.report import CountedRun, DoctorStatus, InstructionCounts, PerfResult, PerfVerdict
+from runners.schema.verdicts import campaign_verdicts, instruction_change, instruction_contradiction, row_performance
+from runners.stages.attribution import parse_callgrind
+from runners.stages.instructions import (
     _checked,
     check_hardware_counter,
     hardware_counter_check,
@@ -22,9 +20,11 @@ from runners.instructions import (
     probe_hardware_counter,
     region_of,
 )
-from runners.report import CountedRun, DoctorStatus, InstructionCounts, PerfResult, PerfVerdict
-from runners.untrusted import UntrustedFileError
-from runners.verdicts import campaign_verdicts, instruction_change, instruction_contradiction, row_performance
+
+from bot.pages.details import instruction_points
+from bot.publish.html_report import report_html
+from bot.publish.render import Links, check_run_content
+from bot.store.campaigns import Store
 from runners.verify import verify_report
 from tests.report_factory import make_report, synthetic_perf
 from tests.test_render_golden import campaign

@@ -14,17 +14,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+from runners.exec.placement import perf_placement
+from runners.exec.sandbox import Sandbox, sha256_of
+from runners.perf.sampler import run_performance
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.schema.config import PerfConfig
+from runners.schema.report import ARMS, Arm, InstructionCounts, PerfVerdict
+from runners.schema.verdicts import row_performance
+from runners.stages.attribution import parse_callgrind
+from runners.stages.instructions import count_instructions, count_run, region_of
 
-from runners.attribution import parse_callgrind
-from runners.campaign import CampaignRequest, run_campaign
-from runners.config import PerfConfig
 from runners.demo import commit_change, demo_config, init_fixture_repo
-from runners.instructions import count_instructions, count_run, region_of
-from runners.perf import run_performance
-from runners.placement import perf_placement
-from runners.report import ARMS, Arm, InstructionCounts, PerfVerdict
-from runners.sandbox import Sandbox, sha256_of
-from runners.verdicts import row_performance
 from runners.verify import verify_performance
 from tests.configs import quick
 from tests.conftest import HarnessBuilder

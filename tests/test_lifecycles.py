@@ -7,14 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from runners.exec.harness import help_text
+from runners.exec.sandbox import Sandbox
+from runners.schema.config import CampaignConfig, LifecycleFixture
+from runners.schema.report import FixtureStatus
+from runners.schema.verdicts import fixture_status
+from runners.stages.lifecycles import fixture_trace, run_fixture
 
-from runners.config import CampaignConfig, LifecycleFixture
 from runners.demo import REAL_HARNESS_SHAPES, Knob, demo_config
-from runners.harness import help_text
-from runners.lifecycles import fixture_trace, run_fixture
-from runners.report import FixtureStatus
-from runners.sandbox import Sandbox
-from runners.verdicts import fixture_status
 from tests.conftest import HarnessBuilder
 
 

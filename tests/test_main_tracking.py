@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
+from runners.schema.config import MainConfig
+from runners.schema.report import Revision
 
 from bot.cli import main as cli_main
 from bot.core.campaign import Campaign, CampaignState
@@ -24,8 +26,6 @@ from bot.server import create_app
 from bot.settings import Settings
 from bot.store.campaigns import Store
 from bot.track_cli import track_main
-from runners.config import MainConfig
-from runners.report import Revision
 from tests.fakes.github_api import FakeGitHub
 from tests.report_factory import make_report
 from tests.service_fixtures import ROOT

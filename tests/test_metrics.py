@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from runners.exec.build_cache import BuildCache
+from runners.schema.report import BuildCacheRecord
 
 from bot.core.campaign import Campaign, CampaignRequest, CampaignState
 from bot.metrics import ServiceMetrics
 from bot.queue import queue_snapshot
 from bot.settings import Settings
 from bot.store.campaigns import Store
-from runners.build_cache import BuildCache
 from runners.progress import ProgressEvent
-from runners.report import BuildCacheRecord
 from tests.report_factory import make_report
 from tests.test_build_cache_bound import stored
 from tests.webhooks import CONFIG_TOML

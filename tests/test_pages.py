@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from runners.schema.report import CampaignReport
 
 from bot.core.campaign import Campaign, CampaignState
 from bot.pages.details import SECURITY_HEADERS, Pages
@@ -23,7 +24,6 @@ from bot.server import create_app, default_publisher
 from bot.store.campaigns import Store
 from bot.store.history import history_main
 from bot.store.pages import NOT_COMPARABLE
-from runners.report import CampaignReport
 from tests.browser import Browser
 from tests.service_fixtures import Env, standin_env, widgets_history
 from tests.webhooks import (

@@ -36,25 +36,17 @@ from xml.etree import ElementTree
 
 import numpy as np
 import pytest
+from runners.exec.containment import SECCOMP_ONLY
+from runners.exec.placement import perf_placement, pinned_argv
+from runners.exec.sandbox import Sandbox
+from runners.perf.gate import classify
+from runners.perf.sampler import SampleHooks, disclosing_name, read_timing_file, run_performance
+from runners.perf.schedule import arm_order, make_schedule, persist_schedule, schedule_seed
+from runners.schema.config import DiagnosticsThresholds, InvalidationRules, PerfConfig
+from runners.schema.report import KERNEL_CLOCK_LABELS, PerfResult, PerfVerdict, Placement
 
 from bot.publish.html_report import row_charts
-from runners.config import DiagnosticsThresholds, InvalidationRules, PerfConfig
-from runners.containment import SECCOMP_ONLY
-from runners.perf import (
-    SampleHooks,
-    arm_order,
-    classify,
-    disclosing_name,
-    make_schedule,
-    persist_schedule,
-    read_timing_file,
-    run_performance,
-    schedule_seed,
-)
-from runners.placement import perf_placement, pinned_argv
 from runners.progress import ProgressEvent
-from runners.report import KERNEL_CLOCK_LABELS, PerfResult, PerfVerdict, Placement
-from runners.sandbox import Sandbox
 from runners.verify import verify_performance
 
 if TYPE_CHECKING:
@@ -102,7 +94,7 @@ def test_the_statistics_start_no_blas_threads() -> None:
     pinned harness. Only the default is the package's: an operator's own OPENBLAS_NUM_THREADS still applies."""
     environ = {name: value for name, value in os.environ.items() if name != "OPENBLAS_NUM_THREADS"}
     count = subprocess.run(
-        [sys.executable, "-c", "import runners.perf, os; print(len(os.listdir('/proc/self/task')))"],
+        [sys.executable, "-c", "import runners.perf.sampler, os; print(len(os.listdir('/proc/self/task')))"],
         capture_output=True, text=True, check=True, env=environ,
     ).stdout
     assert int(count) == 1

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from runners.placement import (
+from runners.exec.placement import (
     choose_perf_core,
     correctness_cpu_sets,
     cpu_busy_ms,

@@ -16,6 +16,7 @@ from xml.etree import ElementTree
 
 import pytest
 from pydantic import SecretStr
+from runners.schema.report import CampaignReport
 
 from bot.core.campaign import Campaign, CampaignState
 from bot.core.repo_values import BotIdentity, CommentInfo
@@ -30,7 +31,6 @@ from bot.publish.publisher import (
     write_artifact,
 )
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
 from tests.fakes.github_api import FakeGitHub
 from tests.report_factory import (
     BASE_SHA,

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 from pydantic import SecretStr
+from runners.schema.report import CampaignReport, Revision, StopRecord
 
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign, CampaignState
@@ -27,7 +28,6 @@ from bot.publish import render
 from bot.publish.publisher import EXIT_REFUSED, CliSettings, Publisher, publish_main
 from bot.settings import Settings
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport, Revision, StopRecord
 from tests.fakes.github_api import FakeGitHub
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, make_report
 from tests.webhooks import rsa_key_pair

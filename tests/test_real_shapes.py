@@ -9,19 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runners.exec.harness import help_text
+from runners.exec.sandbox import Sandbox
+from runners.pipeline.campaign import CampaignRequest, run_campaign
+from runners.schema.config import CampaignConfig, load_profile
+from runners.schema.report import CampaignReport, FixtureStatus, PerfVerdict, SemanticVerdict
+from runners.stages.attribution import compare_work, work_counters
+from runners.stages.canonical import canonicalize
+from runners.stages.coverage import check_evidence, count_evidence
+from runners.stages.lifecycles import fixture_trace, run_fixture
+from runners.stages.trace import prepare_trace
 
-from runners.attribution import compare_work, work_counters
-from runners.campaign import CampaignRequest, run_campaign
-from runners.canonical import canonicalize
-from runners.config import CampaignConfig, load_profile
-from runners.coverage import check_evidence, count_evidence
 from runners.demo import REAL_HARNESS_SHAPES, commit_change, demo_config, init_fixture_repo
 from runners.demo_trace import generate_demo_trace
-from runners.harness import help_text
-from runners.lifecycles import fixture_trace, run_fixture
-from runners.report import CampaignReport, FixtureStatus, PerfVerdict, SemanticVerdict
-from runners.sandbox import Sandbox
-from runners.trace import prepare_trace
 from tests.conftest import HarnessBuilder
 
 ROW = "vllm-agg"

@@ -7,16 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from runners.exec.harness import row_args
+from runners.exec.placement import correctness_cpu_sets
+from runners.schema.config import CampaignConfig, load_profile
+from runners.schema.report import ARMS
+from runners.stages.canonical import Canonical, canonicalize
+from runners.stages.determinism import DeterminismOutcome, run_determinism
+from runners.stages.trace import prepare_trace
 
-from runners.canonical import Canonical, canonicalize
-from runners.config import CampaignConfig, load_profile
 from runners.demo import REAL_HARNESS_SHAPES
 from runners.demo_trace import generate_demo_trace
-from runners.determinism import DeterminismOutcome, run_determinism
-from runners.harness import row_args
-from runners.placement import correctness_cpu_sets
-from runners.report import ARMS
-from runners.trace import prepare_trace
 from tests.conftest import HarnessBuilder
 
 PROFILE = "demo-5000"

@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from runners.schema.report import Acceptance, CampaignReport
+from runners.schema.verdicts import with_acceptances
 
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign, CampaignState
@@ -21,8 +23,6 @@ from bot.core.merge_queue import carry, standing
 from bot.publish import render
 from bot.publish.render import Links, ProgressView
 from runners.progress import ProgressEvent
-from runners.report import Acceptance, CampaignReport
-from runners.verdicts import with_acceptances
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, OUTCOMES, make_report, make_wide_report
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -204,7 +204,7 @@ def test_running_surfaces() -> None:
 
 
 WAITING = "row vllm-disagg: Slurm job 4242 PENDING (Resources, 2 of 7 pending)"
-"""What the Slurm backend says while a row job waits for a node (`runners.slurm`'s pending line)."""
+"""What the Slurm backend says while a row job waits for a node (`runners.pipeline.slurm`'s pending line)."""
 
 
 def test_waiting_status_comment() -> None:

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 from pydantic import BaseModel, ValidationError
+from runners.schema.report import CampaignReport
 
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign, CampaignState
@@ -27,7 +28,6 @@ from bot.core.commands import COMMANDS
 from bot.publish import render
 from bot.publish.render import Links, ProgressView
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, OUTCOMES, make_report
 
 FRAGMENTS = (

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from runners.schema.report import Revision, StopRecord
 
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
-from runners.report import Revision, StopRecord
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, make_report
 
 OTHER_SHA = "0" * 39 + "1"

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runners.schema.report import CampaignReport
 
 from bot.core.campaign import CampaignState
 from bot.core.commands import approval_command
 from bot.dispatch.local import process_alive
-from runners.report import CampaignReport
 from tests.service_fixtures import Env, service, standin_env
 from tests.webhooks import (
     CONFIG_TOML,

@@ -14,18 +14,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from runners.exec.harness import run_pinned
+from runners.exec.sandbox import SANDBOX_UID, BinaryMismatch, Run, Sandbox, SandboxUnavailable, check, sha256_of
+from runners.pipeline.campaign import CampaignRequest, CampaignStop, new_report, prepare, run_campaign, run_row
+from runners.pipeline.distributed.build import build_main
+from runners.pipeline.distributed.common import EXIT_REFUSED
+from runners.pipeline.distributed.row import row_main
+from runners.schema.config import CampaignConfig
+from runners.schema.report import GateVerdict, PerfVerdict, SemanticVerdict
 
 from bot.cli import main as cli_main
 from bot.publish.publisher import write_artifact
-from runners.campaign import CampaignRequest, CampaignStop, new_report, prepare, run_campaign, run_row
-from runners.config import CampaignConfig
 from runners.demo import commit_change
-from runners.distributed.build import build_main
-from runners.distributed.common import EXIT_REFUSED
-from runners.distributed.row import row_main
-from runners.harness import run_pinned
-from runners.report import GateVerdict, PerfVerdict, SemanticVerdict
-from runners.sandbox import SANDBOX_UID, BinaryMismatch, Run, Sandbox, SandboxUnavailable, check, sha256_of
 from runners.verify import verify_report
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (the bubblewrap package)")
@@ -131,7 +131,7 @@ def test_a_pinned_binary_is_hashed_again_whenever_its_stat_identity_changed(
         hashed.append(path)
         return sha256_of(path)
 
-    monkeypatch.setattr("runners.sandbox.sha256_of", counting)
+    monkeypatch.setattr("runners.exec.sandbox.sha256_of", counting)
     binary = tmp_path / "baseline-bin"
     binary.write_bytes(b"\x7fELF one")
     sandbox = Sandbox("none")
@@ -139,7 +139,7 @@ def test_a_pinned_binary_is_hashed_again_whenever_its_stat_identity_changed(
     for _ in range(3):
         sandbox.verify_pins([str(binary)])
     assert len(hashed) == 3, "written just now: racy, hashed at every start"
-    monkeypatch.setattr("runners.sandbox.PIN_RACY_NS", -10**18)  # as if written long before its first hash
+    monkeypatch.setattr("runners.exec.sandbox.PIN_RACY_NS", -10**18)  # as if written long before its first hash
     sandbox.verify_pins([str(binary)])
     sandbox.verify_pins([str(binary), "--help"])
     assert len(hashed) == 4, "unchanged since a matching hash: not read again"

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from runners.schema.report import CampaignReport
 
 from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.base import RunHandle
@@ -27,7 +28,6 @@ from bot.dispatch.local import LocalBackend, campaign_argv, process_alive
 from bot.server import create_app, signature_valid
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import Store
-from runners.report import CampaignReport
 from tests.fakes.github_api import secondary_rate_limit
 from tests.service_fixtures import BOT, ROOT, TOKEN, Env, service, standin_env, widgets_history
 from tests.webhooks import (

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from runners.report import Artifact, GateVerdict
-from runners.sizes import size_gate, text_size
+from runners.schema.report import Artifact, GateVerdict
+from runners.schema.verdicts import size_gate
+from runners.stages.sizes import text_size
 
 
 def _text_size_by_hand(path: Path) -> int:

@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from runners.exec.build_cache import configured_dir
+from runners.pipeline.slurm import STATE_FILE, SlurmClient, SlurmOptions, SlurmRun, job_script
+from runners.schema.config import DEFAULT_CONFIG_PATH, SlurmRowConfig
+from runners.schema.report import CampaignReport
 
 from bot.cli import main as cli_main
 from bot.core.campaign import Campaign, CampaignState
@@ -28,11 +32,7 @@ from bot.publish.render import is_status_comment
 from bot.server import create_app, default_publisher
 from bot.settings import Settings
 from bot.store.campaigns import Store
-from runners.build_cache import configured_dir
-from runners.config import DEFAULT_CONFIG_PATH, SlurmRowConfig
 from runners.demo import Knob, commit_change, init_fixture_repo
-from runners.report import CampaignReport
-from runners.slurm import STATE_FILE, SlurmClient, SlurmOptions, SlurmRun, job_script
 from tests.configs import config_text, one_row_config
 from tests.fakes.github_api import FakeGitHub
 from tests.service_fixtures import BOT, TOKEN, service

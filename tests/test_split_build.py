@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runners.pipeline.distributed.artifacts import FixturesResult, RowResult, load_manifest, materialise_fixture_traces
+from runners.pipeline.distributed.common import FIXTURES_ROW, FIXTURES_SUFFIX, MANIFEST_NAME, ROW_SUFFIX
+from runners.pipeline.distributed.merge import merge_results
+from runners.schema.config import DEFAULT_CONFIG_PATH, FixtureTraceSpec
+from runners.schema.report import CampaignReport, CheckConclusion, FixtureStatus, PerfVerdict, SemanticVerdict
+from runners.stages.trace import sha256_file
 
 from bot.cli import main as cli_main
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
-from runners.config import DEFAULT_CONFIG_PATH, FixtureTraceSpec
 from runners.demo import Knob, commit_change, demo_config, init_fixture_repo, set_knobs
-from runners.distributed.artifacts import FixturesResult, RowResult, load_manifest, materialise_fixture_traces
-from runners.distributed.common import FIXTURES_ROW, FIXTURES_SUFFIX, MANIFEST_NAME, ROW_SUFFIX
-from runners.distributed.merge import merge_results
-from runners.report import CampaignReport, CheckConclusion, FixtureStatus, PerfVerdict, SemanticVerdict
-from runners.trace import sha256_file
 from runners.verify import verify_report
 from tests.configs import config_text, one_row_config
 

@@ -7,10 +7,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-
-from runners.config import DiagnosticsThresholds, PerfConfig
-from runners.report import PairPlan, PerfVerdict, Sample
-from runners.stats import (
+from runners.perf.stats import (
     PairObservation,
     autocorrelation,
     bootstrap,
@@ -21,6 +18,8 @@ from runners.stats import (
     observations,
     order_statistic_bounds,
 )
+from runners.schema.config import DiagnosticsThresholds, PerfConfig
+from runners.schema.report import PairPlan, PerfVerdict, Sample
 
 
 def _scipy_indices(scipy_stats: ModuleType, n: int, confidence: float) -> tuple[int, int]:

@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from runners.stages.sizes import ElfError, text_size
+from runners.stages.symbols import ANONYMOUS, attribute_sizes, demangle, generic_name
 
-from runners.sizes import ElfError, text_size
-from runners.symbols import ANONYMOUS, attribute_sizes, demangle, generic_name
 from tests.conftest import HarnessBuilder
 
 

@@ -8,9 +8,8 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-
-from runners.config import CampaignConfig, TraceConfig
-from runners.trace import TraceError, prepare_trace, sha256_file
+from runners.schema.config import CampaignConfig, TraceConfig
+from runners.stages.trace import TraceError, prepare_trace, sha256_file
 
 
 def _row(index: int) -> str:

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from runners.schema.config import MainConfig
+from runners.schema.report import CampaignReport
 
 from bot.github.gateway import PullRef
 from bot.publish.tracking_render import pull_request_comment, regression_body
-from runners.config import MainConfig
-from runners.report import CampaignReport
 from tests.report_factory import make_report
 from tests.test_render_golden import GOLDEN, LINKS, check_golden
 

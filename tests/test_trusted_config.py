@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from runners.pipeline.campaign import CampaignRequest, _base_patch
+from runners.schema.config import DEFAULT_CONFIG_PATH, parse_config
+
 from bot.cli import _config_for
-from runners.campaign import CampaignRequest, _base_patch
-from runners.config import DEFAULT_CONFIG_PATH, parse_config
 from tests.webhooks import CONFIG_TOML, commit, git
 
 PATCHED = CONFIG_TOML.replace("[build]", '[determinism]\npatch = "ci/determinism.patch"\n\n[build]', 1)

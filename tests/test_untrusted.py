@@ -6,8 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from runners import untrusted
+from runners.exec import untrusted
 
 
 def test_a_regular_file_is_read(tmp_path: Path) -> None:

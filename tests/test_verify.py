@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from runners.report import (
+from runners.schema.report import (
     CampaignReport,
     CheckConclusion,
     FixtureStatus,
@@ -16,7 +15,8 @@ from runners.report import (
     RowReport,
     SemanticVerdict,
 )
-from runners.verdicts import campaign_verdicts
+from runners.schema.verdicts import campaign_verdicts
+
 from runners.verify import main_verify, verify_report
 from tests.report_factory import OUTCOMES, PERF, make_report, make_wide_report, synthetic_perf
 

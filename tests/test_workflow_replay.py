@@ -18,10 +18,11 @@ import re
 import subprocess
 from pathlib import Path
 
-from runners.config import DEFAULT_CONFIG_PATH
+from runners.pipeline.distributed.common import FIXTURES_ROW
+from runners.schema.config import DEFAULT_CONFIG_PATH
+from runners.schema.report import CampaignReport, CheckConclusion, FixtureStatus
+
 from runners.demo import commit_change, init_fixture_repo
-from runners.distributed.common import FIXTURES_ROW
-from runners.report import CampaignReport, CheckConclusion, FixtureStatus
 from tests.actions_local import LocalRun
 from tests.fakes.github_api import FakeGitHub
 from tests.installed import KvParity

@@ -27,8 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runners.schema.report import CampaignReport, Revision
+
 from runners.progress import JsonlProgress, emit
-from runners.report import CampaignReport, Revision
 
 if TYPE_CHECKING:  # imported where they are used: the stand-in runner, started per service campaign, needs none
     import httpx
@@ -631,7 +632,7 @@ def _campaign(argv: list[str]) -> int:
         while not Path(args.hold_until).exists():
             time.sleep(0.02)
     if args.row_progress:
-        from runners.config import parse_config, parse_rows
+        from runners.schema.config import parse_config, parse_rows
 
         chosen = parse_rows(args.rows)
         for row in parse_config(Path(args.config).read_text(), args.config).rows:

@@ -15,9 +15,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from runners.schema.report import Acceptance
+
 from bot.core.commands import ParsedCommand, parse_commands
 from bot.core.repo_values import CommentInfo
-from runners.report import Acceptance
 
 ACCEPT_MARKER = re.compile(
     r"^<!-- kv-parity:accept comment=(?P<comment>\d+) head=(?P<head>[0-9a-f]{40}) sha256=(?P<digest>[0-9a-f]{64}) "

@@ -8,7 +8,7 @@
 - What: pinned to what was measured, so the head needs a finished campaign. A semantic FAIL is never accepted
   (a semantic exception record is the way), an undecided gate neither (rerun it), a gate that passed has nothing
   to accept. A FAIL above `max` is recorded but stays a failure; the published summary says by how much
-  (`runners.acceptance`).
+  (`runners.schema.acceptance`).
 - Effects: the acceptance is recorded, answered with a reply that carries the record's marker (Actions-only mode
   reads acceptances back from it, `bot.core.accept_comments`), and the latest finished campaign of the head is
   republished at once, judged with every standing acceptance of the head.
@@ -19,6 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from runners.schema.config import CampaignConfig
+from runners.schema.report import Acceptance, CampaignReport, GateVerdict, PerfVerdict, SemanticVerdict
+from runners.schema.verdicts import with_acceptances
+
 from bot.core.accept_comments import accept_marker, revoke_marker
 from bot.core.authz import is_sufficient
 from bot.core.heads import not_the_head_written_about
@@ -28,9 +32,6 @@ from bot.core.repo_values import PullInfo
 from bot.core.resolve import resolve
 from bot.core.triggers import Accept, Refuse
 from bot.settings import Settings
-from runners.config import CampaignConfig
-from runners.report import Acceptance, CampaignReport, GateVerdict, PerfVerdict, SemanticVerdict
-from runners.verdicts import with_acceptances
 
 EXCEPTIONS_DOC = "docs/configuration.md#semantic-exceptions-kv-parityexceptionstoml"
 """Where a semantic difference is made acceptable instead: a verified semantic exception record."""

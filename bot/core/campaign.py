@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
-
-from runners.config import CampaignMode
+from runners.schema.config import CampaignMode
 
 CampaignPurpose = Literal["pull_request", "bisect", "main", "reference"]
 """What a campaign is for: a pull request's gate; `bisect` (`/parity bisect`: `kv-parity bisect` from the merge

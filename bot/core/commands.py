@@ -18,14 +18,14 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from runners.config import parse_rows
+from runners.schema.config import parse_rows
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
     from markdown_it.token import Token
 
 ROW_ID = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-"""Same shape as `runners.config.RowConfig.id`; whether the row exists is checked against the base config."""
+"""Same shape as `runners.schema.config.RowConfig.id`; whether the row exists is checked against the base config."""
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,40}$")
 """What `sha=` parses; approving a head takes all 40 digits (checked against the head, whose full SHA the refusal
 then gives), so a prefix shared by another commit can never approve it."""

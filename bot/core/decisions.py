@@ -25,6 +25,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from runners.schema.config import CampaignMode, ConfigError, format_rows
+
 from bot.core.acceptance import AcceptanceDesk
 from bot.core.authz import cached_lookup
 from bot.core.campaign import LIVE_STATES, Campaign, CampaignRequest, CampaignState, DuplicateCampaign
@@ -53,7 +55,6 @@ from bot.core.triggers import (
     decide,
 )
 from bot.settings import Settings
-from runners.config import CampaignMode, ConfigError, format_rows
 
 S = CampaignState
 CONFIG_ERROR = "config_error"

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from runners.schema.report import Acceptance, CampaignReport
+
 from bot.core.campaign import Campaign, CampaignRequest, CampaignState
 from bot.core.heads import HeadSeen
-from runners.report import Acceptance, CampaignReport
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.report import CampaignReport
+
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign, CampaignState
 from bot.core.merge_queue import CarriedResult
 from bot.core.repo_values import BotIdentity, CheckRunInfo, CommentInfo, CommitInfo, PullInfo
 from bot.core.resolve import RevisionSource
-from runners.bisect_rule import BisectReport
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
 
 
 class Publisher(Protocol):

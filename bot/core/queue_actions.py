@@ -11,6 +11,8 @@ request or from the group's commit, which holds the queued pull requests' change
 
 from __future__ import annotations
 
+from runners.schema.config import format_rows
+
 from bot.core.campaign import CampaignRequest, CampaignState, DuplicateCampaign
 from bot.core.events import MergeGroup, MergeGroupEvent
 from bot.core.ledger import Ledger
@@ -19,7 +21,6 @@ from bot.core.ports import PullRequestPublisher, RepoApi
 from bot.core.repo_values import NotFoundError
 from bot.core.resolve import resolve
 from bot.settings import Settings
-from runners.config import format_rows
 
 
 class MergeQueueDesk:

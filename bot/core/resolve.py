@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from runners.schema.config import CampaignConfig, ConfigError, parse_config
+
 from bot.core.repo_values import MergeBase
-from runners.config import CampaignConfig, ConfigError, parse_config
 
 RELATIONSHIPS = {"ahead": "ancestor", "diverged": "diverged", "identical": "identical", "behind": "behind"}
 """compare(base branch, head) status -> how the base branch relates to the head."""

@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from runners.schema.config import CampaignConfig, ConfigError, parse_config
+
 from bot.core.campaign import Campaign, CampaignRequest, CampaignState, DuplicateCampaign
 from bot.core.events import PushEvent
 from bot.core.repo_values import CommitInfo
-from runners.config import CampaignConfig, ConfigError, parse_config
 
 
 class TrackingApi(Protocol):

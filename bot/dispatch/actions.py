@@ -44,15 +44,15 @@ from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from pydantic import BaseModel, ValidationError
+from runners.pipeline.distributed.common import FIXTURES_ROW
+from runners.schema.config import CampaignMode, ConfigError, format_rows, parse_rows
+from runners.schema.report import CampaignReport
+from runners.schema.verdicts import campaign_verdicts
 
 from bot.core.campaign import Campaign, CampaignPurpose
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.github.gateway import ArtifactTooLargeError, GitHubError, WorkflowJobInfo, WorkflowRunInfo
-from runners.config import CampaignMode, ConfigError, format_rows, parse_rows
-from runners.distributed.common import FIXTURES_ROW
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
-from runners.verdicts import campaign_verdicts
 from runners.verify import verify_report
 
 log = logging.getLogger(__name__)

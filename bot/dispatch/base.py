@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.report import CampaignReport
 
 from bot.core.campaign import Campaign
-from runners.bisect_rule import BisectReport
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
 
 
 class RunHandle(BaseModel):

@@ -10,11 +10,12 @@ import re
 import subprocess
 from pathlib import Path
 
+from runners.exec.sandbox import SandboxKind, SandboxUnavailable, check
+from runners.stages.revisions import GIT, RevisionError, shared_clone
+
 from bot.core.campaign import Campaign
 from bot.dispatch.base import StartError
 from bot.settings import SettingsError
-from runners.revisions import GIT, RevisionError, shared_clone
-from runners.sandbox import SandboxKind, SandboxUnavailable, check
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ Containment (issue 9): the campaign builds and runs pull-request code, so it get
 - It works in a fresh clone of its own (`<work>/repo`: objects borrowed read-only from the service's clone,
   its own `.git` with hooks switched off), so a hook or config written into one campaign's `.git` never runs
   in another's, nor in the service's clone.
-- The backend refuses to exist without a working sandbox (`runners.sandbox.check`), unless the operator set
+- The backend refuses to exist without a working sandbox (`runners.exec.sandbox.check`), unless the operator set
   `sandbox = "none"`, which is logged as a warning at start and for every campaign and passed to the runner.
 
 The process gets its own session (process group), so cancel kills everything it started, and the service
@@ -37,15 +37,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
+from runners.exec.sandbox import SandboxKind
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.config import format_rows
+from runners.schema.report import CampaignReport
 
 from bot.core.campaign import Campaign
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.clone import UNSANDBOXED, ServiceClone, require_sandbox
-from runners.bisect_rule import BisectReport
-from runners.config import format_rows
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
-from runners.sandbox import SandboxKind
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Slurm backend: the campaign as the split pipeline's jobs on a Slurm cluster (`runners.slurm` does the work).
+"""Slurm backend: the campaign as the split pipeline's jobs on a Slurm cluster (`runners.pipeline.slurm` does the work).
 
 The service's side: make sure both revisions are in its clone (`bot.dispatch.clone`, as the local backend does),
 hand the campaign to `SlurmCampaign`, and translate its state into the lifecycle's `RunHandle` / `PollResult`.
@@ -12,14 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bot.core.campaign import Campaign
-from bot.dispatch.base import PollResult, RunHandle, StartError
-from bot.dispatch.clone import ServiceClone, require_sandbox
-from runners.config import ConfigError
-from runners.progress import ProgressEvent
-from runners.revisions import RevisionError
-from runners.sandbox import SandboxKind
-from runners.slurm import (
+from runners.exec.sandbox import SandboxKind
+from runners.pipeline.slurm import (
     STATE_FILE,
     CampaignSpec,
     SlurmCampaign,
@@ -28,6 +22,13 @@ from runners.slurm import (
     SlurmRun,
     load_run,
 )
+from runners.schema.config import ConfigError
+from runners.stages.revisions import RevisionError
+
+from bot.core.campaign import Campaign
+from bot.dispatch.base import PollResult, RunHandle, StartError
+from bot.dispatch.clone import ServiceClone, require_sandbox
+from runners.progress import ProgressEvent
 
 
 class SlurmBackend:

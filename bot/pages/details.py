@@ -24,6 +24,8 @@ from urllib.parse import quote
 
 from markupsafe import Markup, escape
 from pydantic import BaseModel, ValidationError
+from runners.schema.report import CampaignReport, RowReport
+from runners.schema.verdicts import with_verdicts
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -39,8 +41,6 @@ from bot.settings import Settings
 from bot.store.acceptances import AcceptanceEntry
 from bot.store.campaigns import Store
 from bot.store.pages import NOT_COMPARABLE, BaselinePoint, CampaignPage, InstructionPoint, RepositorySeen
-from runners.report import CampaignReport, RowReport
-from runners.verdicts import with_verdicts
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data: 'self'; "

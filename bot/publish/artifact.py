@@ -13,12 +13,13 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from runners.schema.report import CampaignReport
+
 from bot.core.attempts import PriorAttempt
 from bot.github.redact import Redactor, secret_values
 from bot.publish import render
 from bot.publish.html_report import report_html, row_charts
 from bot.publish.render import Links
-from runners.report import CampaignReport
 
 SAMPLE_COLUMNS = (
     "row",

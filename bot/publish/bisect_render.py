@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from runners.schema.bisect_rule import BisectReport, ProbeState
+
 from bot.publish import render
 from bot.publish.render import CheckRunContent, Links
-from runners.bisect_rule import BisectReport, ProbeState
 
 BISECT_MARKER_PREFIX = "<!-- kv-parity:bisect"
 STATE_LABELS = {ProbeState.BAD: "❌ bad", ProbeState.GOOD: "✅ good", ProbeState.UNDECIDED: "⚠️ undecided"}

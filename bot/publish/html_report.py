@@ -15,6 +15,20 @@ from urllib.parse import quote, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
+from runners.schema.config import PerfConfig
+from runners.schema.report import (
+    KERNEL_CLOCK_LABELS,
+    CampaignReport,
+    DeterminismResult,
+    HostFacts,
+    InstructionCounts,
+    ParityResult,
+    PerfResult,
+    RowReport,
+    Sample,
+    build_setting_differences,
+)
+from runners.schema.verdicts import instruction_change, instruction_contradiction
 
 from bot.core.attempts import PriorAttempt
 from bot.publish import svg
@@ -39,20 +53,6 @@ from bot.publish.render import (
     verdict_line,
     when,
 )
-from runners.config import PerfConfig
-from runners.report import (
-    KERNEL_CLOCK_LABELS,
-    CampaignReport,
-    DeterminismResult,
-    HostFacts,
-    InstructionCounts,
-    ParityResult,
-    PerfResult,
-    RowReport,
-    Sample,
-    build_setting_differences,
-)
-from runners.verdicts import instruction_change, instruction_contradiction
 
 _PUNCTUATION = re.escape("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _INLINE = re.compile(rf"\\([{_PUNCTUATION}])|(`+)")

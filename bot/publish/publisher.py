@@ -23,6 +23,9 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
+from runners.schema.config import parse_rows
+from runners.schema.report import Acceptance, CampaignReport
+from runners.schema.verdicts import with_acceptances, with_verdicts
 
 from bot.core.accept_comments import read_back
 from bot.core.attempts import PriorAttempt
@@ -38,10 +41,7 @@ from bot.publish.check_runs import CheckRunWriter
 from bot.publish.comments import CommentWriter
 from bot.publish.render import CheckRunContent, Links, ProgressView
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
-from runners.config import parse_rows
 from runners.progress import ProgressEvent
-from runners.report import Acceptance, CampaignReport
-from runners.verdicts import with_acceptances, with_verdicts
 
 PROGRESS_INTERVAL_SECONDS = 10.0
 """At most one progress update per campaign in this window, except when the stage or row changes."""

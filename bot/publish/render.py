@@ -16,14 +16,8 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel
-
-from bot.core.attempts import PriorAttempt
-from bot.core.campaign import Campaign
-from bot.core.commands import CommandSpec
-from bot.core.merge_queue import CarriedResult
-from runners.config import PerfConfig
-from runners.progress import ProgressEvent
-from runners.report import (
+from runners.schema.config import PerfConfig
+from runners.schema.report import (
     ARMS,
     KERNEL_CLOCK_LABELS,
     CampaignReport,
@@ -36,8 +30,14 @@ from runners.report import (
     RowReport,
     SemanticVerdict,
 )
+from runners.schema.verdicts import instruction_change, instruction_contradiction
+
+from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign
+from bot.core.commands import CommandSpec
+from bot.core.merge_queue import CarriedResult
+from runners.progress import ProgressEvent
 from runners.resources import package_dir
-from runners.verdicts import instruction_change, instruction_contradiction
 
 TEMPLATES_DIR = package_dir("kv_parity_templates")
 

@@ -10,9 +10,8 @@ compared with what the bot itself dispatched; the first difference is refused, n
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from runners.config import CampaignMode
-from runners.report import CampaignReport
+from runners.schema.config import CampaignMode
+from runners.schema.report import CampaignReport
 
 
 class DispatchedCampaign(BaseModel):

@@ -24,6 +24,10 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import SecretStr, ValidationError
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.config import parse_rows
+from runners.schema.report import CampaignReport
+from runners.schema.verdicts import with_verdicts
 
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign
@@ -51,11 +55,7 @@ from bot.publish.publisher import publish_main as publish_pull_request
 from bot.publish.render import CheckRunContent, Links, ProgressView
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.publish.tracking_render import ISSUE_TITLE, pull_request_comment, regression_body, tracking_marker
-from runners.bisect_rule import BisectReport
-from runners.config import parse_rows
 from runners.progress import ProgressEvent
-from runners.report import CampaignReport
-from runners.verdicts import with_verdicts
 
 LABEL_COLOR = "b60205"
 LABEL_DESCRIPTION = "kv-parity: a regression reached the default branch"

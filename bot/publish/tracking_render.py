@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from runners.schema.report import CampaignReport, PerfVerdict, SemanticVerdict
+
 from bot.github.gateway import PullRef
 from bot.publish import render
 from bot.publish.render import Links, PublicReport
-from runners.report import CampaignReport, PerfVerdict, SemanticVerdict
 
 TRACKING_MARKER_PREFIX = "<!-- kv-parity:tracking"
 ISSUE_TITLE = "kv-parity: a regression reached the default branch"

@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from runners.schema.report import Acceptance
+
 from bot.store.base import StorePart
-from runners.report import Acceptance
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS acceptances (

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+from runners.schema.report import CampaignReport
 
 from bot.store.base import StorePart
 from bot.store.pages import new_token
-from runners.report import CampaignReport
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS main_history (

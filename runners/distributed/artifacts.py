@@ -15,8 +15,7 @@ from typing import ClassVar, TypeVar
 from pydantic import Field, ValidationError, model_validator
 
 from runners import __version__
-from runners.config import CampaignConfig, ConfigError
-from runners.distributed.common import (
+from runners.pipeline.distributed.common import (
     FIXTURE_DIR,
     FIXTURES_ROW,
     MATRIX_NAME,
@@ -28,8 +27,8 @@ from runners.distributed.common import (
     versions_of,
     write_json,
 )
-from runners.lifecycles import FixtureTraceError, fixture_trace
-from runners.report import (
+from runners.schema.config import CampaignConfig, ConfigError
+from runners.schema.report import (
     ARMS,
     REPORT_SCHEMA_VERSION,
     Arm,
@@ -39,8 +38,9 @@ from runners.report import (
     HostFacts,
     RowReport,
 )
-from runners.revisions import RevisionError
-from runners.trace import sha256_file
+from runners.stages.lifecycles import FixtureTraceError, fixture_trace
+from runners.stages.revisions import RevisionError
+from runners.stages.trace import sha256_file
 
 
 class FixtureInput(StrictModel):

@@ -18,18 +18,26 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from runners.build import BuildError, ProtocolMismatch, StartedBuild, finish_build, start_build, store_binary, toolchain
-from runners.build_cache import BuildCacheError, BuildKey, CampaignCache, configured_dir
-from runners.campaign import CampaignRequest, CampaignStop, fixtures_not_run, new_report, prepare, selected_rows
-from runners.config import DEFAULT_CONFIG_PATH, ConfigError, parse_rows, resolve_config
-from runners.distributed.artifacts import (
+from runners.exec.build_cache import BuildCacheError, BuildKey, CampaignCache, configured_dir
+from runners.exec.harness import PreflightError, preflight_flags
+from runners.exec.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument, sha256_of
+from runners.exec.sandbox import check as check_sandbox
+from runners.pipeline.campaign import (
+    CampaignRequest,
+    CampaignStop,
+    fixtures_not_run,
+    new_report,
+    prepare,
+    selected_rows,
+)
+from runners.pipeline.distributed.artifacts import (
     BuildManifest,
     FixtureInput,
     materialise_fixture_traces,
     row_matrix,
     write_matrix,
 )
-from runners.distributed.common import (
+from runners.pipeline.distributed.common import (
     BINARY_DIR,
     EXIT_OK,
     EXIT_REFUSED,
@@ -42,17 +50,33 @@ from runners.distributed.common import (
     scratch,
     write_json,
 )
-from runners.distributed.plan import Plan, load_plan
-from runners.exceptions import ExceptionFileError, load_records, verify_records
-from runners.harness import PreflightError, preflight_flags
+from runners.pipeline.distributed.plan import Plan, load_plan
 from runners.progress import ProgressSink
-from runners.report import ARMS, Arm, Artifact, ExceptionOutcome, ExceptionRecord, SandboxRecord, StopRecord, Toolchain
-from runners.revisions import RevisionError, apply_patch, show_file, worktree, worktree_head
-from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument, sha256_of
-from runners.sandbox import check as check_sandbox
-from runners.sizes import ElfError
+from runners.schema.config import DEFAULT_CONFIG_PATH, ConfigError, parse_rows
+from runners.schema.report import (
+    ARMS,
+    Arm,
+    Artifact,
+    ExceptionOutcome,
+    ExceptionRecord,
+    SandboxRecord,
+    StopRecord,
+    Toolchain,
+)
+from runners.stages.build import (
+    BuildError,
+    ProtocolMismatch,
+    StartedBuild,
+    finish_build,
+    start_build,
+    store_binary,
+    toolchain,
+)
+from runners.stages.exceptions import ExceptionFileError, load_records, verify_records
+from runners.stages.revisions import RevisionError, apply_patch, resolve_config, show_file, worktree, worktree_head
+from runners.stages.sizes import ElfError
+from runners.stages.trace import TraceError, prepare_trace
 from runners.terminal import PlainProgress
-from runners.trace import TraceError, prepare_trace
 
 ARM_BUILD_SCHEMA = "kv-parity.arm-build.v1"
 ARM_BUILD_NAME = "build.json"
@@ -91,7 +115,7 @@ def build_one_arm(plan: Plan, plan_sha: str, repo: Path, arm: Arm, out: Path, wo
                   baseline_dir: Path | None = None, build_cache: Path | None = None) -> ArmBuild:
     """Build `arm` at the plan's SHA in its own sandbox; a stop is recorded in the result, never raised.
 
-    With `build_cache`, the arm is reused when built before as that arm under the same key (runners/build_cache.py
+    With `build_cache`, the arm is reused when built before as that arm under the same key (runners/exec/build_cache.py
     decides), and a baseline stored once built, exactly as in a single-machine campaign; a candidate compiled
     here records its key for the manifest, which stores it once its size gate passed."""
     sha = plan.sha(arm)

@@ -1,6 +1,6 @@
 """The bottom of the distributed split: file names, exit codes, errors and the file helpers every job shares.
 
-It imports nothing else of `runners.distributed`, so every job module can import it.
+It imports nothing else of `runners.pipeline.distributed`, so every job module can import it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from types import FrameType
 
 from pydantic import BaseModel, ConfigDict
 
-from runners.untrusted import UntrustedFileError, refuse_symlinks
+from runners.exec.untrusted import UntrustedFileError, refuse_symlinks
 
 SCHEMA_VERSION = "kv-parity.distributed.v1"
 MANIFEST_NAME = "manifest.json"

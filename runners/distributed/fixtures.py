@@ -6,17 +6,17 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from runners.campaign import CampaignStop, run_fixture_set
-from runners.config import LifecycleFixture
-from runners.distributed.artifacts import BuildManifest, FixturesResult
-from runners.distributed.common import DistributedError
-from runners.distributed.staging import stage_binaries, stage_fixture_traces
-from runners.harness import PreflightError, help_text
-from runners.lifecycles import FixtureTraceError
-from runners.placement import host_facts
+from runners.exec.harness import PreflightError, help_text
+from runners.exec.placement import host_facts
+from runners.exec.sandbox import BinaryMismatch, Sandbox
+from runners.pipeline.campaign import CampaignStop, run_fixture_set
+from runners.pipeline.distributed.artifacts import BuildManifest, FixturesResult
+from runners.pipeline.distributed.common import DistributedError
+from runners.pipeline.distributed.staging import stage_binaries, stage_fixture_traces
 from runners.progress import ProgressSink
-from runners.sandbox import BinaryMismatch, Sandbox
-from runners.trace import sha256_file
+from runners.schema.config import LifecycleFixture
+from runners.stages.lifecycles import FixtureTraceError
+from runners.stages.trace import sha256_file
 
 
 def run_manifest_fixtures(manifest: BuildManifest, manifest_dir: Path, work: Path, out: Path,

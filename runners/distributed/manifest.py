@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runners import build_info
-from runners.build import store_binary, store_candidate
-from runners.build_cache import BuildCacheError, CampaignCache, configured_dir
-from runners.campaign import STANDING_SKIPS
-from runners.distributed.artifacts import BuildManifest, copy_fixture_traces, row_matrix, write_matrix
-from runners.distributed.build import ArmBuild, checked_arm
-from runners.distributed.common import (
+from runners.exec.build_cache import BuildCacheError, CampaignCache, configured_dir
+from runners.pipeline.campaign import STANDING_SKIPS
+from runners.pipeline.distributed.artifacts import BuildManifest, copy_fixture_traces, row_matrix, write_matrix
+from runners.pipeline.distributed.build import ArmBuild, checked_arm
+from runners.pipeline.distributed.common import (
     BINARY_DIR,
     EXIT_OK,
     EXIT_REFUSED,
@@ -28,12 +27,12 @@ from runners.distributed.common import (
     Refusal,
     write_json,
 )
-from runners.distributed.plan import Plan, load_plan
-from runners.report import ARMS, Arm, CampaignReport, Revision, StopRecord
-from runners.sizes import size_gate
-from runners.symbols import attribute_sizes
-from runners.trace import TraceError, prepare_trace
-from runners.verdicts import gated_build_differences
+from runners.pipeline.distributed.plan import Plan, load_plan
+from runners.schema.report import ARMS, Arm, CampaignReport, Revision, StopRecord
+from runners.schema.verdicts import gated_build_differences, size_gate
+from runners.stages.build import store_binary, store_candidate
+from runners.stages.symbols import attribute_sizes
+from runners.stages.trace import TraceError, prepare_trace
 
 
 def assemble_manifest(plan: Plan, plan_sha: str, arm_dirs: dict[Arm, Path], trace_source: Path,

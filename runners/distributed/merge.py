@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from runners.campaign import unsupported_fixture_lines
-from runners.distributed.artifacts import (
+from runners.pipeline.campaign import unsupported_fixture_lines
+from runners.pipeline.distributed.artifacts import (
     BuildManifest,
     FixturesResult,
     NodeResult,
@@ -22,7 +22,7 @@ from runners.distributed.artifacts import (
     load_manifest,
     load_result,
 )
-from runners.distributed.common import (
+from runners.pipeline.distributed.common import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
@@ -35,8 +35,8 @@ from runners.distributed.common import (
     refused_upload,
     write_json,
 )
-from runners.report import CampaignReport, FixtureReport, FixtureStatus, StopRecord
-from runners.verdicts import campaign_verdicts
+from runners.schema.report import CampaignReport, FixtureReport, FixtureStatus, StopRecord
+from runners.schema.verdicts import campaign_verdicts
 
 
 def _origin_refusals(manifest: BuildManifest, path: Path, result: NodeResult) -> list[str]:

@@ -15,8 +15,15 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
-from runners.campaign import fixtures_not_run
-from runners.config import (
+from runners.pipeline.campaign import fixtures_not_run
+from runners.pipeline.distributed.artifacts import (
+    FixtureInput,
+    campaign_matrix,
+    materialise_fixture_traces,
+    write_matrix,
+)
+from runners.pipeline.distributed.common import EXIT_OK, EXIT_USAGE, DistributedError, StrictModel, write_json
+from runners.schema.config import (
     CAMPAIGN_MODES,
     DEFAULT_CONFIG_PATH,
     PROFILES_DIR,
@@ -26,10 +33,8 @@ from runners.config import (
     parse_config,
     parse_rows,
 )
-from runners.distributed.artifacts import FixtureInput, campaign_matrix, materialise_fixture_traces, write_matrix
-from runners.distributed.common import EXIT_OK, EXIT_USAGE, DistributedError, StrictModel, write_json
-from runners.report import Arm
-from runners.revisions import RevisionError, relationship, resolve_sha, show_file
+from runners.schema.report import Arm
+from runners.stages.revisions import RevisionError, relationship, resolve_sha, show_file
 
 PLAN_SCHEMA = "kv-parity.plan.v1"
 PLAN_NAME = "plan.json"

@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from runners.campaign import CampaignRequest, CampaignStop, Prepared, run_row
-from runners.config import RowConfig
-from runners.distributed.artifacts import BuildManifest, FixturesResult, RowResult, load_manifest
-from runners.distributed.common import (
+from runners.exec.placement import host_facts
+from runners.exec.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument
+from runners.exec.sandbox import check as check_sandbox
+from runners.pipeline.campaign import CampaignRequest, CampaignStop, Prepared, run_row
+from runners.pipeline.distributed.artifacts import BuildManifest, FixturesResult, RowResult, load_manifest
+from runners.pipeline.distributed.common import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
@@ -29,16 +31,14 @@ from runners.distributed.common import (
     scratch,
     write_json,
 )
-from runners.distributed.fixtures import run_manifest_fixtures
-from runners.distributed.staging import stage_binaries
-from runners.placement import host_facts
+from runners.pipeline.distributed.fixtures import run_manifest_fixtures
+from runners.pipeline.distributed.staging import stage_binaries
 from runners.progress import ProgressSink
-from runners.report import Arm
-from runners.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument
-from runners.sandbox import check as check_sandbox
+from runners.schema.config import RowConfig
+from runners.schema.report import Arm
+from runners.schema.verdicts import gated_build_differences
+from runners.stages.trace import TraceError, prepare_trace
 from runners.terminal import PlainProgress
-from runners.trace import TraceError, prepare_trace
-from runners.verdicts import gated_build_differences
 
 
 def runnable_row(manifest: BuildManifest, row_id: str) -> RowConfig:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from runners.distributed.artifacts import BuildManifest, checksum_mismatches
-from runners.distributed.common import BINARY_DIR, FIXTURE_DIR, Refusal
-from runners.report import Arm
-from runners.trace import sha256_file
+from runners.pipeline.distributed.artifacts import BuildManifest, checksum_mismatches
+from runners.pipeline.distributed.common import BINARY_DIR, FIXTURE_DIR, Refusal
+from runners.schema.report import Arm
+from runners.stages.trace import sha256_file
 
 
 def stage_binaries(manifest: BuildManifest, manifest_dir: Path, work: Path) -> tuple[dict[Arm, Path], dict[Arm, str]]:
