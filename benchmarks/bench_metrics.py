@@ -179,9 +179,10 @@ def campaigns(kind: str, count: int) -> tuple[list[float], int]:
 
 def scrape_cost(campaign_count: int) -> float:
     """Milliseconds of one scrape (collect and encode) against `campaign_count` finished campaigns."""
+    from bot.core.campaign import CampaignRequest, CampaignState
     from bot.metrics import ServiceMetrics
     from bot.settings import Settings
-    from bot.store.campaigns import CampaignState, NewCampaign, Store
+    from bot.store.campaigns import Store
     from tests.webhooks import CONFIG_TOML
 
     with tempfile.TemporaryDirectory(prefix="bench-metrics-scrape-") as tmp:
@@ -190,10 +191,10 @@ def scrape_cost(campaign_count: int) -> float:
                             work_dir=work / "work")
         store = Store(settings.db_path, power_safe=False)
         for n in range(campaign_count):
-            made = store.create_campaign(NewCampaign(
-                repo=REPO, pr_number=n, head_sha=f"{n:040x}", base_sha="b" * 40, relationship="ancestor", rows=None,
-                rows_key="", requested_by="m", trigger="label", delivery_id=f"d-{n}", backend="local",
-                config_text=CONFIG_TOML, config_source="bench", config_sha=None))
+            made = store.create_campaign(CampaignRequest(
+                pr_number=n, head_sha=f"{n:040x}", base_sha="b" * 40, relationship="ancestor", rows=None,
+                rows_key="", requested_by="m", trigger="label", config_text=CONFIG_TOML, config_source="bench",
+                config_sha=None, rerun=False), REPO, delivery_id=f"d-{n}", backend="local")
             if n < campaign_count - 5:  # five stay queued
                 store.transition(made.id, CampaignState.DISPATCHED, "dispatched")
                 store.transition(made.id, CampaignState.RUNNING, "started")
@@ -211,9 +212,10 @@ def scrape_cost(campaign_count: int) -> float:
 def counting_costs(calls: int = 20000) -> dict[str, float]:
     """Microseconds per call of what the service's threads do when metrics are on: count a delivery (on the
     acknowledgement path), a GitHub call and its rate limit (each API call), and time a progress event."""
+    from bot.core.campaign import Campaign, CampaignRequest
     from bot.metrics import ServiceMetrics
     from bot.settings import Settings
-    from bot.store.campaigns import CampaignView, NewCampaign, Store
+    from bot.store.campaigns import Store
     from runners.progress import ProgressEvent
     from tests.webhooks import CONFIG_TOML
 
@@ -222,10 +224,10 @@ def counting_costs(calls: int = 20000) -> dict[str, float]:
         settings = Settings(webhook_secret="s", token="t", local_repo_path=work, db_path=work / "db.sqlite3")
         store = Store(settings.db_path, power_safe=False)
         metrics = ServiceMetrics(store, settings, "local")
-        campaign: CampaignView = store.create_campaign(NewCampaign(
-            repo=REPO, pr_number=1, head_sha="a" * 40, base_sha="b" * 40, relationship="ancestor", rows=None,
-            rows_key="", requested_by="m", trigger="label", delivery_id="d", backend="local", config_text=CONFIG_TOML,
-            config_source="bench", config_sha=None))
+        campaign: Campaign = store.create_campaign(CampaignRequest(
+            pr_number=1, head_sha="a" * 40, base_sha="b" * 40, relationship="ancestor", rows=None, rows_key="",
+            requested_by="m", trigger="label", config_text=CONFIG_TOML, config_source="bench", config_sha=None,
+            rerun=False), REPO, delivery_id="d", backend="local")
         events = [ProgressEvent(stage=("determinism", "parity", "performance")[n % 3], row=f"row-{n // 30 % 4}",
                                 unix=float(n)) for n in range(calls)]
 

@@ -1,6 +1,6 @@
 """What a details page costs next to the result comment, for the largest factory report.
 
-Serving a campaign page (`bot.publish.pages.PageViews.campaign`: the kept public report read from SQLite, parsed,
+Serving a campaign page (`bot.pages.details.PageViews.campaign`: the kept public report read from SQLite, parsed,
 rendered by `report_html(public=True)`, navigation added, redacted) against rendering the Markdown result
 comment (`render.result_comment`) of the same report; also what keeping the page costs when the campaign
 finishes (`page_report`: public copy + redaction + JSON) and the page's size in bytes. Medians of --repeat runs,
@@ -22,10 +22,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bot.publish.pages import Pages, PageViews, page_report  # noqa: E402
+from bot.core.campaign import CampaignRequest  # noqa: E402
+from bot.pages.details import Pages, PageViews, page_report  # noqa: E402
 from bot.publish.render import Links, result_comment  # noqa: E402
 from bot.settings import Settings  # noqa: E402
-from bot.store.campaigns import NewCampaign, Store  # noqa: E402
+from bot.store.campaigns import Store  # noqa: E402
 from tests.report_factory import OUTCOMES, make_report  # noqa: E402
 
 
@@ -57,8 +58,7 @@ def main(argv: list[str]) -> int:
         )
         store = Store(settings.db_path, power_safe=False)
         campaign = store.create_campaign(
-            NewCampaign(
-                repo="acme/widgets",
+            CampaignRequest(
                 pr_number=1,
                 head_sha="c" * 40,
                 base_sha="b" * 40,
@@ -67,12 +67,14 @@ def main(argv: list[str]) -> int:
                 rows_key="",
                 requested_by="bench",
                 trigger="label",
-                delivery_id="bench",
-                backend="local",
                 config_text="",
                 config_source="bench",
                 config_sha=None,
-            )
+                rerun=False,
+            ),
+            "acme/widgets",
+            delivery_id="bench",
+            backend="local",
         )
         store.record_campaign_page(campaign.id, private=False, with_page=True)
         pages = Pages(store, settings, environ={})

@@ -1,7 +1,7 @@
 """What following repository privacy on every delivery costs the webhook's acknowledgement path.
 
 Every signed delivery is parsed for `repository.private` / `repository.visibility` and compared with the
-recorded value (`bot.publish.pages.repository_seen`, `Store.record_visibility`); only a change is written. The
+recorded value (`bot.pages.details.repository_seen`, `Store.record_visibility`); only a change is written. The
 alternative it is measured against is the work the acknowledgement already does per delivery: one
 power-safe (synchronous=FULL) insert of the delivery itself. Same payload (~2 KB comment), same database.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.publish.pages import repository_seen  # noqa: E402
+from bot.pages.details import repository_seen  # noqa: E402
 from bot.store.campaigns import Store  # noqa: E402
 from bot.store.pages import RepositorySeen  # noqa: E402
 

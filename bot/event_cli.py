@@ -31,20 +31,20 @@ from pathlib import Path
 from typing import Protocol
 
 from bot.core.accept_comments import read_back
+from bot.core.campaign import Campaign, CampaignRequest, CampaignState
 from bot.core.decisions import Decisions
 from bot.core.events import AnyEvent, PayloadError, PushEvent, parse_event
-from bot.core.ledger import CampaignRequest, FinishedCampaign, HeadConclusion
+from bot.core.heads import HeadSeen
+from bot.core.ledger import FinishedCampaign, HeadConclusion
 from bot.core.ports import Publisher, PullRequestPublisher, RepoApi
+from bot.core.repo_values import BotIdentity, CommentInfo
 from bot.core.tracking import handle_push
 from bot.dispatch.artifact_zip import MAX_ARTIFACT_BYTES, ArtifactError, extract_artifact
 from bot.dispatch.campaign_workflow import LIVE_STATUSES, REPORT_ARTIFACT, RunTitle, dispatch_inputs, parse_run_title
 from bot.github.errors import GitHubError
-from bot.github.models import ACTIONS_BOT, BotIdentity, CommentInfo, WorkflowRunInfo
+from bot.github.models import ACTIONS_BOT, WorkflowRunInfo
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.settings import Settings, SettingsError, load_settings
-from bot.store.campaigns import CampaignPurpose, CampaignState, CampaignView
-from bot.store.people import HeadSeen
-from runners.schema.config import CampaignMode
 from runners.schema.report import Acceptance, CampaignReport
 from runners.schema.verdicts import with_acceptances, with_verdicts
 from runners.verify import verify_report
@@ -95,53 +95,6 @@ def actions_settings(path: Path | None, environ: Mapping[str, str]) -> Settings:
     return load_settings(path, values)
 
 
-def _view(
-    campaign_id: str,
-    repo: str,
-    state: CampaignState,
-    *,
-    pr: int,
-    head_sha: str,
-    rows: list[str] | None,
-    requested_by: str,
-    trigger: str,
-    created_at: datetime,
-    base_sha: str = "",
-    relationship: str = "unknown",
-    config_source: str = "",
-    config_sha: str | None = None,
-    reason: str = "",
-    mode: CampaignMode = "campaign",
-    purpose: CampaignPurpose = "pull_request",
-) -> CampaignView:
-    """A campaign as the publisher sees it; a run's title does not carry the base, which no reply shows."""
-    return CampaignView(
-        id=campaign_id,
-        repo=repo,
-        pr_number=pr,
-        head_sha=head_sha,
-        base_sha=base_sha,
-        relationship=relationship,
-        rows=rows,
-        state=state,
-        check_run_id=None,
-        status_comment_id=None,
-        requested_by=requested_by,
-        trigger=trigger,
-        created_at=created_at,
-        deadline=None,
-        artifact_dir=None,
-        queue_position=0 if state == CampaignState.RUNNING else None,
-        attempt=1,
-        reason=reason,
-        conclusion=None,
-        config_source=config_source,
-        config_sha=config_sha,
-        mode=mode,
-        purpose=purpose,
-    )
-
-
 class RunTitleLedger:
     """Actions-only mode's ledger: the live campaign workflow runs, read from their titles once per event.
 
@@ -181,39 +134,35 @@ class RunTitleLedger:
             self._live = {title.campaign_id: (run, title) for run, title in ordered}
         return self._live
 
-    def _run_view(self, run: WorkflowRunInfo, title: RunTitle) -> CampaignView:
-        return _view(
-            title.campaign_id,
-            self.repo,
-            CampaignState.RUNNING if run.status == "in_progress" else CampaignState.REQUESTED,
-            pr=title.pr_number,
-            head_sha=title.head_sha,
-            rows=title.rows,
-            requested_by=f"run {run.id}",
-            trigger="workflow_dispatch",
-            created_at=run.created_at,
-            mode=title.mode,
-            purpose=title.purpose,
+    def _run_view(self, run: WorkflowRunInfo, title: RunTitle) -> Campaign:
+        """The campaign a live run's title names; the title does not carry the base, which no reply shows."""
+        running = run.status == "in_progress"
+        return Campaign(
+            id=title.campaign_id, repo=self.repo, pr_number=title.pr_number, head_sha=title.head_sha, base_sha="",
+            relationship="unknown", rows=title.rows, requested_by=f"run {run.id}", trigger="workflow_dispatch",
+            config_source="", mode=title.mode, purpose=title.purpose,
+            state=CampaignState.RUNNING if running else CampaignState.REQUESTED, created_at=run.created_at,
+            queue_position=0 if running else None,
         )
 
-    def failed_campaign(self, pr: int, head_sha: str) -> CampaignView | None:
+    def failed_campaign(self, pr: int, head_sha: str) -> Campaign | None:
         return None
 
-    def config_text(self, campaign: CampaignView) -> str:
+    def config_text(self, campaign: Campaign) -> str:
         raise LookupError("Actions-only mode keeps no config of a past campaign")
 
-    def campaign(self, campaign_id: str) -> CampaignView | None:
+    def campaign(self, campaign_id: str) -> Campaign | None:
         found = self._runs().get(campaign_id)
         return self._run_view(*found) if found else None
 
-    def campaigns(self, pr: int) -> list[CampaignView]:
+    def campaigns(self, pr: int) -> list[Campaign]:
         return self.live(pr)
 
-    def live(self, pr: int) -> list[CampaignView]:
+    def live(self, pr: int) -> list[Campaign]:
         return [self._run_view(run, title) for run, title in self._runs().values() if title.pr_number == pr]
 
     def end(
-        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
+        self, campaign: Campaign, state: CampaignState, reason: str, *, published_state: str | None = None
     ) -> None:
         """Cancel its run (a campaign ended before dispatch has none), then say so in the status comment and
         the check run."""
@@ -222,14 +171,14 @@ class RunTitleLedger:
             self.api.cancel_workflow_run(found[0].id)
         self.publisher.ended(campaign, published_state or state, reason)
 
-    def _same_head_and_mode(self, request: CampaignRequest) -> list[tuple[CampaignView, RunTitle]]:
+    def _same_head_and_mode(self, request: CampaignRequest) -> list[tuple[Campaign, RunTitle]]:
         return [
             (self._run_view(run, title), title)
             for run, title in self._runs().values()
-            if (title.pr_number, title.head_sha, title.mode) == (request.pr, request.head_sha, request.mode)
+            if (title.pr_number, title.head_sha, title.mode) == (request.pr_number, request.head_sha, request.mode)
         ]
 
-    def covering(self, request: CampaignRequest) -> CampaignView | None:
+    def covering(self, request: CampaignRequest) -> Campaign | None:
         """A live run of the same head, rows and mode, whichever way it was asked for."""
         wanted = sorted(request.rows or [])
         for view, title in self._same_head_and_mode(request):
@@ -237,31 +186,18 @@ class RunTitleLedger:
                 return view
         return None
 
-    def replaced(self, request: CampaignRequest) -> list[CampaignView]:
+    def replaced(self, request: CampaignRequest) -> list[Campaign]:
         """A live run of the same head and mode with other rows: one run per mode shows on the pull request."""
         return [view for view, _ in self._same_head_and_mode(request)]
 
-    def create(self, request: CampaignRequest) -> CampaignView:
-        return _view(
-            f"kvp-{uuid.uuid4().hex[:12]}",
-            self.repo,
-            CampaignState.RUNNING,
-            pr=request.pr,
-            head_sha=request.head_sha,
-            rows=list(request.rows) if request.rows else None,
-            requested_by=request.requested_by,
-            trigger=request.trigger,
-            created_at=datetime.fromtimestamp(self.clock(), UTC),
-            base_sha=request.base_sha,
-            relationship=request.relationship,
-            config_source=request.config_source,
-            config_sha=request.config_sha,
+    def create(self, request: CampaignRequest) -> Campaign:
+        return Campaign.recorded(
+            request, id=f"kvp-{uuid.uuid4().hex[:12]}", repo=self.repo, state=CampaignState.RUNNING,
+            created_at=datetime.fromtimestamp(self.clock(), UTC), queue_position=0,
             reason=f"requested by @{request.requested_by} ({request.trigger})",
-            mode=request.mode,
-            purpose=request.purpose,
         )
 
-    def launch(self, campaign: CampaignView) -> str:
+    def launch(self, campaign: Campaign) -> str:
         """Dispatch exactly this head with `config_ref` = the base branch's tip (the workflow's plan job reads
         the config there, never at the head); `mode=profile` attributes instead of gating performance."""
         inputs = dispatch_inputs(
@@ -283,7 +219,7 @@ class RunTitleLedger:
             f"config at {campaign.config_sha}"
         )
 
-    def queued_main(self) -> list[CampaignView]:
+    def queued_main(self) -> list[Campaign]:
         """Main-branch runs not yet started (`[main] queue = "newest"` cancels them)."""
         return [self._run_view(run, title) for run, title in self._runs().values()
                 if title.purpose == "main" and run.status != "in_progress"]
@@ -351,18 +287,14 @@ class RunTitleLedger:
             report = self._report_of(run, title)
             if report is None:
                 continue
-            checks = [c for c in self.api.check_runs_of(head_sha, self.settings.check_name)
-                      if c.external_id == title.campaign_id]
-            view = _view(
-                title.campaign_id, self.repo, CampaignState.COMPLETED, pr=pr, head_sha=head_sha, rows=title.rows,
-                requested_by=f"run {run.id}", trigger="workflow_dispatch", created_at=run.created_at,
+            view = Campaign(
+                id=title.campaign_id, repo=self.repo, pr_number=pr, head_sha=head_sha,
                 base_sha=next(r.sha for r in report.revisions if r.arm == "baseline"),
-                relationship=report.relationship, config_source=report.config_source,
+                relationship=report.relationship, rows=title.rows, requested_by=f"run {run.id}",
+                trigger="workflow_dispatch", config_source=report.config_source, state=CampaignState.COMPLETED,
+                created_at=run.created_at,
             )
-            update: dict[str, object] = {"details_url": run.html_url}
-            if checks:
-                update["check_run_id"] = checks[0].id
-            return FinishedCampaign(view.model_copy(update=update), report)
+            return FinishedCampaign(view, report, details_url=run.html_url)
         return None
 
     def acceptances(self, pr: int, head_sha: str) -> list[Acceptance]:
@@ -387,7 +319,7 @@ class RunTitleLedger:
         report = with_acceptances(finished.report, self.acceptances(campaign.pr_number, campaign.head_sha))
         scratch = Path(tempfile.mkdtemp(prefix="kv-parity-republish-"))
         try:
-            self.publisher.finished(campaign, report, scratch, prior_attempts=[])
+            self.publisher.finished(campaign, report, scratch, prior_attempts=[], details_url=finished.details_url)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return f"republished campaign {campaign.id}: {report.concluded.conclusion.value}"
@@ -406,7 +338,7 @@ class RunTitleLedger:
             f"campaign {newest.external_id or '?'} of its head {head_sha[:12]} concluded {newest.conclusion}",
         )
 
-    def live_of_head(self, head_sha: str) -> list[CampaignView]:
+    def live_of_head(self, head_sha: str) -> list[Campaign]:
         return [self._run_view(run, title) for run, title in self._runs().values() if title.head_sha == head_sha]
 
 
@@ -479,8 +411,9 @@ def event_main(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
 
     gateway = make_gateway(settings, repo)
     try:
-        outcome = handle_event(event, gateway, GitHubPublisher(gateway, settings), settings,
-                               side_runs=SideRunPublisher(gateway, settings))
+        # A check run opens when the publish job (or a failure) completes it: nothing here would end one left queued.
+        outcome = handle_event(event, gateway, GitHubPublisher(gateway, settings, open_when_queued=False), settings,
+                               side_runs=SideRunPublisher(gateway, settings, open_when_queued=False))
     except GitHubError as exc:
         print(f"kv-parity event: GitHub refused: {exc}", file=sys.stderr)
         return EXIT_GITHUB

@@ -19,19 +19,20 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
+from bot.core.campaign import LIVE_STATES, Campaign, CampaignRequest, CampaignState
 from bot.core.decisions import Decisions
 from bot.core.events import AnyEvent, PayloadError, PushEvent, parse_event
-from bot.core.ledger import CampaignRequest, FinishedCampaign, HeadConclusion
-from bot.core.ports import CampaignDriver, Publisher, RepoServices
+from bot.core.heads import HeadSeen
+from bot.core.ledger import FinishedCampaign, HeadConclusion
+from bot.core.ports import CampaignDriver, RepoServices
 from bot.core.tracking import handle_push
 from bot.settings import Settings
-from bot.store.campaigns import LIVE_STATES, CampaignState, CampaignView, Delivery, NewCampaign, Store
-from bot.store.people import HeadSeen
+from bot.store.campaigns import Delivery, Store
 from runners.schema.report import Acceptance, CampaignReport
 from runners.schema.verdicts import with_verdicts
 
 
-def campaign_failed(campaign: CampaignView) -> bool:
+def campaign_failed(campaign: Campaign) -> bool:
     """Whether a completed campaign's report FAILs a gate: its verdicts (an undecided campaign may conclude
     `failure` by `[checks] undecided_conclusion` without having FAILed anything)."""
     if campaign.conclusion != "failure" or campaign.artifact_dir is None:
@@ -44,97 +45,68 @@ def campaign_failed(campaign: CampaignView) -> bool:
 
 
 class StoreLedger:
-    """The service's ledger: `bot.store.campaigns.Store`, with endings and launches made by the lifecycle."""
+    """The service's ledger: `bot.store.campaigns.Store`, with endings and launches made by the lifecycle. It only
+    records: what is published, and when, is the lifecycle's and the publisher's."""
 
     records_heads = True
 
-    def __init__(
-        self,
-        store: Store,
-        driver: CampaignDriver,
-        publisher: Publisher,
-        repo: str,
-        *,
-        backend: str,
-        delivery_id: str,
-        side_runs: Publisher | None = None,
-    ) -> None:
-        self.store, self.driver, self.publisher, self.repo = store, driver, publisher, repo
+    def __init__(self, store: Store, driver: CampaignDriver, repo: str, *, backend: str, delivery_id: str) -> None:
+        self.store, self.driver, self.repo = store, driver, repo
         self.backend, self.delivery_id = backend, delivery_id
-        self.side_runs = side_runs
 
     @property
     def runs_bisect(self) -> bool:
         return self.backend == "local"
 
-    def failed_campaign(self, pr: int, head_sha: str) -> CampaignView | None:
+    def failed_campaign(self, pr: int, head_sha: str) -> Campaign | None:
         for campaign in self.store.for_pr(self.repo, pr):
             if (campaign.head_sha == head_sha and campaign.purpose == "pull_request" and campaign.mode == "campaign"
                     and campaign.state == CampaignState.COMPLETED):
                 return campaign if campaign_failed(campaign) else None
         return None
 
-    def config_text(self, campaign: CampaignView) -> str:
+    def config_text(self, campaign: Campaign) -> str:
         return self.store.config_text(campaign.id)
 
-    def campaign(self, campaign_id: str) -> CampaignView | None:
+    def campaign(self, campaign_id: str) -> Campaign | None:
         return self.store.get(campaign_id)
 
-    def campaigns(self, pr: int) -> list[CampaignView]:
+    def campaigns(self, pr: int) -> list[Campaign]:
         return self.store.for_pr(self.repo, pr)
 
-    def live(self, pr: int) -> list[CampaignView]:
+    def live(self, pr: int) -> list[Campaign]:
         return self.store.for_pr(self.repo, pr, live_only=True)
 
     def end(
-        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
+        self, campaign: Campaign, state: CampaignState, reason: str, *, published_state: str | None = None
     ) -> None:
         self.driver.end(campaign, state, reason, published_state=published_state)
 
-    def covering(self, request: CampaignRequest) -> CampaignView | None:
+    def covering(self, request: CampaignRequest) -> Campaign | None:
         """A label or push is answered by the live or completed campaign of its key; a rerun never is."""
         if request.rerun:
             return None
-        return self.store.covering(self.repo, request.pr, request.head_sha, request.base_sha, request.rows_key)
+        return self.store.covering(self.repo, request.pr_number, request.head_sha, request.base_sha, request.rows_key)
 
-    def replaced(self, request: CampaignRequest) -> list[CampaignView]:
+    def replaced(self, request: CampaignRequest) -> list[Campaign]:
         """A rerun replaces the live campaign of its key; a label or push replaces nothing of its head."""
         if not request.rerun:
             return []
-        live = self.store.live_for_key(self.repo, request.pr, request.head_sha, request.base_sha, request.rows_key)
+        live = self.store.live_for_key(
+            self.repo, request.pr_number, request.head_sha, request.base_sha, request.rows_key
+        )
         return [live] if live is not None else []
 
-    def create(self, request: CampaignRequest) -> CampaignView:
-        """Record the campaign and open its check run (retried by the lifecycle if GitHub is down)."""
-        campaign = self.store.create_campaign(
-            NewCampaign(
-                repo=self.repo,
-                pr_number=request.pr,
-                head_sha=request.head_sha,
-                base_sha=request.base_sha,
-                relationship=request.relationship,
-                rows=list(request.rows) if request.rows else None,
-                rows_key=request.rows_key,
-                requested_by=request.requested_by,
-                trigger=request.trigger,
-                delivery_id=self.delivery_id,
-                backend=self.backend,
-                config_text=request.config_text,
-                config_source=request.config_source,
-                config_sha=request.config_sha,
-                mode=request.mode,
-                purpose=request.purpose,
-            )
-        )
-        side = request.purpose != "pull_request" and self.side_runs is not None
-        return self.driver.ensure_check_run(campaign, self.side_runs if side and self.side_runs else self.publisher)
+    def create(self, request: CampaignRequest) -> Campaign:
+        """Record the campaign; nothing is published until the lifecycle announces it (`launch`)."""
+        return self.store.create_campaign(request, self.repo, delivery_id=self.delivery_id, backend=self.backend)
 
-    def launch(self, campaign: CampaignView) -> str:
+    def launch(self, campaign: Campaign) -> str:
         """Queued: the lifecycle's worker dispatches campaigns one at a time, oldest first."""
         self.driver.announce(campaign)
         return f"campaign {campaign.id} requested"
 
-    def queued_main(self) -> list[CampaignView]:
+    def queued_main(self) -> list[Campaign]:
         """Main-branch campaigns waiting for the backend (bot.core.tracking's `queue = "newest"`)."""
         return [c for c in self.store.side_runs(self.repo, ("main",), live_only=True)
                 if c.state == CampaignState.REQUESTED]
@@ -205,7 +177,7 @@ class StoreLedger:
         return HeadConclusion(None, campaign.id, f"campaign {campaign.id} of its head {head_sha[:12]} ended "
                                                  f"{campaign.state.value} without a verdict")
 
-    def live_of_head(self, head_sha: str) -> list[CampaignView]:
+    def live_of_head(self, head_sha: str) -> list[Campaign]:
         return self.store.live_of_head(self.repo, head_sha)
 
 
@@ -245,10 +217,7 @@ class Intake:
         if already:
             return f"already handled: campaign {already[0].id}"
         services = self.services(repo)
-        ledger = StoreLedger(
-            self.store, self.driver, services.publisher, repo, backend=self.backend_name, delivery_id=delivery.id,
-            side_runs=services.side_runs,
-        )
+        ledger = StoreLedger(self.store, self.driver, repo, backend=self.backend_name, delivery_id=delivery.id)
         if isinstance(event, PushEvent):
             return handle_push(event, ledger, services.api, self.settings.config_path)
         decisions = Decisions(ledger, services.api, services.publisher, self.settings, clock=self.clock)

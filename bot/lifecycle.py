@@ -20,13 +20,14 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
+from bot.core.campaign import ACTIVE_STATES, LIVE_STATES, SIDE_RUN_CHECKS, Campaign, CampaignState
 from bot.core.ports import Publisher, RepoServices
 from bot.dispatch.base import Backend, RunHandle, StartError
 from bot.github.errors import GitHubRetryLaterError, Interrupted
 from bot.logs import log_context, log_failure
-from bot.publish.pages import Pages
+from bot.pages.details import Pages
 from bot.settings import Settings
-from bot.store.campaigns import ACTIVE_STATES, LIVE_STATES, SIDE_RUN_CHECKS, CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from bot.store.publications import Publication
 from bot.store.tracking import main_points
 from runners.progress import ProgressEvent
@@ -44,20 +45,20 @@ PUBLICATION_MAX_ATTEMPTS = 10
 class RunPages(Protocol):
     """A backend whose runs have a page of their own (the Actions backend: the workflow run)."""
 
-    def run_url(self, campaign: CampaignView) -> str | None: ...
+    def run_url(self, campaign: Campaign) -> str | None: ...
 
 
 class CampaignMetrics(Protocol):
     """What the service's metrics (`bot.metrics`) learn from the campaigns it drives."""
 
-    def progress(self, campaign: CampaignView, events: list[ProgressEvent]) -> None: ...
+    def progress(self, campaign: Campaign, events: list[ProgressEvent]) -> None: ...
 
-    def ended(self, campaign: CampaignView, report: CampaignReport | None) -> None:
+    def ended(self, campaign: Campaign, report: CampaignReport | None) -> None:
         """The campaign reached its ending, with its report when it completed."""
         ...
 
 
-def about(campaign: CampaignView) -> contextlib.AbstractContextManager[None]:
+def about(campaign: Campaign) -> contextlib.AbstractContextManager[None]:
     """Every line logged inside names the campaign, its repository and pull request (`bot.logs`)."""
     return log_context(campaign_id=campaign.id, repo=campaign.repo, pr=campaign.pr_number)
 
@@ -88,19 +89,26 @@ class Lifecycle:
         self.metrics = metrics
         self.pages = Pages(store, settings)
 
-    def linked(self, campaign: CampaignView) -> CampaignView:
-        """The campaign with its details_url for the publisher: its details page when pages are served (and
-        it may have one), else its Actions run's page, else None (the publisher falls back to the artifact)."""
+    def details_url(self, campaign: Campaign) -> str | None:
+        """Where a person follows the campaign, handed to every publisher step: its details page when pages are
+        served (and it may have one), else its Actions run's page, else None (the publisher falls back to the
+        artifact)."""
         url = self.pages.details_url(campaign)
         if url is None and isinstance(self.backend, RunPages):
             url = self.backend.run_url(campaign)
-        return campaign.model_copy(update={"details_url": url})
+        return url
+
+    def _record_check_run(self, campaign: Campaign, run_id: int | None) -> None:
+        """Keep the id of the check run the publisher wrote, for the details pages' link (the publisher finds its
+        check run by its external_id and never reads this back)."""
+        if run_id is not None:
+            self.store.set_check_run(campaign.id, run_id)
 
     # ------------------------------------------------------------------ endings
 
     def end(
-        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
-    ) -> CampaignView:
+        self, campaign: Campaign, state: CampaignState, reason: str, *, published_state: str | None = None
+    ) -> Campaign:
         """Persist the ending (and its publication), then stop the process if there was one."""
         ended = self.store.transition(campaign.id, state, reason, publish="ended", published_state=published_state)
         if self.metrics is not None:
@@ -108,14 +116,14 @@ class Lifecycle:
         self._stop_process(ended)
         return ended
 
-    def _stop_process(self, campaign: CampaignView) -> None:
+    def _stop_process(self, campaign: Campaign) -> None:
         raw = self.store.handle(campaign.id)
         if raw is None:
             return
         self.backend.cancel(campaign, RunHandle.model_validate_json(raw))
         self.store.clear_handle(campaign.id)
 
-    def _restart(self, campaign: CampaignView, reason: str) -> None:
+    def _restart(self, campaign: Campaign, reason: str) -> None:
         """Back to the queue to start from scratch, unless it already used every attempt."""
         if campaign.attempt >= self.settings.max_attempts:
             self.end(campaign, S.ERRORED, f"{reason}; gave up after {campaign.attempt} attempts")
@@ -123,7 +131,7 @@ class Lifecycle:
         self.store.transition(campaign.id, S.REQUESTED, f"{reason}; restarting from scratch", handle=None)
 
     def _record_exit(
-        self, campaign: CampaignView, report: CampaignReport | None, error: str | None, note: str | None = None,
+        self, campaign: Campaign, report: CampaignReport | None, error: str | None, note: str | None = None,
         bisect: BisectReport | None = None,
     ) -> None:
         if bisect is not None:
@@ -165,7 +173,7 @@ class Lifecycle:
                     self.backend.cancel(campaign, RunHandle.model_validate_json(raw))
                     self.store.clear_handle(campaign.id)
 
-    def _recover(self, campaign: CampaignView) -> None:
+    def _recover(self, campaign: Campaign) -> None:
         """Adopt the campaign's process, record how it ended, or restart it."""
         raw = self.store.handle(campaign.id)
         handle = RunHandle.model_validate_json(raw) if raw else self.backend.adopt(campaign)
@@ -211,7 +219,7 @@ class Lifecycle:
         except Exception as exc:
             log_failure(log, exc, "lifecycle step %r failed; retrying on the next tick", what)
 
-    def _poll(self, campaign: CampaignView) -> None:
+    def _poll(self, campaign: Campaign) -> None:
         raw = self.store.handle(campaign.id)
         if raw is None:
             self._restart(campaign, "no process was recorded for it")
@@ -225,16 +233,16 @@ class Lifecycle:
             self.metrics.progress(campaign, result.progress)
         if result.progress:
             publisher = self.publisher_of(campaign)
-            linked = self.linked(campaign)
+            details_url = self.details_url(campaign)
             for event in result.progress:
                 try:
-                    publisher.progress(linked, event)
+                    publisher.progress(campaign, event, details_url=details_url)
                 except Exception as exc:
                     log_failure(log, exc, "campaign %s: publishing progress failed", campaign.id)
         if result.running and result.waiting is not None and result.waiting != (campaign.scheduler_wait or ""):
             waiting = campaign.model_copy(update={"scheduler_wait": result.waiting or None})
             try:
-                self.publisher_of(campaign).waiting(self.linked(waiting))
+                self.publisher_of(campaign).waiting(waiting, details_url=self.details_url(campaign))
             except Exception as exc:  # kept unstored, so the next poll that says the same publishes it again
                 log_failure(log, exc, "campaign %s: publishing where it waits failed", campaign.id)
             else:
@@ -249,7 +257,7 @@ class Lifecycle:
         with about(queue[0]):
             self._dispatch(queue[0])
 
-    def _dispatch(self, campaign: CampaignView) -> None:
+    def _dispatch(self, campaign: Campaign) -> None:
         attempt = campaign.attempt + 1
         out = (self.settings.work_dir / campaign.id / f"attempt-{attempt}" / "out").resolve()
         deadline = campaign.deadline.timestamp() if campaign.deadline else self.clock() + self.settings.deadline_seconds
@@ -273,42 +281,28 @@ class Lifecycle:
             handle=handle.model_dump_json(),
         )
 
-    def ensure_check_run(self, campaign: CampaignView, publisher: Publisher) -> CampaignView:
-        """Every campaign gets its check run (opening is retried on later ticks if GitHub was down)."""
-        if campaign.check_run_id is not None:
-            return campaign
-        with about(campaign):
-            try:
-                self.store.set_check_run(campaign.id, publisher.open_check_run(self.linked(campaign)))
-            except Exception as exc:
-                log_failure(log, exc, "campaign %s: opening the check run failed; retrying later", campaign.id)
-        return self.store.require(campaign.id)
-
     def _refresh_positions(self) -> None:
         """Tell the publisher about every live campaign whose queue position changed (0 = started)."""
         for campaign in self.store.in_states(LIVE_STATES, self.backend.name):
             self.announce(campaign)
 
-    def announce(self, campaign: CampaignView) -> None:
+    def announce(self, campaign: Campaign) -> None:
         with about(campaign):
             self._announce(campaign)
 
-    def _announce(self, campaign: CampaignView) -> None:
-        publisher = self.publisher_of(campaign)
-        campaign = self.ensure_check_run(campaign, publisher)
+    def _announce(self, campaign: Campaign) -> None:
+        """Publish a changed queue position (the publisher opens the check run with the first; a failure is
+        retried on the next tick, since the position is recorded only once published)."""
         position = campaign.queue_position
-        if position is None or campaign.check_run_id is None:
-            return
-        if self.store.published_position(campaign.id) == position:
+        if position is None or self.store.published_position(campaign.id) == position:
             return
         try:
-            comment_id = publisher.queued(self.linked(campaign), position)
+            run_id = self.publisher_of(campaign).queued(campaign, position, details_url=self.details_url(campaign))
         except Exception as exc:
             log_failure(log, exc, "campaign %s: publishing the queue position failed", campaign.id)
             return
         self.store.set_published_position(campaign.id, position)
-        if comment_id is not None:
-            self.store.set_status_comment(campaign.id, comment_id)
+        self._record_check_run(campaign, run_id)
 
     def _publish_due(self) -> None:
         for publication in self.store.due_publications(self.clock()):
@@ -333,7 +327,7 @@ class Lifecycle:
                 else:
                     self.store.publication_done(publication.campaign_id, publication.kind)
 
-    def publisher_of(self, campaign: CampaignView) -> Publisher:
+    def publisher_of(self, campaign: Campaign) -> Publisher:
         """Who reports the campaign: a side run (bisect, main-branch tracking) has check runs of its own and no
         place in a pull request's status comment (bot.publish.side_runs)."""
         services = self.services(campaign.repo)
@@ -347,9 +341,9 @@ class Lifecycle:
     def _publish(self, publication: Publication) -> None:
         campaign = self.store.require(publication.campaign_id)
         publisher = self.publisher_of(campaign)
-        campaign = self.ensure_check_run(campaign, publisher)
+        details_url = self.details_url(campaign)
         if publication.kind == "finished" and campaign.purpose == "bisect":
-            self._publish_bisect(campaign)
+            self._publish_bisect(campaign, details_url)
         elif publication.kind == "finished":
             if campaign.artifact_dir is None:
                 raise RuntimeError(f"completed campaign {campaign.id} has no artifact directory")
@@ -367,16 +361,19 @@ class Lifecycle:
                                                           campaign.base_sha, report))
             if report.verdicts is not None and report.verdicts.conclusion.value != campaign.conclusion:
                 self.store.set_conclusion(campaign.id, report.verdicts.conclusion.value)
-            publisher.finished(
-                self.linked(campaign),
+            run_id = publisher.finished(
+                campaign,
                 report,
                 campaign.artifact_dir,
                 prior_attempts=self.store.prior_attempts(campaign.id),
+                details_url=details_url,
             )
+            self._record_check_run(campaign, run_id)
         else:
-            publisher.ended(self.linked(campaign), publication.state, publication.reason)
+            run_id = publisher.ended(campaign, publication.state, publication.reason, details_url=details_url)
+            self._record_check_run(campaign, run_id)
 
-    def _publish_bisect(self, campaign: CampaignView) -> None:
+    def _publish_bisect(self, campaign: Campaign, details_url: str | None) -> None:
         services = self.services(campaign.repo)
         if campaign.artifact_dir is None or services.side_runs is None:
             raise RuntimeError(f"completed bisect {campaign.id} has no artifact directory or publisher")
@@ -384,4 +381,5 @@ class Lifecycle:
             bisect = BisectReport.model_validate_json((campaign.artifact_dir / "bisect.json").read_bytes())
         except (OSError, ValidationError) as exc:
             raise RuntimeError(f"bisect.json of completed bisect {campaign.id} unreadable: {exc}") from exc
-        services.side_runs.bisect_finished(self.linked(campaign), bisect, campaign.artifact_dir)
+        run_id = services.side_runs.bisect_finished(campaign, bisect, campaign.artifact_dir, details_url=details_url)
+        self._record_check_run(campaign, run_id)

@@ -42,6 +42,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from bot.core.campaign import Campaign
 from bot.github.errors import (
     GitHubAuthError,
     GitHubError,
@@ -53,7 +54,7 @@ from bot.github.errors import (
 )
 from bot.queue import queue_snapshot
 from bot.settings import Settings, SettingsError
-from bot.store.campaigns import CampaignView, Store
+from bot.store.campaigns import Store
 from runners.exec.build_cache import BuildCache, BuildCacheError
 from runners.progress import ProgressEvent
 from runners.schema.report import CampaignReport
@@ -247,7 +248,7 @@ class ServiceMetrics:
 
     # --- campaigns (bot.lifecycle.CampaignMetrics) -------------------------------------------------------------
 
-    def progress(self, campaign: CampaignView, events: list[ProgressEvent]) -> None:
+    def progress(self, campaign: Campaign, events: list[ProgressEvent]) -> None:
         """Time stages and rows by the events' own clock: each opens where the previous one closes."""
         with self._clocks_lock:
             clock = self._clocks.setdefault(campaign.id, _StageClock())
@@ -263,7 +264,7 @@ class ServiceMetrics:
                 if stage in FINAL_STAGES:
                     clock.stage = clock.row = None
 
-    def ended(self, campaign: CampaignView, report: CampaignReport | None) -> None:
+    def ended(self, campaign: Campaign, report: CampaignReport | None) -> None:
         """With its report (completed), a campaign closes its open stage and row now and counts its build-cache
         lookups; without (any other ending), they are dropped: a cancelled stage did not take that long."""
         with self._clocks_lock:

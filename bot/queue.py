@@ -1,6 +1,6 @@
 """The queue as an operator sees it: each queued and running campaign with the rows it runs, the runner labels they
 need, its position and an estimated start. One place for the estimate, shown by the queue page
-(`bot.publish.queue_page`) and counted by `/metrics` (`bot.metrics`).
+(`bot.pages.queue_page`) and counted by `/metrics` (`bot.metrics`).
 
 **The estimate.** Campaigns run one at a time per backend, oldest first (`bot.lifecycle`). A backend's typical run
 is the median run time (from dispatch to ending) of its latest `ESTIMATE_FROM` campaigns that ended; the n-th in
@@ -15,7 +15,8 @@ import functools
 import statistics
 from dataclasses import dataclass
 
-from bot.store.campaigns import CampaignView, Store
+from bot.core.campaign import Campaign
+from bot.store.campaigns import Store
 from runners.schema.config import ConfigError, parse_config
 
 ESTIMATE_FROM = 20
@@ -26,7 +27,7 @@ ESTIMATE_FROM = 20
 class LiveCampaign:
     """A queued (position >= 1) or running (position 0) campaign, as the page and the metrics show it."""
 
-    campaign: CampaignView
+    campaign: Campaign
     backend: str
     rows: list[str]
     """The rows it runs: those the requester named, else every row of its config."""

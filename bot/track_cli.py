@@ -67,8 +67,8 @@ def track_main(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         if isinstance(request, str):
             print(f"kv-parity track: {request}", file=sys.stderr)
             return EXIT_OK if request.startswith("the tip") else EXIT_USAGE
-        ledger = RunTitleLedger(gateway, SideRunPublisher(gateway, settings), settings, settings.repo,
-                                clock=time.time)
+        publisher = SideRunPublisher(gateway, settings, open_when_queued=False)
+        ledger = RunTitleLedger(gateway, publisher, settings, settings.repo, clock=time.time)
         print(f"reference: {start(ledger, request)}")
     except GitHubError as exc:
         print(f"kv-parity track: GitHub refused: {exc}", file=sys.stderr)

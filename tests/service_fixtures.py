@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from bot.core.campaign import Campaign, CampaignState
 from bot.service.app import create_app
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from tests.fakes.github_api import FakeGitHub
 from tests.webhooks import (
     CONFIG_TOML,
@@ -155,10 +156,10 @@ class Service:
     store: Store
     publisher: RecordingPublisher
 
-    def campaigns(self, pr: int = 1) -> list[CampaignView]:
+    def campaigns(self, pr: int = 1) -> list[Campaign]:
         return list(reversed(self.store.for_pr(REPO, pr)))
 
-    def wait_state(self, state: CampaignState, pr: int = 1, count: int = 1, timeout: float = 20) -> list[CampaignView]:
+    def wait_state(self, state: CampaignState, pr: int = 1, count: int = 1, timeout: float = 20) -> list[Campaign]:
         return wait_until(  # type: ignore[no-any-return]
             lambda: (found := [c for c in self.campaigns(pr) if c.state == state]) and len(found) >= count and found,
             f"{count} campaign(s) of #{pr} {state}; have {[(c.state, c.reason) for c in self.campaigns(pr)]}",

@@ -22,18 +22,20 @@ from typing import Any
 
 import pytest
 
+from bot.core.campaign import CampaignState
 from bot.core.commands import COMMANDS, ParsedCommand, parse_commands
 from bot.core.decisions import Decisions
 from bot.core.ports import RepoServices
+from bot.core.repo_values import BotIdentity, CheckRunInfo, CommentInfo
 from bot.core.triggers import Accept
 from bot.dispatch.local import LocalBackend
 from bot.event_cli import RunTitleLedger
-from bot.github.models import ACTIONS_BOT, BotIdentity, CheckRunInfo, CommentInfo
+from bot.github.models import ACTIONS_BOT
 from bot.intake import StoreLedger
 from bot.lifecycle import Lifecycle
 from bot.publish import render
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, Store
+from bot.store.campaigns import Store
 from runners.schema.report import Revision
 from tests.report_factory import make_report
 from tests.test_decisions import BASE, HEAD, HEAD2, NOW, WRITTEN, MemoryGitHub, label
@@ -132,7 +134,7 @@ def _sqlite(tmp_path: Path) -> Iterator[Mode]:
     deliveries = iter(range(1_000_000))
 
     def ledger() -> StoreLedger:
-        return StoreLedger(store, lifecycle, publisher, REPO, backend="local", delivery_id=f"d-{next(deliveries)}")
+        return StoreLedger(store, lifecycle, REPO, backend="local", delivery_id=f"d-{next(deliveries)}")
 
     def finish(outcome: str, *, seen_before: bool = True) -> None:
         """The head's campaign ran and wrote its report; the head was seen before the comment was written

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.actions import ActionsBackend, combine_retry, lost_runner, read_report
 from bot.dispatch.artifact_zip import ArtifactError, extract_artifact
 from bot.dispatch.campaign_workflow import REPORT_ARTIFACT
@@ -27,7 +28,7 @@ from bot.github.models import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInfo
 from bot.publish import render
 from bot.service.app import create_app
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from runners.pipeline.distributed.common import FIXTURES_ROW
 from runners.schema.report import CampaignReport, CheckConclusion, Revision, StopRecord
 from runners.schema.verdicts import campaign_verdicts
@@ -112,11 +113,11 @@ class Service:
     store: Store
     url: str
 
-    def campaign(self, pr: int = 1) -> CampaignView:
+    def campaign(self, pr: int = 1) -> Campaign:
         [campaign] = self.store.for_pr(REPO, pr)
         return campaign
 
-    def wait_state(self, state: CampaignState, timeout: float = 20) -> CampaignView:
+    def wait_state(self, state: CampaignState, timeout: float = 20) -> Campaign:
         return wait_until(  # type: ignore[no-any-return]
             lambda: (found := self.store.for_pr(REPO, 1)) and found[0].state == state and found[0],
             f"campaign {state}; have {[(c.state, c.reason) for c in self.store.for_pr(REPO, 1)]}",
@@ -560,9 +561,9 @@ def test_artifact_size_is_bounded_while_reading(tmp_path: Path, monkeypatch: pyt
     assert (tmp_path / "out" / "a" / "b.txt").read_bytes() == b"ok"
 
 
-def _campaign(report: CampaignReport) -> CampaignView:
+def _campaign(report: CampaignReport) -> Campaign:
     revisions = {r.arm: r.sha for r in report.revisions}
-    return CampaignView(
+    return Campaign(
         id=report.campaign_id,
         repo=REPO,
         pr_number=1,
@@ -571,8 +572,6 @@ def _campaign(report: CampaignReport) -> CampaignView:
         relationship="diverged",
         rows=None,
         state=S.RUNNING,
-        check_run_id=None,
-        status_comment_id=None,
         requested_by="maintainer",
         trigger="label",
         created_at=datetime(2025, 11, 29, tzinfo=UTC),

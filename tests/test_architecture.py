@@ -231,3 +231,82 @@ def test_the_layer_table_names_every_runners_package() -> None:
     unplaced = sorted(package for package in packages
                       if _group(package) is None and not any(p.startswith(package + ".") for p in placed))
     assert unplaced == []
+# --- bot/'s layers (issue 39) --------------------------------------------------------------------------------
+
+BOT_LAYERS: dict[str, frozenset[str]] = {
+    "bot.settings": frozenset(),
+    "bot.core": frozenset({"bot.settings"}),
+    "bot.github": frozenset({"bot.core", "bot.settings"}),
+    "bot.store": frozenset({"bot.core"}),
+    "bot.dispatch": frozenset({"bot.core", "bot.github", "bot.settings"}),
+    "bot.publish": frozenset({"bot.core", "bot.github"}),
+    "bot.queue": frozenset({"bot.core", "bot.store"}),
+    "bot.pages": frozenset(
+        {"bot.core", "bot.github", "bot.store", "bot.dispatch", "bot.publish", "bot.queue", "bot.settings"}
+    ),
+}
+"""Each layer of bot/ and the layers it may import besides itself, bottom first: the core (the campaign model, the
+values its ports carry, the decisions) and the settings; GitHub and the SQLite store, which know the core and not
+each other; the dispatch backends and publishing, on top of GitHub; the service's read side (the queue estimate,
+the web pages). Every other bot module (the entry points and the two modes' adapters: cli, server, intake,
+lifecycle, event_cli, track_cli, metrics, logs) sits on top and may import any layer."""
+SHARED_DISPATCH = frozenset({"bot.dispatch", "bot.dispatch.base", "bot.dispatch.clone", "bot.dispatch.artifact_zip",
+                             "bot.dispatch.campaign_workflow"})
+"""What every dispatch backend may share: the interface, the service's clone, and the campaign workflow's interface
+and artifacts (which Actions-only mode reads too); the rest of bot/dispatch are backends."""
+
+
+def _layer(module: str) -> str | None:
+    return next((layer for layer in BOT_LAYERS if module == layer or module.startswith(f"{layer}.")), None)
+
+
+def _sideways(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) for every import from a bot layer into a bot layer it may not import."""
+    found = []
+    for name in sorted(graph):
+        layer = _layer(name)
+        if layer is None:
+            continue
+        for target in sorted(graph[name]):
+            if not target.startswith("bot"):
+                continue
+            other = _layer(target)
+            if other != layer and other not in BOT_LAYERS[layer]:
+                found.append((name, target))
+    return found
+
+
+def _imports_of(prefix: str) -> dict[str, set[str]]:
+    return {name: targets for name, targets in _graph().items() if name == prefix or name.startswith(f"{prefix}.")}
+
+
+def test_the_core_imports_neither_the_store_github_nor_publishing() -> None:
+    """The campaign model and the decisions sit at the bottom: the store maps rows to the model, never the reverse,
+    and GitHub is reached through the core's ports (`bot.core.ports`) with the core's own values."""
+    offenders = {name: sorted(t for t in targets if t.startswith(("bot.store", "bot.github", "bot.publish")))
+                 for name, targets in _imports_of("bot.core").items()}
+    assert {name: targets for name, targets in offenders.items() if targets} == {}
+
+
+def test_publishing_never_imports_the_store() -> None:
+    """What the bot shows on GitHub works without the service's database (Actions-only mode has none)."""
+    offenders = {name: sorted(t for t in targets if t.startswith("bot.store"))
+                 for name, targets in _imports_of("bot.publish").items()}
+    assert {name: targets for name, targets in offenders.items() if targets} == {}
+
+
+def test_dispatch_backends_never_import_each_other() -> None:
+    backends = {name: targets for name, targets in _imports_of("bot.dispatch").items() if name not in SHARED_DISPATCH}
+    assert len(backends) >= 3, sorted(backends)
+    offenders = {name: sorted(t for t in targets if t.startswith("bot.dispatch") and t not in SHARED_DISPATCH)
+                 for name, targets in backends.items()}
+    assert {name: targets for name, targets in offenders.items() if targets} == {}
+
+
+def test_no_bot_layer_imports_sideways_or_up() -> None:
+    assert _sideways(_graph()) == []
+
+
+def test_the_layer_check_finds_a_sideways_import() -> None:
+    graph = {"bot.store.campaigns": {"bot.core.campaign", "bot.github.gateway"}, "bot.intake": {"bot.store.x"}}
+    assert _sideways(graph) == [("bot.store.campaigns", "bot.github.gateway")]

@@ -11,12 +11,12 @@ from typing import cast
 
 import pytest
 
-from bot.core.ledger import CampaignRequest
+from bot.core.campaign import Campaign, CampaignRequest, CampaignState
 from bot.core.ports import SideRunPublisher
+from bot.core.repo_values import MergeBase
 from bot.core.triggers import Bisect
-from bot.github.models import MergeBase
 from bot.lifecycle import Lifecycle
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from tests.report_factory import make_report, with_undecided_conclusion
 from tests.test_decisions import BASE, HEAD, TIP, Mode, _runs, _sqlite
 from tests.webhooks import CONFIG_TOML, REPO
@@ -43,11 +43,11 @@ def _ahead(mode: Mode, commits: int) -> None:
     mode.github.merge_base = merge_base  # type: ignore[method-assign]
 
 
-def _completed(mode: Mode, tmp_path: Path, outcome: str, rows: tuple[str, ...] | None = None) -> CampaignView:
+def _completed(mode: Mode, tmp_path: Path, outcome: str, rows: tuple[str, ...] | None = None) -> Campaign:
     """A finished campaign of the current head whose report is report_factory's `outcome`."""
     ledger = mode.new_ledger()
     request = CampaignRequest(
-        pr=1, head_sha=HEAD, base_sha=BASE, relationship="diverged", rows=rows, rows_key=",".join(rows or ()),
+        pr_number=1, head_sha=HEAD, base_sha=BASE, relationship="diverged", rows=rows, rows_key=",".join(rows or ()),
         requested_by="maintainer", trigger="label", config_text=CONFIG_TOML, config_source=f"config @ {TIP}",
         config_sha=TIP, mode="campaign", rerun=False,
     )

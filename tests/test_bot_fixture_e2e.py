@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main as cli_main
+from bot.core.campaign import CampaignState
 from bot.service.app import create_app
 from bot.service.wiring import default_publisher
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, Store
+from bot.store.campaigns import Store
 from runners.demo import commit_change, init_fixture_repo
 from runners.exec.build_cache import configured_dir
 from runners.schema.config import DEFAULT_CONFIG_PATH

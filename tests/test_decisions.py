@@ -19,20 +19,22 @@ from typing import Any, cast
 
 import pytest
 
+from bot.core.campaign import Campaign, CampaignRequest, CampaignState
 from bot.core.commands import ParsedCommand, approval_command, parse_commands
 from bot.core.decisions import Decisions
 from bot.core.events import parse_event
 from bot.core.ledger import Ledger
 from bot.core.ports import RepoServices
+from bot.core.repo_values import BotIdentity, MergeBase, PullInfo
 from bot.core.triggers import Cancel, Intent, NeedsApproval, Refuse, Rerun, Start, Status
 from bot.dispatch.campaign_workflow import RUN_NAME
 from bot.dispatch.local import LocalBackend
 from bot.event_cli import RunTitleLedger
-from bot.github.models import ACTIONS_BOT, BotIdentity, MergeBase, PullInfo, WorkflowRunInfo
+from bot.github.models import ACTIONS_BOT, WorkflowRunInfo
 from bot.intake import StoreLedger
 from bot.lifecycle import Lifecycle
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from tests.webhooks import CONFIG_TOML, REPO, RecordingPublisher, pull_request_event
 
 S = CampaignState
@@ -96,7 +98,7 @@ class MemoryGitHub:
         return ACTIONS_BOT
 
 
-def label_of(campaign: CampaignView) -> str:
+def label_of(campaign: Campaign) -> str:
     """How a row names a campaign: head, rows and mode (ids are random)."""
     return f"{NAMES[campaign.head_sha]} {','.join(campaign.rows) if campaign.rows else 'all'} {campaign.mode}"
 
@@ -111,12 +113,12 @@ class Spy:
         return getattr(self._ledger, name)
 
     def end(
-        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
+        self, campaign: Campaign, state: CampaignState, reason: str, *, published_state: str | None = None
     ) -> None:
         self._effects.append(("end", label_of(campaign), str(published_state or state)))
         self._ledger.end(campaign, state, reason, published_state=published_state)
 
-    def launch(self, campaign: CampaignView) -> str:
+    def launch(self, campaign: Campaign) -> str:
         self._effects.append(("launch", label_of(campaign)))
         return self._ledger.launch(campaign)
 
@@ -178,7 +180,7 @@ def _sqlite(tmp_path: Path) -> Iterator[Mode]:
     deliveries = iter(range(1_000_000))
 
     def ledger() -> Ledger:
-        return StoreLedger(store, lifecycle, publisher, REPO, backend="local", delivery_id=f"d-{next(deliveries)}")
+        return StoreLedger(store, lifecycle, REPO, backend="local", delivery_id=f"d-{next(deliveries)}")
 
     try:
         yield Mode("sqlite", github, publisher, settings, ledger)
@@ -461,3 +463,19 @@ def test_only_the_store_answers_a_label_with_a_completed_campaign(mode: Mode, tm
         assert outcome == f"duplicate of {campaign.id}" and mode.effects == []
     else:
         assert re.match(LAUNCHED, outcome) and mode.effects == [("launch", "head all campaign")]
+
+
+def test_a_ledger_only_records_and_launching_is_what_publishes(mode: Mode) -> None:
+    """Recording a campaign writes nothing to GitHub in either mode (issue 39: the service's ledger used to open
+    the check run while recording); launching it shows it, through the publisher alone."""
+    ledger = mode.new_ledger()
+    request = CampaignRequest(
+        pr_number=1, head_sha=HEAD, base_sha=BASE, relationship="ancestor", rows=None, rows_key="vllm-agg",
+        requested_by="maintainer", trigger="label", config_text=CONFIG_TOML,
+        config_source=f".github/kv-parity.toml @ {TIP} (base branch tip)", config_sha=TIP, rerun=False,
+    )
+    campaign = ledger.create(request)
+    assert mode.publisher.calls == [], "recording published something"
+    assert (campaign.head_sha, campaign.base_sha, campaign.config_sha) == (HEAD, BASE, TIP)
+    ledger.launch(campaign)
+    assert [(call["method"], call["campaign"]) for call in mode.publisher.calls] == [("queued", campaign.id)]

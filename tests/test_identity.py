@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from bot.core.repo_values import BotIdentity
 from bot.github.gateway import GitHubGateway
-from bot.github.models import ACTIONS_BOT, AppAuth, BotIdentity, TokenAuth
+from bot.github.models import ACTIONS_BOT, AppAuth, TokenAuth
 from tests.fakes.github_api import FakeGitHub, user_id
 from tests.webhooks import REPO, rsa_key_pair
 

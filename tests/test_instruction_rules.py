@@ -8,8 +8,8 @@ from xml.etree import ElementTree
 
 import pytest
 
+from bot.pages.details import instruction_points
 from bot.publish.html_report import report_html
-from bot.publish.pages import instruction_points
 from bot.publish.render import Links, check_run_content
 from bot.store.campaigns import Store
 from runners.exec.untrusted import UntrustedFileError

@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
+from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.base import PollResult
-from bot.dispatch.local import CAMPAIGN_ENV, CLONE_DIR, UNSANDBOXED, LocalBackend, SandboxRequired, group_running
-from bot.store.campaigns import CampaignState, CampaignView
+from bot.dispatch.clone import UNSANDBOXED, SandboxRequired
+from bot.dispatch.local import CAMPAIGN_ENV, CLONE_DIR, LocalBackend, group_running
 from tests.webhooks import commit, free_port, git, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,9 +70,9 @@ sys.exit(2)
 '''
 
 
-def _view(campaign_id: str, repo: tuple[Path, str, str], root: Path) -> CampaignView:
+def _view(campaign_id: str, repo: tuple[Path, str, str], root: Path) -> Campaign:
     _, base, head = repo
-    return CampaignView(
+    return Campaign(
         id=campaign_id,
         repo="acme/widgets",
         pr_number=1,
@@ -80,8 +81,6 @@ def _view(campaign_id: str, repo: tuple[Path, str, str], root: Path) -> Campaign
         relationship="ancestor",
         rows=None,
         state=CampaignState.DISPATCHED,
-        check_run_id=None,
-        status_comment_id=None,
         requested_by="maintainer",
         trigger="label",
         created_at=datetime.now(UTC),
@@ -113,7 +112,7 @@ def runner(tmp_path: Path) -> list[str]:
     return [sys.executable, str(script)]
 
 
-def _run(backend: LocalBackend, view: CampaignView) -> tuple[PollResult, dict[str, Any]]:
+def _run(backend: LocalBackend, view: Campaign) -> tuple[PollResult, dict[str, Any]]:
     handle = backend.start(view, "config = true\n")
     result: PollResult = wait_until(
         lambda: (r := backend.poll(view, handle)) and not r.running and r, f"campaign {view.id} ended"

@@ -17,11 +17,12 @@ import pytest
 import yaml
 
 from bot.cli import main as cli_main
+from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.campaign_workflow import RUN_NAME, parse_run_title
 from bot.event_cli import event_main
 from bot.service.app import create_app
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from bot.track_cli import track_main
 from runners.schema.config import MainConfig
 from runners.schema.report import Revision
@@ -99,10 +100,10 @@ class Tracking:
         return str(wait_until(lambda: (s := self.store.delivery_status(delivery)) and s[0] != "pending" and s[1],
                               f"delivery {delivery} handled"))
 
-    def main_campaigns(self) -> list[CampaignView]:
+    def main_campaigns(self) -> list[Campaign]:
         return list(reversed(self.store.side_runs(REPO, ("main", "reference"))))
 
-    def wait(self, state: CampaignState, count: int = 1, timeout: float = 30) -> list[CampaignView]:
+    def wait(self, state: CampaignState, count: int = 1, timeout: float = 30) -> list[Campaign]:
         return wait_until(  # type: ignore[no-any-return]
             lambda: len(found := [c for c in self.main_campaigns() if c.state == state]) >= count and found,
             f"{count} main campaign(s) {state}; have {[(c.state, c.reason) for c in self.main_campaigns()]}",

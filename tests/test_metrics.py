@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot.core.campaign import Campaign, CampaignRequest, CampaignState
 from bot.metrics import ServiceMetrics
 from bot.queue import queue_snapshot
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, CampaignView, NewCampaign, Store
+from bot.store.campaigns import Store
 from runners.exec.build_cache import BuildCache
 from runners.progress import ProgressEvent
 from runners.schema.report import BuildCacheRecord
@@ -46,12 +47,12 @@ def samples(metrics: ServiceMetrics) -> Samples:
     }
 
 
-def campaign(store: Store, pr: int, rows: list[str] | None = None) -> CampaignView:
-    return store.create_campaign(NewCampaign(
-        repo="acme/widgets", pr_number=pr, head_sha=f"{pr:040x}", base_sha="b" * 40, relationship="ancestor",
-        rows=rows, rows_key=",".join(sorted(rows or [])), requested_by="maintainer", trigger="label",
-        delivery_id=f"d-{pr}", backend="local", config_text=LABELLED, config_source="test", config_sha=None,
-    ))
+def campaign(store: Store, pr: int, rows: list[str] | None = None) -> Campaign:
+    return store.create_campaign(CampaignRequest(
+        pr_number=pr, head_sha=f"{pr:040x}", base_sha="b" * 40, relationship="ancestor", rows=rows,
+        rows_key=",".join(sorted(rows or [])), requested_by="maintainer", trigger="label", config_text=LABELLED,
+        config_source="test", config_sha=None, rerun=False,
+    ), "acme/widgets", delivery_id=f"d-{pr}", backend="local")
 
 
 def test_stages_and_rows_are_timed_by_the_progress_events_clock(store: Store, settings: Settings) -> None:

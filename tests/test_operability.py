@@ -22,11 +22,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.publish.pages import SECURITY_HEADERS
+from bot.core.campaign import CampaignState
+from bot.pages.details import SECURITY_HEADERS
 from bot.service.app import create_app
 from bot.service.wiring import default_publisher
 from bot.settings import SettingsError
-from bot.store.campaigns import CampaignState, Store
+from bot.store.campaigns import Store
 from tests.browser import Browser
 from tests.fakes.github_api import RATE_LIMIT, secondary_rate_limit
 from tests.service_fixtures import ROOT, Env, service, standin_env, widgets_history

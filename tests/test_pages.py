@@ -17,10 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from bot.publish.pages import SECURITY_HEADERS, Pages
+from bot.core.campaign import Campaign, CampaignState
+from bot.pages.details import SECURITY_HEADERS, Pages
 from bot.service.app import create_app
 from bot.service.wiring import default_publisher
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from bot.store.history import history_main
 from bot.store.pages import NOT_COMPARABLE
 from runners.schema.report import CampaignReport
@@ -66,8 +67,8 @@ class PageService:
             payload["repository"]["private"] = private
         assert post(self.url, event, payload, delivery=delivery).status_code == 202
 
-    def finished(self, count: int = 1) -> list[CampaignView]:
-        done: list[CampaignView] = wait_until(
+    def finished(self, count: int = 1) -> list[Campaign]:
+        done: list[Campaign] = wait_until(
             lambda: len(found := [c for c in reversed(self.store.for_pr(REPO, 1)) if c.state == S.COMPLETED]) >= count
             and found,
             f"{count} completed campaign(s)",
@@ -76,7 +77,7 @@ class PageService:
             wait_until(lambda c=campaign: ("finished", "done") in self.store.publications(c.id), "published")
         return done
 
-    def check_run(self, campaign: CampaignView) -> dict[str, Any]:
+    def check_run(self, campaign: Campaign) -> dict[str, Any]:
         [run] = [r for r in self.env.fake.check_runs(REPO) if r["external_id"] == campaign.id]
         return run
 
@@ -247,7 +248,7 @@ def test_pull_request_page_lists_campaigns_newest_first_and_row_history_has_one_
 # ----------------------------------------------------------------- privacy now, not at publication
 
 
-def _pages_of(svc: PageService, done: CampaignView) -> list[str]:
+def _pages_of(svc: PageService, done: Campaign) -> list[str]:
     """Every page the campaign's repository has: the campaign's, its pull request's and a row's history."""
     page = svc.store.campaign_page(done.id)
     pr_token = svc.store.pr_token(REPO, 1)

@@ -17,16 +17,10 @@ from xml.etree import ElementTree
 import pytest
 from pydantic import SecretStr
 
+from bot.core.campaign import Campaign, CampaignState
+from bot.core.repo_values import BotIdentity, CommentInfo
 from bot.github.gateway import GitHubGateway
-from bot.github.models import (
-    BotIdentity,
-    CheckAction,
-    CheckConclusion,
-    CheckOutput,
-    CheckStatus,
-    CommentInfo,
-    TokenAuth,
-)
+from bot.github.models import CheckAction, CheckConclusion, CheckOutput, CheckStatus, TokenAuth
 from bot.publish import render
 from bot.publish.publisher import (
     PROGRESS_INTERVAL_SECONDS,
@@ -36,7 +30,6 @@ from bot.publish.publisher import (
     web_url,
     write_artifact,
 )
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.schema.report import CampaignReport
 from tests.fakes.github_api import FakeGitHub
@@ -74,10 +67,8 @@ def settings(api_url: str = "https://api.github.com") -> CliSettings:
     )
 
 
-def campaign(
-    campaign_id: str = CAMPAIGN_ID, check_run_id: int | None = None, minute: int = 0
-) -> CampaignView:
-    return CampaignView(
+def campaign(campaign_id: str = CAMPAIGN_ID, minute: int = 0) -> Campaign:
+    return Campaign(
         id=campaign_id,
         repo=REPO,
         pr_number=PR,
@@ -86,8 +77,6 @@ def campaign(
         relationship="ancestor",
         rows=None,
         state=CampaignState.RUNNING,
-        check_run_id=check_run_id,
-        status_comment_id=None,
         requested_by="alice",
         trigger="label",
         created_at=datetime(2025, 11, 29, 10, minute, tzinfo=UTC),
@@ -199,7 +188,8 @@ def test_restart_mid_campaign_keeps_one_status_comment(
     fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path
 ) -> None:
     before = Publisher(gateway, settings(fake.url), Clock())
-    view = campaign(check_run_id=before.open_check_run(campaign()))
+    view = campaign()
+    before.open_check_run(view)
     before.queued(view, 1)
     before.progress(view, ProgressEvent(stage="determinism", row="vllm-disagg"))
 
@@ -213,7 +203,8 @@ def test_restart_mid_campaign_keeps_one_status_comment(
 
 def test_finished_twice_posts_nothing_new(fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path) -> None:
     first = Publisher(gateway, settings(fake.url), Clock())
-    view = campaign(check_run_id=first.open_check_run(campaign()))  # as the store keeps it
+    view = campaign()
+    first.open_check_run(view)
     report = report_for(CAMPAIGN_ID)
     first.finished(view, report, tmp_path)
     before = fake.comments(REPO, PR)
@@ -230,12 +221,13 @@ def test_position_zero_means_started(fake: FakeGitHub, gateway: GitHubGateway) -
     view = campaign()
     publisher.open_check_run(view)
 
-    comment_id = publisher.queued(view, 0)
+    run_id = publisher.queued(view, 0)
 
     (run,) = fake.check_runs(REPO)
+    assert run["id"] == run_id
     assert run["status"] == "in_progress" and run["output"]["title"] == "🏃 Running: starting"
     (status,) = status_comments(fake)
-    assert status["id"] == comment_id and "🏃 Running" in status["body"]
+    assert "🏃 Running" in status["body"]
 
 
 def test_an_older_campaign_ending_late_does_not_overwrite_the_newer_status(
@@ -287,6 +279,53 @@ def test_config_error_without_a_check_run_still_gets_one(fake: FakeGitHub, gatew
 
     (run,) = fake.check_runs(REPO)
     assert run["conclusion"] == "action_required" and run["external_id"] == CAMPAIGN_ID
+
+
+def test_every_publisher_finds_a_campaigns_check_run_by_its_external_id_and_never_makes_a_second(
+    fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path
+) -> None:
+    """The publisher alone owns the check run (issue 39): a restarted publisher, a retried publication and a second
+    campaign of the same head each find their own run by its external_id (every run of the name, not only the
+    newest), so nothing is created twice and no campaign completes another's run."""
+    older, newer = campaign("c-1", minute=0), campaign("c-2", minute=5)
+    first = Publisher(gateway, settings(fake.url), Clock())
+    first.queued(older, 1)
+    first.queued(newer, 2)
+
+    restarted = Publisher(gateway, settings(fake.url), Clock())
+    restarted.ended(older, "superseded", "replaced by c-2")
+    restarted.progress(newer, ProgressEvent(stage="build", detail="cargo build"))
+    restarted.finished(newer, report_for("c-2"), tmp_path / "c-2")
+    Publisher(gateway, settings(fake.url), Clock()).finished(newer, report_for("c-2"), tmp_path / "c-2")
+
+    runs = {run["external_id"]: run for run in fake.check_runs(REPO)}
+    assert len(fake.check_runs(REPO)) == 2 and set(runs) == {"c-1", "c-2"}
+    assert (runs["c-1"]["status"], runs["c-1"]["conclusion"]) == ("completed", "neutral")
+    assert (runs["c-2"]["status"], runs["c-2"]["conclusion"]) == ("completed", "success")
+    assert len(fake.calls_to("POST", r"/check-runs$")) == 2
+
+
+def test_actions_only_publishers_open_a_check_run_only_to_publish_a_result_or_a_failure(
+    fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path
+) -> None:
+    """In Actions-only mode nothing would end a check run left queued by a workflow run that failed before its
+    publish job: a dispatched campaign shows in the status comment only, a cancelled one gets no check run, and
+    the publish job (another process) opens and completes the one check run, which a republish finds again."""
+    event = Publisher(gateway, settings(fake.url), Clock(), open_when_queued=False)
+    cancelled, dispatched = campaign("c-1", minute=0), campaign("c-2", minute=5)
+    assert event.queued(cancelled, 0) is None and event.queued(dispatched, 0) is None
+    assert event.ended(cancelled, "cancelled", "cancelled by a maintainer") is None
+    assert fake.check_runs(REPO) == [] and len(status_comments(fake)) == 1
+
+    publish_job = Publisher(gateway, settings(fake.url), Clock(), open_when_queued=False)
+    run_id = publish_job.finished(dispatched, report_for("c-2"), tmp_path / "c-2")
+    republish = Publisher(gateway, settings(fake.url), Clock(), open_when_queued=False)
+    assert republish.finished(dispatched, report_for("c-2"), tmp_path / "c-2") == run_id
+    errored = campaign("c-3", minute=9)
+    assert event.ended(errored, "errored", "the runner crashed") is not None
+
+    assert sorted((run["external_id"], run["conclusion"]) for run in fake.check_runs(REPO)) == [
+        ("c-2", "success"), ("c-3", "failure")]
 
 
 def test_unknown_end_state_is_refused(gateway: GitHubGateway) -> None:
@@ -443,6 +482,9 @@ class Recorder:
     ) -> int:
         return 7
 
+    def check_run_of(self, head_sha: str, name: str, external_id: str) -> int | None:
+        return 7  # GitHub already has the campaign's check run
+
     def update_check_run(
         self,
         check_run_id: int,
@@ -480,7 +522,7 @@ class Recorder:
 def test_progress_is_rate_limited_except_on_stage_changes() -> None:
     recorder, clock = Recorder(), Clock()
     publisher = Publisher(recorder, settings(), clock)
-    view = campaign(check_run_id=7)
+    view = campaign()
 
     def event(stage: str, done: int | None = None, row: str | None = "vllm-disagg") -> None:
         publisher.progress(view, ProgressEvent(stage=stage, row=row, done=done, total=60 if done else None))
@@ -507,7 +549,7 @@ def test_progress_is_rate_limited_except_on_stage_changes() -> None:
 def test_eta_comes_from_the_stage_pace() -> None:
     recorder, clock = Recorder(), Clock()
     publisher = Publisher(recorder, settings(), clock)
-    view = campaign(check_run_id=7)
+    view = campaign()
     publisher.progress(view, ProgressEvent(stage="performance", row="r", done=10, total=60))
     clock.now += 100.0
     publisher.progress(view, ProgressEvent(stage="performance", row="r", done=20, total=60))

@@ -19,14 +19,14 @@ import pytest
 from markupsafe import escape
 from pydantic import SecretStr
 
+from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign, CampaignState
 from bot.github.gateway import GitHubGateway
 from bot.github.models import TokenAuth
 from bot.github.redact import REDACTED, Redactor, secret_values
 from bot.publish import render
 from bot.publish.publisher import EXIT_REFUSED, CliSettings, Publisher, publish_main
 from bot.settings import Settings
-from bot.store.attempts import PriorAttempt
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.schema.report import CampaignReport, Revision, StopRecord
 from tests.fakes.github_api import FakeGitHub
@@ -59,8 +59,8 @@ def cli_settings(api_url: str) -> CliSettings:
     return CliSettings(check_name="kv-parity", command_word="/parity", label="kv-parity", api_base_url=api_url)
 
 
-def campaign(campaign_id: str = CAMPAIGN_ID, minute: int = 0) -> CampaignView:
-    return CampaignView(
+def campaign(campaign_id: str = CAMPAIGN_ID, minute: int = 0) -> Campaign:
+    return Campaign(
         id=campaign_id,
         repo=REPO,
         pr_number=PR,
@@ -69,8 +69,6 @@ def campaign(campaign_id: str = CAMPAIGN_ID, minute: int = 0) -> CampaignView:
         relationship="ancestor",
         rows=None,
         state=CampaignState.RUNNING,
-        check_run_id=None,
-        status_comment_id=None,
         requested_by="alice",
         trigger="label",
         created_at=datetime(2025, 11, 29, 10, minute, tzinfo=UTC),
@@ -275,7 +273,8 @@ def test_user_comments_with_copied_markers_change_nothing(
     view = campaign()
 
     publisher.open_check_run(view)
-    status_id = publisher.queued(view, 1)
+    publisher.queued(view, 1)
+    [status_id] = [c["id"] for c in fake.comments(REPO, PR) if c["user"] == BOT_LOGIN]
     publisher.finished(view, make_report("perf_fail"), tmp_path)
     restarted = Publisher(gateway, cli_settings(fake.url), Clock())
     restarted.ended(campaign("c-2", minute=5), "cancelled", "cancelled by a maintainer")

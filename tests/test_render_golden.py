@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign, CampaignState
 from bot.core.commands import COMMANDS
 from bot.core.merge_queue import carry, standing
 from bot.publish import render
 from bot.publish.render import Links, ProgressView
-from bot.store.attempts import PriorAttempt
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.schema.report import Acceptance, CampaignReport
 from runners.schema.verdicts import with_acceptances
@@ -48,7 +48,7 @@ ENDED = {
 }
 
 
-def campaign(**changes: object) -> CampaignView:
+def campaign(**changes: object) -> Campaign:
     """A stored campaign as the lifecycle engine hands it to the publisher."""
     fields: dict[str, object] = {
         "id": CAMPAIGN_ID,
@@ -59,8 +59,6 @@ def campaign(**changes: object) -> CampaignView:
         "relationship": "ancestor",
         "rows": None,
         "state": CampaignState.RUNNING,
-        "check_run_id": 1001,
-        "status_comment_id": None,
         "requested_by": "alice",
         "trigger": "comment",
         "created_at": datetime(2025, 11, 29, 10, 0, tzinfo=UTC),
@@ -73,7 +71,7 @@ def campaign(**changes: object) -> CampaignView:
         "config_source": f".github/kv-parity.toml@{BASE_SHA}",
     }
     fields.update(changes)
-    return CampaignView.model_validate(fields)
+    return Campaign.model_validate(fields)
 
 
 def _accepted_report(limit: float, gate: str = "performance") -> CampaignReport:

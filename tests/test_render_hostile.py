@@ -21,11 +21,11 @@ from typing import Any, TypeVar
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign, CampaignState
 from bot.core.commands import COMMANDS
 from bot.publish import render
 from bot.publish.render import Links, ProgressView
-from bot.store.attempts import PriorAttempt
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.schema.report import CampaignReport
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, OUTCOMES, make_report
@@ -124,8 +124,8 @@ def poisoned(model: M, round_: int) -> M:
     raise AssertionError("could not build a valid hostile model")
 
 
-def hostile_campaign(round_: int) -> CampaignView:
-    view = CampaignView(
+def hostile_campaign(round_: int) -> Campaign:
+    view = Campaign(
         id=CAMPAIGN_ID,
         repo="octo-org/dynamo",
         pr_number=512,
@@ -134,8 +134,6 @@ def hostile_campaign(round_: int) -> CampaignView:
         relationship="ancestor",
         rows=["vllm-disagg", "sglang-disagg"],
         state=CampaignState.RUNNING,
-        check_run_id=1001,
-        status_comment_id=None,
         requested_by="alice",
         trigger="comment",
         created_at=datetime(2025, 11, 29, 10, 0, tzinfo=UTC),

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from bot.core.campaign import CampaignState
 from bot.core.commands import approval_command
 from bot.dispatch.local import process_alive
-from bot.store.campaigns import CampaignState
 from runners.schema.report import CampaignReport
 from tests.service_fixtures import Env, service, standin_env
 from tests.webhooks import (

@@ -21,13 +21,14 @@ from typing import Any
 import httpx
 import pytest
 
+from bot.core.campaign import Campaign, CampaignState
 from bot.core.events import AnyEvent, parse_event
 from bot.dispatch.base import RunHandle
 from bot.dispatch.local import LocalBackend, campaign_argv, process_alive
 from bot.service.app import create_app
 from bot.service.signed_body import signature_valid
 from bot.settings import Settings, SettingsError, load_settings
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from runners.schema.report import CampaignReport
 from tests.fakes.github_api import secondary_rate_limit
 from tests.service_fixtures import BOT, ROOT, TOKEN, Env, service, standin_env, widgets_history
@@ -140,7 +141,7 @@ def test_labeled_event_runs_a_campaign_to_completion(env: Env) -> None:
         wait_until(lambda: svc.publisher.of("finished"), "finished published")
     assert done.head_sha == env.head and done.base_sha == env.base, "base is the merge base, not main's tip"
     assert done.relationship == "diverged" and done.requested_by == "maintainer" and done.trigger == "label"
-    assert done.conclusion == "success" and done.attempt == 1 and done.check_run_id == 1
+    assert done.conclusion == "success" and done.attempt == 1 and svc.store.check_run_of(done.id) == 1
     source = f".github/kv-parity.toml @ {env.main2} (base branch tip)"
     assert done.config_source == source and done.config_sha == env.main2, "the config is read at main's tip"
     assert states(svc.store, done.id) == ["requested", "dispatched", "running", "completed"]
@@ -174,7 +175,6 @@ def test_labeled_event_runs_a_campaign_to_completion(env: Env) -> None:
     ]
     calls = [(c["method"], c.get("position", c.get("stage", c.get("conclusion")))) for c in svc.publisher.calls]
     assert calls == [
-        ("open_check_run", None),
         ("queued", 1),
         ("queued", 0),
         ("progress", "build"),
@@ -407,7 +407,7 @@ def test_bad_or_missing_config_fails_fast(env: Env, pr: int, message: str) -> No
         [errored] = svc.wait_state(S.ERRORED, pr=pr)
         [ended] = wait_until(lambda: svc.publisher.of("ended", campaign=errored.id), "config error published")
     assert ended["state"] == "config_error" and message in ended["reason"]
-    assert svc.publisher.of("open_check_run", campaign=errored.id), "the check run carries the message"
+    assert svc.store.check_run_of(errored.id) is not None, "the check run carries the message"
     assert states(svc.store, errored.id) == ["requested", "errored"] and env.runs() == []
 
 
@@ -510,10 +510,10 @@ def test_service_killed_mid_campaign_completes_once_after_restart(env: Env, runn
 # ----------------------------------------------------------------- the local backend on its own
 
 
-def _view(env: Env, tmp: Path, rows: list[str] | None = None) -> CampaignView:
+def _view(env: Env, tmp: Path, rows: list[str] | None = None) -> Campaign:
     from datetime import UTC, datetime
 
-    return CampaignView(
+    return Campaign(
         id="kvp-test",
         repo=REPO,
         pr_number=1,
@@ -522,8 +522,6 @@ def _view(env: Env, tmp: Path, rows: list[str] | None = None) -> CampaignView:
         relationship="diverged",
         rows=rows,
         state=S.DISPATCHED,
-        check_run_id=None,
-        status_comment_id=None,
         requested_by="m",
         trigger="label",
         created_at=datetime.now(UTC),

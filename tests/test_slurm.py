@@ -21,13 +21,14 @@ from typing import TypeVar
 import pytest
 
 from bot.cli import main as cli_main
+from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.slurm import SlurmBackend
 from bot.publish.render import is_status_comment
 from bot.service.app import create_app
 from bot.service.wiring import default_publisher
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from runners.demo import Knob, commit_change, init_fixture_repo
 from runners.exec.build_cache import configured_dir
 from runners.pipeline.slurm import STATE_FILE, SlurmClient, SlurmOptions, SlurmRun, job_script
@@ -132,11 +133,11 @@ def slow_revisions(tmp_path_factory: pytest.TempPathFactory, demo_trace: Path) -
     return _revisions(tmp_path_factory.mktemp("slurm-slow"), demo_trace, pairs=20_000, knobs={"IDLE_MS": 500.0})
 
 
-def view(revisions: Revisions, root: Path, campaign_id: str, rows: list[str] | None = None) -> CampaignView:
-    return CampaignView(
+def view(revisions: Revisions, root: Path, campaign_id: str, rows: list[str] | None = None) -> Campaign:
+    return Campaign(
         id=campaign_id, repo="acme/widgets", pr_number=1, head_sha=revisions.head, base_sha=revisions.base,
-        relationship="ancestor", rows=rows, state=CampaignState.DISPATCHED, check_run_id=None,
-        status_comment_id=None, requested_by="maintainer", trigger="label", created_at=datetime.now(UTC),
+        relationship="ancestor", rows=rows, state=CampaignState.DISPATCHED,
+        requested_by="maintainer", trigger="label", created_at=datetime.now(UTC),
         deadline=None, artifact_dir=root / campaign_id / "out", queue_position=0, attempt=1, reason="",
         conclusion=None, config_source=DEFAULT_CONFIG_PATH, config_sha=revisions.base,
     )
@@ -149,7 +150,7 @@ def backend(revisions: Revisions, conf: Path, **options: object) -> SlurmBackend
                         build_cache=configured_dir())
 
 
-def run_state(campaign: CampaignView) -> SlurmRun:
+def run_state(campaign: Campaign) -> SlurmRun:
     assert campaign.artifact_dir is not None
     return SlurmRun.model_validate_json((campaign.artifact_dir.parent / STATE_FILE).read_text(encoding="utf-8"))
 

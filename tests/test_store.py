@@ -8,16 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.publish.pages import repository_seen
-from bot.store.attempts import PriorAttempt
-from bot.store.campaigns import (
-    ALLOWED,
-    CampaignState,
-    DuplicateCampaign,
-    IllegalTransition,
-    NewCampaign,
-    Store,
-)
+from bot.core.attempts import PriorAttempt
+from bot.core.campaign import ALLOWED, Campaign, CampaignRequest, CampaignState, DuplicateCampaign, IllegalTransition
+from bot.pages.details import repository_seen
+from bot.store.campaigns import Store
 from bot.store.pages import RepositorySeen
 
 S = CampaignState
@@ -26,9 +20,10 @@ BASE = "b" * 40
 TIP = "d" * 40
 
 
-def new(pr: int = 1, head: str = HEAD, rows_key: str = "r1,r2", delivery: str = "d1") -> NewCampaign:
-    return NewCampaign(
-        repo="acme/widgets",
+def create(
+    store: Store, pr: int = 1, head: str = HEAD, rows_key: str = "r1,r2", delivery: str = "d1"
+) -> Campaign:
+    request = CampaignRequest(
         pr_number=pr,
         head_sha=head,
         base_sha=BASE,
@@ -37,12 +32,12 @@ def new(pr: int = 1, head: str = HEAD, rows_key: str = "r1,r2", delivery: str = 
         rows_key=rows_key,
         requested_by="maintainer",
         trigger="label",
-        delivery_id=delivery,
-        backend="local",
         config_text="[build]\n",
         config_source=f".github/kv-parity.toml @ {TIP} (base branch tip)",
         config_sha=TIP,
+        rerun=False,
     )
+    return store.create_campaign(request, "acme/widgets", delivery_id=delivery, backend="local")
 
 
 @pytest.fixture()
@@ -85,7 +80,7 @@ def test_rejected_deliveries_are_kept_apart(store: Store) -> None:
 
 
 def test_lifecycle_transitions_are_recorded_with_reasons(store: Store) -> None:
-    campaign = store.create_campaign(new())
+    campaign = create(store)
     assert campaign.state == S.REQUESTED and campaign.queue_position == 1 and campaign.attempt == 0
     store.transition(campaign.id, S.DISPATCHED, "dispatched", attempt=1, deadline=2e9, artifact_dir="/tmp/x")
     view = store.transition(campaign.id, S.RUNNING, "started", handle='{"pid": 1}')
@@ -119,7 +114,7 @@ def test_lifecycle_transitions_are_recorded_with_reasons(store: Store) -> None:
 def test_illegal_transitions_raise_and_write_nothing(
     store: Store, path: list[CampaignState], illegal: CampaignState
 ) -> None:
-    campaign = store.create_campaign(new())
+    campaign = create(store)
     for state in path:
         store.transition(campaign.id, state, "step")
     before = store.transitions(campaign.id)
@@ -135,35 +130,35 @@ def test_every_terminal_state_is_final() -> None:
 
 
 def test_one_campaign_per_key(store: Store) -> None:
-    first = store.create_campaign(new())
+    first = create(store)
     with pytest.raises(DuplicateCampaign) as raised:
-        store.create_campaign(new(delivery="d2"))
+        create(store, delivery="d2")
     assert raised.value.existing.id == first.id
-    other_rows = store.create_campaign(new(rows_key="r1", delivery="d3"))
-    other_head = store.create_campaign(new(head="c" * 40, delivery="d4"))
+    other_rows = create(store, rows_key="r1", delivery="d3")
+    other_head = create(store, head="c" * 40, delivery="d4")
     assert len({first.id, other_rows.id, other_head.id}) == 3
     store.transition(first.id, S.DISPATCHED, "go")
     store.transition(first.id, S.RUNNING, "go")
     store.transition(first.id, S.COMPLETED, "done")
     assert store.covering("acme/widgets", 1, HEAD, BASE, "r1,r2") is not None, "a label is answered with it"
     assert store.live_for_key("acme/widgets", 1, HEAD, BASE, "r1,r2") is None
-    rerun = store.create_campaign(new(delivery="d5"))
+    rerun = create(store, delivery="d5")
     assert rerun.id != first.id, "a completed campaign does not stop an explicit rerun"
     assert store.live_for_key("acme/widgets", 1, HEAD, BASE, "r1,r2") == rerun
 
 
 def test_an_ended_campaign_no_longer_covers_its_key(store: Store) -> None:
-    first = store.create_campaign(new())
+    first = create(store)
     store.transition(first.id, S.CANCELLED, "cancel")
-    second = store.create_campaign(new(delivery="d2"))
+    second = create(store, delivery="d2")
     assert second.id != first.id
     assert [c.id for c in store.by_delivery("d2")] == [second.id]
 
 
 def test_fifo_queue_positions(store: Store) -> None:
-    a = store.create_campaign(new(pr=1))
-    b = store.create_campaign(new(pr=2))
-    c = store.create_campaign(new(pr=3))
+    a = create(store, pr=1)
+    b = create(store, pr=2)
+    c = create(store, pr=3)
     assert [store.require(x.id).queue_position for x in (a, b, c)] == [1, 2, 3]
     store.transition(a.id, S.DISPATCHED, "go")
     assert [store.require(x.id).queue_position for x in (a, b, c)] == [0, 1, 2]
@@ -175,7 +170,7 @@ def test_fifo_queue_positions(store: Store) -> None:
 
 def test_state_survives_reopening(tmp_path: Path) -> None:
     store = Store(tmp_path / "bot.sqlite3")
-    campaign = store.create_campaign(new())
+    campaign = create(store)
     store.transition(campaign.id, S.DISPATCHED, "go", attempt=1)
     store.approve_head("acme/widgets", 1, HEAD, "maintainer")
     store.add_delivery("d9", "pull_request", b"{}")
@@ -191,7 +186,7 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
 def test_where_a_campaign_waits_survives_reopening_and_the_next_transition_clears_it(tmp_path: Path) -> None:
     """Slurm's pending line is kept for `/parity status` and the status comment, and goes stale with the state."""
     store = Store(tmp_path / "bot.sqlite3")
-    campaign = store.create_campaign(new())
+    campaign = create(store)
     store.transition(campaign.id, S.DISPATCHED, "go", attempt=1)
     store.transition(campaign.id, S.RUNNING, "started")
     line = "row r1: Slurm job 12 PENDING (Resources, 1 of 3 pending)"
@@ -247,14 +242,14 @@ def test_an_older_database_loses_its_first_sightings_and_gains_observations(tmp_
 
 
 def test_prior_attempts_of_the_same_head_with_their_verdicts(store: Store) -> None:
-    first = store.create_campaign(new())
+    first = create(store)
     store.transition(first.id, S.DISPATCHED, "go")
     store.transition(first.id, S.RUNNING, "go")
     store.transition(first.id, S.COMPLETED, "done", semantic="FAIL", performance="INCONCLUSIVE")
-    other_head = store.create_campaign(new(head="c" * 40, delivery="d2"))
-    second = store.create_campaign(new(delivery="d3"))
+    other_head = create(store, head="c" * 40, delivery="d2")
+    second = create(store, delivery="d3")
     store.transition(second.id, S.SUPERSEDED, "replaced by a rerun")
-    third = store.create_campaign(new(delivery="d4"))
+    third = create(store, delivery="d4")
     assert store.prior_attempts(first.id) == []
     assert store.prior_attempts(other_head.id) == []
     attempts = store.prior_attempts(third.id)
@@ -290,14 +285,14 @@ def test_a_database_from_before_reruns_is_migrated_in_place(tmp_path: Path) -> N
     store = Store(path)
     old = store.require("kvp-old")
     assert old.config_sha is None and old.state == S.COMPLETED
-    rerun = store.create_campaign(new(delivery="d1"))
+    rerun = create(store, delivery="d1")
     assert [a.campaign_id for a in store.prior_attempts(rerun.id)] == ["kvp-old"]
     tables = {row[0] for row in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
     assert "refusals" not in tables and "campaigns_one_per_key" not in tables
 
 
 def test_publications_retry_then_done(store: Store) -> None:
-    campaign = store.create_campaign(new())
+    campaign = create(store)
     store.transition(campaign.id, S.ERRORED, "config broken", publish="ended", published_state="config_error")
     [publication] = store.due_publications(now=1e12)
     assert (publication.kind, publication.state, publication.reason) == (
@@ -314,7 +309,7 @@ def test_publications_retry_then_done(store: Store) -> None:
 
 
 def test_transition_rejects_unknown_updates(store: Store) -> None:
-    campaign = store.create_campaign(new())
+    campaign = create(store)
     with pytest.raises(ValueError, match="cannot update"):
         store.transition(campaign.id, S.DISPATCHED, "go", state="x")
 

@@ -506,7 +506,7 @@ class RecordingPublisher:
         self.calls: list[dict[str, Any]] = []
         self.record = record
         self._lock = threading.Lock()
-        self._next_check_run = 1
+        self.check_runs: dict[str, int] = {}
 
     def _add(self, method: str, **fields: Any) -> None:
         entry = {"method": method, **fields}
@@ -516,25 +516,27 @@ class RecordingPublisher:
                 with self.record.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(entry, default=str) + "\n")
 
-    def open_check_run(self, campaign: Any) -> int:
+    def _check_run(self, campaign: Any) -> int:
+        """The check run a real publisher would write: one per campaign, numbered as they are first written."""
         with self._lock:
-            check_run_id = self._next_check_run
-            self._next_check_run += 1
-        self._add("open_check_run", campaign=campaign.id, check_run_id=check_run_id)
-        return check_run_id
+            if campaign.id not in self.check_runs:
+                self.check_runs[campaign.id] = len(self.check_runs) + 1
+            return self.check_runs[campaign.id]
 
-    def queued(self, campaign: Any, position: int) -> None:
+    def queued(self, campaign: Any, position: int, *, details_url: str | None = None) -> int:
         self._add("queued", campaign=campaign.id, position=position)
+        return self._check_run(campaign)
 
-    def progress(self, campaign: Any, event: Any) -> None:
+    def progress(self, campaign: Any, event: Any, *, details_url: str | None = None) -> None:
         self._add("progress", campaign=campaign.id, stage=event.stage)
 
-    def waiting(self, campaign: Any) -> None:
+    def waiting(self, campaign: Any, *, details_url: str | None = None) -> None:
         self._add("waiting", campaign=campaign.id, waiting=campaign.scheduler_wait)
 
     def finished(
-        self, campaign: Any, report: CampaignReport, artifact_dir: Path, *, prior_attempts: list[Any]
-    ) -> None:
+        self, campaign: Any, report: CampaignReport, artifact_dir: Path, *, prior_attempts: list[Any],
+        details_url: str | None = None,
+    ) -> int:
         conclusion = report.verdicts.conclusion.value if report.verdicts else None
         summary = report.verdicts.summary if report.verdicts else None
         prior = [attempt.model_dump(mode="json") for attempt in prior_attempts]
@@ -542,9 +544,11 @@ class RecordingPublisher:
             "finished", campaign=campaign.id, conclusion=conclusion, summary=summary, artifact_dir=str(artifact_dir),
             prior=prior,
         )
+        return self._check_run(campaign)
 
-    def ended(self, campaign: Any, state: str, reason: str) -> None:
+    def ended(self, campaign: Any, state: str, reason: str, *, details_url: str | None = None) -> int:
         self._add("ended", campaign=campaign.id, state=state, reason=reason)
+        return self._check_run(campaign)
 
     def reply(self, number: int, kind: str, **context: Any) -> None:
         self._add("reply", number=number, kind=kind, context={k: str(v) for k, v in context.items()})

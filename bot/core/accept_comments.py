@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bot.core.commands import ParsedCommand, parse_commands
-from bot.github.models import CommentInfo
+from bot.core.repo_values import CommentInfo
 from runners.schema.report import Acceptance
 
 ACCEPT_MARKER = re.compile(

@@ -24,9 +24,9 @@ from bot.core.authz import is_sufficient
 from bot.core.heads import not_the_head_written_about
 from bot.core.ledger import FinishedCampaign, Ledger
 from bot.core.ports import Publisher, RepoApi
+from bot.core.repo_values import PullInfo
 from bot.core.resolve import resolve
 from bot.core.triggers import Accept, Refuse
-from bot.github.models import PullInfo
 from bot.settings import Settings
 from runners.schema.config import CampaignConfig
 from runners.schema.report import Acceptance, CampaignReport, GateVerdict, PerfVerdict, SemanticVerdict

@@ -27,12 +27,14 @@ from collections.abc import Callable
 
 from bot.core.acceptance import AcceptanceDesk
 from bot.core.authz import cached_lookup
+from bot.core.campaign import LIVE_STATES, Campaign, CampaignRequest, CampaignState, DuplicateCampaign
 from bot.core.commands import FULL_SHA, approval_command
 from bot.core.events import CheckRunEvent, CheckSuiteEvent, IssueCommentEvent, PullRequestEvent, WebhookEvent
 from bot.core.heads import not_the_head_written_about
-from bot.core.ledger import CampaignRequest, Ledger
+from bot.core.ledger import Ledger
 from bot.core.ports import PullRequestPublisher, RepoApi
 from bot.core.queue_actions import MergeQueueDesk
+from bot.core.repo_values import PullInfo
 from bot.core.resolve import resolve
 from bot.core.triggers import (
     Accept,
@@ -50,9 +52,7 @@ from bot.core.triggers import (
     TriggerContext,
     decide,
 )
-from bot.github.models import PullInfo
 from bot.settings import Settings
-from bot.store.campaigns import LIVE_STATES, CampaignState, CampaignView, DuplicateCampaign
 from runners.schema.config import CampaignMode, ConfigError, format_rows
 
 S = CampaignState
@@ -177,7 +177,7 @@ class Decisions:
             event.check_run.external_id,
         )[0]
 
-    def _campaign_pr(self, pr: int | None, campaign_id: str | None) -> tuple[int | None, CampaignView | None]:
+    def _campaign_pr(self, pr: int | None, campaign_id: str | None) -> tuple[int | None, Campaign | None]:
         """A check run names its campaign; fork pull requests are missing from check_run.pull_requests."""
         campaign = self.ledger.campaign(campaign_id) if campaign_id else None
         return (pr if pr is not None else campaign.pr_number if campaign else None), campaign
@@ -212,7 +212,7 @@ class Decisions:
 
     def _cancel(self, intent: Cancel) -> str:
         pr, campaign = self._campaign_pr(intent.pr, intent.campaign_id)
-        targets: list[CampaignView] = []
+        targets: list[Campaign] = []
         if intent.campaign_id:
             targets = [campaign] if campaign and campaign.state in LIVE_STATES else []
         elif pr is not None:
@@ -256,10 +256,10 @@ class Decisions:
             rerun=True, mode="profile" if profile else "campaign",
         )
 
-    def _rerun_side_run(self, original: CampaignView, requested_by: str) -> str:
+    def _rerun_side_run(self, original: Campaign, requested_by: str) -> str:
         """The Rerun button of a main or reference campaign: the same commits under the same config again."""
         request = CampaignRequest(
-            pr=0, head_sha=original.head_sha, base_sha=original.base_sha, relationship=original.relationship,
+            pr_number=0, head_sha=original.head_sha, base_sha=original.base_sha, relationship=original.relationship,
             rows=None, rows_key=f"{original.purpose}:", requested_by=requested_by, trigger="check_run",
             config_text=self.ledger.config_text(original), config_source=original.config_source,
             config_sha=original.config_sha or original.head_sha, mode="campaign", rerun=True,
@@ -294,7 +294,7 @@ class Decisions:
             return f"invalid: {reason}"
         rows = tuple(failed.rows) if failed.rows else None
         request = CampaignRequest(
-            pr=intent.pr, head_sha=failed.head_sha, base_sha=failed.base_sha, relationship=failed.relationship,
+            pr_number=intent.pr, head_sha=failed.head_sha, base_sha=failed.base_sha, relationship=failed.relationship,
             rows=rows, rows_key=f"bisect:{format_rows(rows)}", requested_by=intent.requested_by,
             trigger=intent.trigger, config_text=self.ledger.config_text(failed), config_source=failed.config_source,
             config_sha=failed.config_sha or failed.base_sha, mode="campaign", rerun=True, purpose="bisect",
@@ -372,7 +372,7 @@ class Decisions:
             if mode == "profile":
                 rows_key = f"profile:{rows_key}"  # a profile never replaces nor answers for a campaign
         request = CampaignRequest(
-            pr=pr,
+            pr_number=pr,
             head_sha=head_sha,
             base_sha=resolution.base_sha,
             relationship=resolution.relationship,

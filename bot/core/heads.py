@@ -8,9 +8,17 @@ before the comment was handled, is never covered.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bot.store.people import HeadSeen
+
+@dataclass(frozen=True)
+class HeadSeen:
+    """The bot learned at `at` (unix time) that the pull request's head was `head_sha`, from `source`."""
+
+    head_sha: str
+    at: float
+    source: str
 
 
 def utc(unix: float) -> str:

@@ -13,42 +13,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.store.campaigns import CampaignPurpose, CampaignState, CampaignView
-from bot.store.people import HeadSeen
-from runners.schema.config import CampaignMode
+from bot.core.campaign import Campaign, CampaignRequest, CampaignState
+from bot.core.heads import HeadSeen
 from runners.schema.report import Acceptance, CampaignReport
-
-
-@dataclass(frozen=True)
-class CampaignRequest:
-    """A campaign the decisions want, pinned: head and merge base, the config at the base branch's tip."""
-
-    pr: int
-    head_sha: str
-    base_sha: str
-    relationship: str
-    rows: tuple[str, ...] | None
-    """Rows the requester named; None = every row of the config."""
-    rows_key: str
-    """Canonical selected-row ids (sorted, comma-joined; `profile:` in front for a profile): the duplicate key."""
-    requested_by: str
-    trigger: str
-    config_text: str
-    config_source: str
-    config_sha: str
-    mode: CampaignMode
-    rerun: bool
-    """Asked to run again (`rerun`, `profile`, a Rerun button), not a label or a push."""
-    purpose: CampaignPurpose = "pull_request"
-    """A pull request's gate, a `/parity bisect`, or main-branch tracking (`pr` is 0: bot.core.tracking)."""
 
 
 @dataclass(frozen=True)
 class FinishedCampaign:
     """The latest campaign of a head that finished with a report, and that report as measured."""
 
-    campaign: CampaignView
+    campaign: Campaign
     report: CampaignReport
+    details_url: str | None = None
+    """Where a person follows it, when the ledger knows (Actions-only mode: its workflow run)."""
 
 
 @dataclass(frozen=True)
@@ -76,45 +53,45 @@ class Ledger(Protocol):
         """Whether `/parity bisect` can run here (the service's local backend; a bisect is many campaigns)."""
         ...
 
-    def failed_campaign(self, pr: int, head_sha: str) -> CampaignView | None:
+    def failed_campaign(self, pr: int, head_sha: str) -> Campaign | None:
         """The newest completed campaign of this head whose report FAILs a gate (what `/parity bisect` bisects)."""
         ...
 
-    def config_text(self, campaign: CampaignView) -> str:
+    def config_text(self, campaign: Campaign) -> str:
         """The config text a recorded campaign ran with (a bisect runs under the same)."""
         ...
 
-    def campaign(self, campaign_id: str) -> CampaignView | None:
+    def campaign(self, campaign_id: str) -> Campaign | None:
         """The campaign a check run names (its external_id), if this ledger knows it."""
         ...
 
-    def campaigns(self, pr: int) -> list[CampaignView]:
+    def campaigns(self, pr: int) -> list[Campaign]:
         """What `status` lists for a pull request."""
         ...
 
-    def live(self, pr: int) -> list[CampaignView]:
+    def live(self, pr: int) -> list[Campaign]:
         """The pull request's queued and running campaigns, oldest first."""
         ...
 
     def end(
-        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
+        self, campaign: Campaign, state: CampaignState, reason: str, *, published_state: str | None = None
     ) -> None:
         """Stop a live campaign and say so where it is shown (`published_state` overrides the shown state)."""
         ...
 
-    def covering(self, request: CampaignRequest) -> CampaignView | None:
+    def covering(self, request: CampaignRequest) -> Campaign | None:
         """The campaign that already answers this request, which is then not started."""
         ...
 
-    def replaced(self, request: CampaignRequest) -> list[CampaignView]:
+    def replaced(self, request: CampaignRequest) -> list[Campaign]:
         """Live campaigns of the request's head it takes the place of (other heads are superseded anyway)."""
         ...
 
-    def create(self, request: CampaignRequest) -> CampaignView:
-        """Record the campaign; raises `bot.store.campaigns.DuplicateCampaign` when its key is taken."""
+    def create(self, request: CampaignRequest) -> Campaign:
+        """Record the campaign; raises `bot.core.campaign.DuplicateCampaign` when its key is taken."""
         ...
 
-    def launch(self, campaign: CampaignView) -> str:
+    def launch(self, campaign: Campaign) -> str:
         """Queue or dispatch a created campaign; returns the outcome that says what was done."""
         ...
 
@@ -162,6 +139,6 @@ class Ledger(Protocol):
 
     def head_conclusion(self, pr: int, head_sha: str) -> HeadConclusion: ...
 
-    def live_of_head(self, head_sha: str) -> list[CampaignView]:
+    def live_of_head(self, head_sha: str) -> list[Campaign]:
         """The queued and running campaigns of a commit (a merge group's), whichever pull request recorded them."""
         ...

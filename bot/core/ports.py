@@ -1,4 +1,5 @@
-"""The interfaces the layers share, in one small module so no layer imports another sideways to name them.
+"""The interfaces the layers share, in one small module so no layer imports another sideways to name them; the
+values they carry are the core's too (`bot.core.campaign`, `bot.core.repo_values`, `bot.core.attempts`).
 
 `bot.publish.publisher.Publisher` and `bot.github.gateway.GitHubGateway` implement them; `bot.lifecycle`,
 `bot.intake`, `bot.event_cli` and `bot.core.decisions` only speak through them. The server wires the concrete
@@ -11,46 +12,47 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign, CampaignState
 from bot.core.merge_queue import CarriedResult
+from bot.core.repo_values import BotIdentity, CheckRunInfo, CommentInfo, CommitInfo, PullInfo
 from bot.core.resolve import RevisionSource
-from bot.github.models import BotIdentity, CheckRunInfo, CommentInfo, CommitInfo, PullInfo
-from bot.store.attempts import PriorAttempt
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.schema.bisect_rule import BisectReport
 from runners.schema.report import CampaignReport
 
 
 class Publisher(Protocol):
-    """What the bot tells GitHub (`bot.publish.publisher.Publisher(gateway, settings)`)."""
+    """What the bot tells GitHub (`bot.publish.publisher.Publisher(gateway, settings)`), the one owner of the
+    campaign's check run: it opens it (found first by its external_id, the campaign id, so a retry or a second
+    path never makes two) and updates it. Every step takes `details_url`, where a person follows the campaign
+    (its details page or its Actions run; None: the publisher's fallback); a step that writes the check run returns
+    its id."""
 
-    def open_check_run(self, campaign: CampaignView) -> int:
-        """Create the campaign's check run (external_id = campaign.id) and return its id."""
+    def queued(self, campaign: Campaign, position: int, *, details_url: str | None = None) -> int | None:
+        """Show the queue position (0 = started)."""
         ...
 
-    def queued(self, campaign: CampaignView, position: int) -> int | None:
-        """Show the queue position (0 = started); may return the sticky status comment id to persist."""
-        ...
+    def progress(self, campaign: Campaign, event: ProgressEvent, *, details_url: str | None = None) -> None: ...
 
-    def progress(self, campaign: CampaignView, event: ProgressEvent) -> None: ...
-
-    def waiting(self, campaign: CampaignView) -> None:
+    def waiting(self, campaign: Campaign, *, details_url: str | None = None) -> None:
         """Show where the running campaign waits in its scheduler's queue (`campaign.scheduler_wait`)."""
         ...
 
     def finished(
         self,
-        campaign: CampaignView,
+        campaign: Campaign,
         report: CampaignReport,
         artifact_dir: Path,
         *,
         prior_attempts: list[PriorAttempt],
-    ) -> None:
+        details_url: str | None = None,
+    ) -> int | None:
         """Complete the check run and post the result; `prior_attempts` are the earlier campaigns of the same
         head (oldest first), listed so repeated attempts are visible."""
         ...
 
-    def ended(self, campaign: CampaignView, state: str, reason: str) -> None:
+    def ended(self, campaign: Campaign, state: str, reason: str, *, details_url: str | None = None) -> int | None:
         """cancelled | superseded | timed_out | errored | config_error, with the recorded reason."""
         ...
 
@@ -59,7 +61,6 @@ class Publisher(Protocol):
         unknown_command(line, reason), accepted(marker, acceptance, outcome, verdicts, campaign),
         revoked(marker, count, campaign)."""
         ...
-
 
 
 class PullRequestPublisher(Publisher, Protocol):
@@ -96,7 +97,9 @@ class SideRunPublisher(Publisher, Protocol):
     """What reports side runs (`bot.publish.side_runs.SideRunPublisher`): bisects and main-branch tracking, each on
     a check run of its own, never in a pull request's status comment."""
 
-    def bisect_finished(self, campaign: CampaignView, bisect: BisectReport, artifact_dir: Path) -> None:
+    def bisect_finished(
+        self, campaign: Campaign, bisect: BisectReport, artifact_dir: Path, *, details_url: str | None = None
+    ) -> int:
         """Complete the `kv-parity / bisect` check run and post the result on the pull request, once."""
         ...
 
@@ -116,9 +119,7 @@ class CampaignDriver(Protocol):
     """What the service's ledger needs from `bot.lifecycle.Lifecycle`, which runs the campaigns it records."""
 
     def end(
-        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
-    ) -> CampaignView: ...
+        self, campaign: Campaign, state: CampaignState, reason: str, *, published_state: str | None = None
+    ) -> Campaign: ...
 
-    def ensure_check_run(self, campaign: CampaignView, publisher: Publisher) -> CampaignView: ...
-
-    def announce(self, campaign: CampaignView) -> None: ...
+    def announce(self, campaign: Campaign) -> None: ...

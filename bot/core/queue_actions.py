@@ -11,14 +11,14 @@ request or from the group's commit, which holds the queued pull requests' change
 
 from __future__ import annotations
 
+from bot.core.campaign import CampaignRequest, CampaignState, DuplicateCampaign
 from bot.core.events import MergeGroup, MergeGroupEvent
-from bot.core.ledger import CampaignRequest, Ledger
+from bot.core.ledger import Ledger
 from bot.core.merge_queue import MERGE_GROUP_TRIGGER, MemberStanding, branch_of, carry, queue_entry, standing
 from bot.core.ports import PullRequestPublisher, RepoApi
+from bot.core.repo_values import NotFoundError
 from bot.core.resolve import resolve
-from bot.github.errors import GitHubNotFoundError
 from bot.settings import Settings
-from bot.store.campaigns import CampaignState, DuplicateCampaign
 from runners.schema.config import format_rows
 
 
@@ -65,7 +65,7 @@ class MergeQueueDesk:
     def _member(self, number: int) -> MemberStanding:
         try:
             pull = self.api.pull(number)
-        except GitHubNotFoundError:
+        except NotFoundError:
             return standing(number, None, None, None, None, "")
         found = self.ledger.head_conclusion(number, pull.head_sha)
         return standing(number, pull.head_sha, pull.state, found.conclusion, found.campaign_id, found.detail)
@@ -88,7 +88,7 @@ class MergeQueueDesk:
         if own is None:
             return f"ignored: merge group {group.head_ref!r} names no pull request"
         request = CampaignRequest(
-            pr=own[1],
+            pr_number=own[1],
             head_sha=group.head_sha,
             base_sha=group.base_sha,
             relationship="ancestor",

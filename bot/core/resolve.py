@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.github.models import MergeBase
+from bot.core.repo_values import MergeBase
 from runners.schema.config import CampaignConfig, ConfigError, parse_config
 
 RELATIONSHIPS = {"ahead": "ancestor", "diverged": "diverged", "identical": "identical", "behind": "behind"}

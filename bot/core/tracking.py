@@ -17,10 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from bot.core.campaign import Campaign, CampaignRequest, CampaignState, DuplicateCampaign
 from bot.core.events import PushEvent
-from bot.core.ledger import CampaignRequest
-from bot.github.models import CommitInfo
-from bot.store.campaigns import CampaignState, CampaignView, DuplicateCampaign
+from bot.core.repo_values import CommitInfo
 from runners.schema.config import CampaignConfig, ConfigError, parse_config
 
 
@@ -33,15 +32,15 @@ class TrackingApi(Protocol):
 class TrackingLedger(Protocol):
     """Where main-branch campaigns are recorded and started (the service's store; Actions-only mode's runs)."""
 
-    def create(self, request: CampaignRequest) -> CampaignView: ...
+    def create(self, request: CampaignRequest) -> Campaign: ...
 
-    def launch(self, campaign: CampaignView) -> str: ...
+    def launch(self, campaign: Campaign) -> str: ...
 
     def end(
-        self, campaign: CampaignView, state: CampaignState, reason: str, *, published_state: str | None = None
+        self, campaign: Campaign, state: CampaignState, reason: str, *, published_state: str | None = None
     ) -> None: ...
 
-    def queued_main(self) -> list[CampaignView]:
+    def queued_main(self) -> list[Campaign]:
         """Main campaigns recorded and not yet started (the ones `queue = "newest"` supersedes)."""
         ...
 
@@ -81,7 +80,7 @@ def read_config(api: TrackingApi, config_path: str, sha: str) -> DefaultBranchCo
 def _request(config: DefaultBranchConfig, head: str, base: str, purpose: str, who: str,
              trigger: str) -> CampaignRequest:
     return CampaignRequest(
-        pr=0, head_sha=head, base_sha=base, relationship="ancestor", rows=None, rows_key=f"{purpose}:",
+        pr_number=0, head_sha=head, base_sha=base, relationship="ancestor", rows=None, rows_key=f"{purpose}:",
         requested_by=who, trigger=trigger, config_text=config.text, config_source=config.source,
         config_sha=config.sha, mode="campaign", rerun=False, purpose="reference" if purpose == "reference" else "main",
     )

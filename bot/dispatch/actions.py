@@ -39,12 +39,12 @@ from typing import Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from bot.core.campaign import Campaign
 from bot.dispatch.artifact_zip import MAX_ARTIFACT_BYTES, ArtifactError, extract_artifact
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.campaign_workflow import REPORT_ARTIFACT, ROW_JOB_PREFIX, dispatch_inputs, parse_run_title
 from bot.github.errors import ArtifactTooLargeError, GitHubError
 from bot.github.models import WorkflowJobInfo, WorkflowRunInfo
-from bot.store.campaigns import CampaignView
 from runners.pipeline.distributed.common import FIXTURES_ROW
 from runners.progress import ProgressEvent
 from runners.schema.config import ConfigError
@@ -101,7 +101,7 @@ def lost_runner(job: WorkflowJobInfo) -> str | None:
     return None
 
 
-def read_report(directory: Path, campaign: CampaignView, source: str) -> CampaignReport:
+def read_report(directory: Path, campaign: Campaign, source: str) -> CampaignReport:
     """report.json of an unpacked artifact, only if it is this campaign's and verifies against itself."""
     try:
         text = (directory / "report.json").read_bytes()
@@ -222,7 +222,7 @@ class ActionsBackend:
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
 
-    def _dispatch(self, api: ActionsApi, campaign: CampaignView, rows: list[str] | None) -> _Dispatch:
+    def _dispatch(self, api: ActionsApi, campaign: Campaign, rows: list[str] | None) -> _Dispatch:
         dispatched_at = self._now()
         inputs = dispatch_inputs(
             campaign.id, campaign.base_sha, campaign.head_sha, rows, campaign.pr_number, config_ref=campaign.config_sha,
@@ -232,7 +232,7 @@ class ActionsBackend:
         log.info("campaign %s: dispatched %s@%s with %s", campaign.id, self.workflow, self.ref, inputs)
         return _Dispatch(dispatched_at=dispatched_at)
 
-    def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
+    def start(self, campaign: Campaign, config_text: str) -> RunHandle:
         """Dispatch the campaign workflow; the run's own checkout reads the config at the base SHA."""
         if campaign.artifact_dir is None:
             raise StartError(f"campaign {campaign.id} has no artifact directory")
@@ -245,7 +245,7 @@ class ActionsBackend:
         _save(work, _State(campaign_id=campaign.id, dispatches=[dispatch]))
         return self._handle(campaign, dispatch)
 
-    def _handle(self, campaign: CampaignView, dispatch: _Dispatch) -> RunHandle:
+    def _handle(self, campaign: Campaign, dispatch: _Dispatch) -> RunHandle:
         assert campaign.artifact_dir is not None
         return RunHandle(
             backend=self.name,
@@ -254,7 +254,7 @@ class ActionsBackend:
             out_dir=str(campaign.artifact_dir),
         )
 
-    def adopt(self, campaign: CampaignView) -> RunHandle | None:
+    def adopt(self, campaign: Campaign) -> RunHandle | None:
         """The dispatch of this attempt whose handle the store never got (the service died in between)."""
         if campaign.artifact_dir is None:
             return None
@@ -263,7 +263,7 @@ class ActionsBackend:
             return None
         return self._handle(campaign, state.dispatches[0])
 
-    def run_url(self, campaign: CampaignView) -> str | None:
+    def run_url(self, campaign: Campaign) -> str | None:
         """The page of the campaign's workflow run (its first run, where the report is made), once GitHub
         created it: the check run's details_url when the service serves no details pages."""
         if campaign.artifact_dir is None:
@@ -275,7 +275,7 @@ class ActionsBackend:
 
     # ------------------------------------------------------------------ poll
 
-    def poll(self, campaign: CampaignView, handle: RunHandle) -> PollResult:
+    def poll(self, campaign: Campaign, handle: RunHandle) -> PollResult:
         now = self.clock()
         if now - self._checked.get(campaign.id, float("-inf")) < self.poll_seconds:
             return PollResult(running=True)
@@ -305,7 +305,7 @@ class ActionsBackend:
             return PollResult(running=False, error=str(exc))
 
     def _attribute(
-        self, api: ActionsApi, campaign: CampaignView, work: Path, state: _State
+        self, api: ActionsApi, campaign: Campaign, work: Path, state: _State
     ) -> WorkflowRunInfo | None:
         """The latest dispatch's run: found by time once, and kept only if its title does not name another
         campaign (a dispatch by someone else in the same second); None while GitHub has not created it."""
@@ -348,7 +348,7 @@ class ActionsBackend:
     def _completed(
         self,
         api: ActionsApi,
-        campaign: CampaignView,
+        campaign: Campaign,
         out: Path,
         state: _State,
         run: WorkflowRunInfo,
@@ -401,7 +401,7 @@ class ActionsBackend:
         )
         return PollResult(running=False, report=combined, note=note)
 
-    def _fetch(self, api: ActionsApi, campaign: CampaignView, run: WorkflowRunInfo, dest: Path) -> CampaignReport:
+    def _fetch(self, api: ActionsApi, campaign: Campaign, run: WorkflowRunInfo, dest: Path) -> CampaignReport:
         try:
             data = api.download_artifact(run.id, REPORT_ARTIFACT, max_bytes=MAX_ARTIFACT_BYTES)
         except ArtifactTooLargeError as exc:
@@ -414,7 +414,7 @@ class ActionsBackend:
     def _retry(
         self,
         api: ActionsApi,
-        campaign: CampaignView,
+        campaign: Campaign,
         work: Path,
         state: _State,
         run: WorkflowRunInfo,
@@ -432,7 +432,7 @@ class ActionsBackend:
 
     # ------------------------------------------------------------------ cancel
 
-    def cancel(self, campaign: CampaignView, handle: RunHandle) -> None:
+    def cancel(self, campaign: Campaign, handle: RunHandle) -> None:
         """Ask GitHub to cancel the campaign's runs; returns once the request is accepted (GitHub stops the
         jobs shortly after, and the campaign workflow's concurrency group keeps a newer run from overlapping)."""
         self._checked.pop(campaign.id, None)

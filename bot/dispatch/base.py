@@ -11,7 +11,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from bot.store.campaigns import CampaignView
+from bot.core.campaign import Campaign
 from runners.progress import ProgressEvent
 from runners.schema.bisect_rule import BisectReport
 from runners.schema.report import CampaignReport
@@ -59,19 +59,19 @@ class StartError(RuntimeError):
 class Backend(Protocol):
     name: str
 
-    def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
+    def start(self, campaign: Campaign, config_text: str) -> RunHandle:
         """Start the campaign with the base revision's config text; its report lands in
         `campaign.artifact_dir`, the backend's own files (config, log, progress) next to that directory."""
         ...
 
-    def adopt(self, campaign: CampaignView) -> RunHandle | None:
+    def adopt(self, campaign: Campaign) -> RunHandle | None:
         """A run started for this attempt whose handle the store never got (the service died in between)."""
         ...
 
-    def poll(self, campaign: CampaignView, handle: RunHandle) -> PollResult:
+    def poll(self, campaign: Campaign, handle: RunHandle) -> PollResult:
         """Progress since the last poll; once ended, the validated report or why there is none."""
         ...
 
-    def cancel(self, campaign: CampaignView, handle: RunHandle) -> None:
+    def cancel(self, campaign: Campaign, handle: RunHandle) -> None:
         """Stop the run and everything it started; returns once it is gone."""
         ...

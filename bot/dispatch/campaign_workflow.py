@@ -9,7 +9,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from bot.store.campaigns import CampaignPurpose
+from bot.core.campaign import CampaignPurpose
 from runners.schema.config import CampaignMode, format_rows, parse_rows
 
 REPORT_ARTIFACT = "kv-parity-report"

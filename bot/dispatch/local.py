@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -39,19 +38,17 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from bot.core.campaign import Campaign
 from bot.dispatch.base import PollResult, RunHandle, StartError
-from bot.settings import SettingsError
-from bot.store.campaigns import CampaignView
-from runners.exec.sandbox import SandboxKind, SandboxUnavailable, check
+from bot.dispatch.clone import UNSANDBOXED, ServiceClone, require_sandbox
+from runners.exec.sandbox import SandboxKind
 from runners.progress import ProgressEvent
 from runners.schema.bisect_rule import BisectReport
 from runners.schema.config import format_rows
 from runners.schema.report import CampaignReport
-from runners.stages.revisions import GIT, RevisionError, shared_clone
 
 log = logging.getLogger(__name__)
 
-SHA = re.compile(r"^[0-9a-f]{40}$")
 EXIT_USAGE = 2
 TAIL_BYTES = 2000
 HANDLE_FILE = "handle.json"
@@ -60,33 +57,9 @@ CLONE_DIR = "repo"
 CAMPAIGN_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "RUSTUP_HOME", "CARGO_HOME", "PYTHONPATH")
 """The only variables a campaign process inherits: what finds the toolchain, the locale and the runner's own
 code. The service's secrets live in KV_PARITY_* variables and files it alone reads."""
-UNSANDBOXED = (
-    'sandbox = "none": campaigns run pull-request code UNSANDBOXED, as the service\'s user; a build script can '
-    "read the service's files and forge results. Set sandbox = \"bwrap\" for anything but trusted code."
-)
-
-
-class SandboxRequired(SettingsError):
-    """The local backend was asked for without a working sandbox and without the explicit opt-out."""
-
-
 def campaign_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The allow-listed part of `environ` that a campaign process gets."""
     return {name: environ[name] for name in CAMPAIGN_ENV if name in environ}
-
-
-def require_sandbox(kind: SandboxKind) -> None:
-    """Refuse (SandboxRequired) unless `kind` works here; `none` is accepted, with a warning in the log."""
-    if kind == "none":
-        log.warning(UNSANDBOXED)
-        return
-    try:
-        check(kind)
-    except SandboxUnavailable as exc:
-        raise SandboxRequired(
-            f"backend 'local' runs pull-request code and needs a working sandbox ({kind}): {exc}. "
-            'Setting sandbox = "none" runs it unsandboxed instead (unsafe: it can read the service\'s secrets).'
-        ) from exc
 
 
 def default_argv_prefix() -> list[str]:
@@ -101,7 +74,7 @@ def default_argv_prefix() -> list[str]:
 def campaign_argv(
     prefix: list[str],
     repo: Path,
-    campaign: CampaignView,
+    campaign: Campaign,
     config_file: Path,
     out_dir: Path,
     progress: Path,
@@ -142,7 +115,7 @@ def default_bisect_prefix() -> list[str]:
 def bisect_argv(
     prefix: list[str],
     repo: Path,
-    campaign: CampaignView,
+    campaign: Campaign,
     config_file: Path,
     out_dir: Path,
     progress: Path,
@@ -242,58 +215,17 @@ class LocalBackend:
         self.bisect_prefix = bisect_prefix
         self.sandbox: SandboxKind = sandbox
         self.build_cache = build_cache
-        self.repo = repo
+        self.clone = ServiceClone(repo, fetch_remote)
         self.argv_prefix = argv_prefix
-        self.fetch_remote = fetch_remote
         self.cancel_grace_seconds = cancel_grace_seconds
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._offsets: dict[str, int] = {}
 
     # ------------------------------------------------------------------ start
 
-    def _git(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*GIT, "-C", str(self.repo), *args],
-            capture_output=True,
-            text=True,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def _ensure_commits(self, shas: list[str]) -> None:
-        """Both revisions must be in the clone; fetch them by SHA from the remote when they are not."""
-        missing = [sha for sha in shas if self._git("cat-file", "-e", f"{sha}^{{commit}}").returncode != 0]
-        if not missing:
-            return
-        fetched = self._git("fetch", "--no-tags", "--quiet", self.fetch_remote, *missing)
-        still = [sha for sha in missing if self._git("cat-file", "-e", f"{sha}^{{commit}}").returncode != 0]
-        if still:
-            raise StartError(
-                f"commits {[s[:12] for s in still]} are not in {self.repo} and fetching them from "
-                f"{self.fetch_remote!r} failed: {fetched.stderr.strip()[-500:]}"
-            )
-
-    def _fresh_clone(self, dest: Path) -> None:
-        """The campaign's own clone, read through alternates from the service's clone (which it never writes)."""
-        try:
-            shared_clone(self.repo, dest)
-        except RevisionError as exc:
-            raise StartError(str(exc)) from exc
-
-    def _pinned(self, campaign: CampaignView) -> Path:
-        """The campaign's artifact directory, once every SHA it names is a full SHA present in the clone."""
-        if campaign.artifact_dir is None:
-            raise StartError(f"campaign {campaign.id} has no artifact directory")
-        shas = [campaign.base_sha, campaign.head_sha, *([campaign.config_sha] if campaign.config_sha else [])]
-        for sha in shas:
-            if not SHA.match(sha):
-                raise StartError(f"{sha!r} is not a full commit SHA")
-        self._ensure_commits(shas)
-        return campaign.artifact_dir
-
-    def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
+    def start(self, campaign: Campaign, config_text: str) -> RunHandle:
         """Write the config, spawn the runner in its own session, and leave a handle file for `adopt`."""
-        out_dir = self._pinned(campaign)
+        out_dir = self.clone.pinned(campaign)
         work = out_dir.parent
         work.mkdir(parents=True, exist_ok=True)
         config_file, progress, log_path = (
@@ -303,7 +235,7 @@ class LocalBackend:
         )
         config_file.write_text(config_text, encoding="utf-8")
         clone = work / CLONE_DIR
-        self._fresh_clone(clone)
+        self.clone.fresh_clone(clone)
         if campaign.purpose == "bisect":
             prefix = self.bisect_prefix if self.bisect_prefix is not None else default_bisect_prefix()
             argv = bisect_argv(prefix, clone, campaign, config_file, out_dir, progress, self.sandbox, self.build_cache)
@@ -341,7 +273,7 @@ class LocalBackend:
         log.info("campaign %s started as pid %d: %s", campaign.id, process.pid, argv)
         return handle
 
-    def adopt(self, campaign: CampaignView) -> RunHandle | None:
+    def adopt(self, campaign: Campaign) -> RunHandle | None:
         """The handle of a run started just before the service died, before the store recorded it."""
         if campaign.artifact_dir is None:
             return None
@@ -373,7 +305,7 @@ class LocalBackend:
                 log.warning("campaign %s: unreadable progress line %r: %s", campaign_id, line[:200], exc)
         return events
 
-    def poll(self, campaign: CampaignView, handle: RunHandle) -> PollResult:
+    def poll(self, campaign: Campaign, handle: RunHandle) -> PollResult:
         pid = int(handle.ref)
         process = self._children.get(campaign.id)
         progress = self._read_progress(campaign.id, handle)
@@ -393,7 +325,7 @@ class LocalBackend:
         return self._outcome(campaign, handle, exit_code, progress)
 
     def _outcome(
-        self, campaign: CampaignView, handle: RunHandle, code: int | None, progress: list[ProgressEvent]
+        self, campaign: Campaign, handle: RunHandle, code: int | None, progress: list[ProgressEvent]
     ) -> PollResult:
         log_tail = _tail(Path(handle.out_dir).parent / "campaign.log")
         if code is not None and code < 0:
@@ -428,7 +360,7 @@ class LocalBackend:
         return PollResult(False, progress, report=report, exit_code=code)
 
     @staticmethod
-    def _bisect_outcome(campaign: CampaignView, handle: RunHandle, code: int | None, progress: list[ProgressEvent],
+    def _bisect_outcome(campaign: Campaign, handle: RunHandle, code: int | None, progress: list[ProgressEvent],
                         status: str, log_tail: str) -> PollResult:
         """A bisect run's end: its bisect.json, validated and named by this campaign's id (as `--bisect-id`)."""
         path = Path(handle.out_dir) / "bisect.json"
@@ -463,7 +395,7 @@ class LocalBackend:
                 return
             time.sleep(0.01)
 
-    def cancel(self, campaign: CampaignView, handle: RunHandle) -> None:
+    def cancel(self, campaign: Campaign, handle: RunHandle) -> None:
         """SIGTERM to the process group, SIGKILL after the grace period; returns once none of the group runs."""
         pid = int(handle.ref)
         process = self._children.pop(campaign.id, None)

@@ -1,10 +1,10 @@
 """Slurm backend: the campaign as the split pipeline's jobs on a Slurm cluster (`runners.pipeline.slurm` does the work).
 
-The service's side: make sure both revisions are in its clone (as the local backend does), hand the campaign to
-`SlurmCampaign`, and translate its state into the lifecycle's `RunHandle` / `PollResult`. Everything a restarted
-service needs is in the attempt's `slurm.json` (job ids, attempts, last states) plus the handle in SQLite, so
-`poll` works on a campaign this process never started. Slurm being unreachable for a while is not the
-campaign's failure: the poll says so and the campaign's deadline bounds the wait.
+The service's side: make sure both revisions are in its clone (`bot.dispatch.clone`, as the local backend does),
+hand the campaign to `SlurmCampaign`, and translate its state into the lifecycle's `RunHandle` / `PollResult`.
+Everything a restarted service needs is in the attempt's `slurm.json` (job ids, attempts, last states) plus the
+handle in SQLite, so `poll` works on a campaign this process never started. Slurm being unreachable for a while is
+not the campaign's failure: the poll says so and the campaign's deadline bounds the wait.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from bot.core.campaign import Campaign
 from bot.dispatch.base import PollResult, RunHandle, StartError
-from bot.dispatch.local import LocalBackend
-from bot.store.campaigns import CampaignView
+from bot.dispatch.clone import ServiceClone, require_sandbox
 from runners.exec.sandbox import SandboxKind
 from runners.pipeline.slurm import (
     STATE_FILE,
@@ -30,16 +30,20 @@ from runners.schema.config import ConfigError
 from runners.stages.revisions import RevisionError
 
 
-class SlurmBackend(LocalBackend):
-    """Reuses the local backend's clone handling (commits fetched by SHA, the sandbox check at start)."""
+class SlurmBackend:
+    """Campaigns from the service's clone, as the local backend's are (commits fetched by SHA, the sandbox checked
+    at start), run as Slurm jobs."""
 
     name = "slurm"
 
     def __init__(self, repo: Path, *, options: SlurmOptions, fetch_remote: str = "origin",
                  sandbox: SandboxKind = "bwrap", cancel_grace_seconds: float = 10.0,
                  build_cache: Path | None = None) -> None:
-        super().__init__(repo, fetch_remote=fetch_remote, sandbox=sandbox, cancel_grace_seconds=cancel_grace_seconds,
-                         build_cache=build_cache)
+        require_sandbox(sandbox)
+        self.clone = ServiceClone(repo, fetch_remote)
+        self.sandbox: SandboxKind = sandbox
+        self.cancel_grace_seconds = cancel_grace_seconds
+        self.build_cache = build_cache
         self.options = options
         self._campaigns: dict[str, SlurmCampaign] = {}
         self._checked: dict[str, float] = {}
@@ -50,15 +54,15 @@ class SlurmBackend(LocalBackend):
             self._campaigns[key] = SlurmCampaign(work, self.options, self.sandbox, build_cache=self.build_cache)
         return self._campaigns[key]
 
-    def _handle(self, campaign: CampaignView, run: SlurmRun) -> RunHandle:
+    def _handle(self, campaign: Campaign, run: SlurmRun) -> RunHandle:
         assert campaign.artifact_dir is not None
         return RunHandle(backend=self.name, ref=run.jobs[0].job_id if run.jobs else campaign.id,
                          token=str(run.submitted_unix), out_dir=str(campaign.artifact_dir))
 
-    def start(self, campaign: CampaignView, config_text: str) -> RunHandle:
+    def start(self, campaign: Campaign, config_text: str) -> RunHandle:
         """Plan at the base branch's tip (as the Actions plan job does) and submit the whole pipeline."""
-        artifact_dir = self._pinned(campaign)
-        spec = CampaignSpec(campaign_id=campaign.id, repo=self.repo.resolve(), base_sha=campaign.base_sha,
+        artifact_dir = self.clone.pinned(campaign)
+        spec = CampaignSpec(campaign_id=campaign.id, repo=self.clone.repo.resolve(), base_sha=campaign.base_sha,
                             head_sha=campaign.head_sha, config_ref=campaign.config_sha or campaign.base_sha,
                             rows=campaign.rows, mode=campaign.mode)
         try:
@@ -67,7 +71,7 @@ class SlurmBackend(LocalBackend):
             raise StartError(f"cannot submit campaign {campaign.id} to Slurm: {exc}") from exc
         return self._handle(campaign, run)
 
-    def adopt(self, campaign: CampaignView) -> RunHandle | None:
+    def adopt(self, campaign: Campaign) -> RunHandle | None:
         """The submission of this attempt whose handle the store never got (the service died in between)."""
         if campaign.artifact_dir is None:
             return None
@@ -76,7 +80,7 @@ class SlurmBackend(LocalBackend):
             return None
         return self._handle(campaign, run)
 
-    def poll(self, campaign: CampaignView, handle: RunHandle) -> PollResult:
+    def poll(self, campaign: Campaign, handle: RunHandle) -> PollResult:
         now = time.monotonic()
         if now - self._checked.get(campaign.id, float("-inf")) < self.options.poll_seconds:
             return PollResult(running=True)
@@ -94,7 +98,7 @@ class SlurmBackend(LocalBackend):
         return PollResult(running=outcome.running, progress=outcome.progress, report=outcome.report,
                           error=outcome.error, note=outcome.note, waiting=outcome.waiting)
 
-    def cancel(self, campaign: CampaignView, handle: RunHandle) -> None:
+    def cancel(self, campaign: Campaign, handle: RunHandle) -> None:
         """scancel every job of the campaign; returns once squeue lists none of them."""
         self._checked.pop(campaign.id, None)
         self._campaign(Path(handle.out_dir).parent).cancel(wait_seconds=self.cancel_grace_seconds + 60)

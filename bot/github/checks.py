@@ -6,8 +6,9 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bot.core.repo_values import CheckRunInfo
 from bot.github.errors import GitHubNotFoundError
-from bot.github.models import CheckAction, CheckConclusion, CheckOutput, CheckRunInfo, CheckStatus
+from bot.github.models import CheckAction, CheckConclusion, CheckOutput, CheckStatus
 from bot.github.transport import GitHubTransport
 
 
@@ -56,6 +57,21 @@ class CheckRuns(GitHubTransport):
             kwargs["details_url"] = details_url
         run = self._call(f"create check run {name!r}", lambda: self._repo.create_check_run(**kwargs))
         return run.id
+
+    def check_run_of(self, head_sha: str, name: str, external_id: str) -> int | None:
+        """The id of the check run of this name and external id on a commit (the first made, should there be more),
+        or None: what the publisher looks for before it creates one. Every run of the name counts, not only the
+        newest (`filter=all`): an older campaign of the same head keeps its own."""
+        url = f"{self._repo.url}/commits/{urllib.parse.quote(head_sha, safe='')}/check-runs"
+
+        def fetch() -> int | None:
+            _, data = self._requester.requestJsonAndCheck(
+                "GET", url, parameters={"check_name": name, "filter": "all", "per_page": 100}
+            )
+            ids = [int(run["id"]) for run in data.get("check_runs", []) if run.get("external_id") == external_id]
+            return min(ids) if ids else None
+
+        return self._call(f"GET check run {external_id!r} of {head_sha}", fetch)
 
     def update_check_run(
         self,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.core.repo_values import NotFoundError
+
 
 class GitHubError(Exception):
     """A GitHub call failed for good; ``status``/``body`` are GitHub's answer when there was one."""
@@ -26,7 +28,7 @@ class GitHubAuthError(GitHubError):
     """The credentials were refused (401): a configuration problem, never retried."""
 
 
-class GitHubNotFoundError(GitHubError):
+class GitHubNotFoundError(GitHubError, NotFoundError):
     """The resource does not exist, or is invisible to these credentials (404)."""
 
 

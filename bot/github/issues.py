@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 from github.IssueComment import IssueComment
 
+from bot.core.repo_values import CommentInfo
 from bot.github.errors import GitHubError, GitHubNotFoundError
-from bot.github.models import CommentInfo, IssueInfo, MinimizeClassifier
+from bot.github.models import IssueInfo, MinimizeClassifier
 from bot.github.transport import GitHubTransport
 
 log = logging.getLogger(__name__)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 import urllib.parse
 
+from bot.core.repo_values import CommitInfo, MergeBase, PullInfo
 from bot.github.errors import GitHubError, GitHubNotFoundError
-from bot.github.models import CommitInfo, MergeBase, PullInfo, PullRef
+from bot.github.models import PullRef
 from bot.github.transport import GitHubTransport
 
 BASE_ROLES = frozenset({"admin", "maintain", "write", "triage", "read", "none"})

@@ -23,7 +23,8 @@ from typing import Any, Protocol
 from markupsafe import escape
 from pydantic import BaseModel, SecretStr
 
-from bot.github.models import BotIdentity, CheckAction, CheckConclusion, CheckOutput, CheckStatus, CommentInfo
+from bot.core.repo_values import BotIdentity, CommentInfo
+from bot.github.models import CheckAction, CheckConclusion, CheckOutput, CheckStatus
 
 REDACTED = "[redacted]"
 MIN_SECRET_LENGTH = 6
@@ -128,6 +129,10 @@ class Gateway(Protocol):
         conclusion: CheckConclusion | None = None,
     ) -> int: ...
 
+    def check_run_of(self, head_sha: str, name: str, external_id: str) -> int | None:
+        """The check run of this name and external id on the commit, if there is one."""
+        ...
+
     def update_check_run(
         self,
         check_run_id: int,
@@ -184,6 +189,9 @@ class RedactingGateway:
         return self.inner.create_check_run(
             head_sha, name, external_id, status, self._output(output), actions, details_url, conclusion=conclusion
         )
+
+    def check_run_of(self, head_sha: str, name: str, external_id: str) -> int | None:
+        return self.inner.check_run_of(head_sha, name, external_id)
 
     def update_check_run(
         self,

@@ -18,7 +18,8 @@ from github.NamedUser import NamedUser
 from github.Repository import Repository
 from github.Requester import Requester
 
-from bot.github.models import ACTIONS_BOT, AppAuth, BotIdentity, TokenAuth
+from bot.core.repo_values import BotIdentity
+from bot.github.models import ACTIONS_BOT, AppAuth, TokenAuth
 from bot.github.retry import ApiObserver, RetryPolicy
 
 T = TypeVar("T")

@@ -1,1 +1,1 @@
-"""What the bot shows: check runs, comments, report.md/report.html, charts, pages, the report artifact."""
+"""What the bot shows on GitHub: check runs, comments, report.md/report.html, charts, the report artifact."""

@@ -13,11 +13,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from bot.core.attempts import PriorAttempt
 from bot.github.redact import Redactor, secret_values
 from bot.publish import render
 from bot.publish.html_report import report_html, row_charts
 from bot.publish.render import Links
-from bot.store.attempts import PriorAttempt
 from runners.schema.report import CampaignReport
 
 SAMPLE_COLUMNS = (

@@ -1,5 +1,13 @@
 """The campaign's check run: created once on the head SHA, then updated as the campaign moves.
 
+`CheckRunWriter` is its one owner. A check run is named by its `external_id`, the campaign id: before creating
+one the writer looks for it there (a restarted service, a retried publication, Actions-only mode's publish job
+after its event), so no path and no retry ever makes a second; nothing else keeps or decides its id. When one
+is opened is decided here too (`for_queue`, `for_ending`): the service's publishers open it as soon as the
+campaign is queued; Actions-only mode's do not (`open_when_queued=False`), since nothing would end a check run
+left queued by a workflow run that failed before its publish job. Either opens one to publish a result or a
+failure, never just to say a campaign was cancelled or superseded.
+
 Progress is the busiest writer, so it is written sparingly and promptly: a batch of progress events costs
 at most one write (the newest event is what matters), a stage or row change is written at once, and within
 one stage at most one update per `interval` seconds (pair counts and ETA).
@@ -10,18 +18,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from bot.core.campaign import Campaign
 from bot.github.models import CheckAction, CheckConclusion, CheckOutput
 from bot.github.redact import RedactingGateway
 from bot.publish.render import CheckRunContent, ProgressView
-from bot.store.campaigns import CampaignView
 from runners.progress import ProgressEvent
 
 RERUN = CheckAction(label="Rerun", description="Run the parity campaign again", identifier="rerun")
 CANCEL = CheckAction(label="Cancel", description="Stop this parity campaign", identifier="cancel")
 
 
+FAILED_ENDINGS = frozenset({"timed_out", "errored", "config_error"})
+"""Endings that open a check run where there is none: a failure must be seen on the head, where a required check
+waits; a cancelled or superseded campaign without one needs none."""
 NAMED_KINDS = ("profile", "bisect", "main", "reference")
-"""Campaign kinds with a check run of their own name (`CampaignView.check_kind`)."""
+"""Campaign kinds with a check run of their own name (`Campaign.check_kind`)."""
 
 
 def check_name_of(campaign_check: str, kind: str) -> str:
@@ -47,34 +58,80 @@ def _output(content: CheckRunContent) -> CheckOutput:
 
 
 class CheckRunWriter:
-    """Creates and updates check runs; knows each campaign's check-run id and its progress pace."""
+    """Finds, creates and updates check runs; the one keeper of each campaign's check-run id and its progress
+    pace."""
 
     def __init__(
-        self, gateway: RedactingGateway, check_name: str, clock: Callable[[], float], interval: float
+        self,
+        gateway: RedactingGateway,
+        check_name: str,
+        clock: Callable[[], float],
+        interval: float,
+        *,
+        open_when_queued: bool = True,
     ) -> None:
         self.gateway = gateway
         self.check_name = check_name
         self.clock = clock
         self.interval = interval
+        self.open_when_queued = open_when_queued
         self._ids: dict[str, int] = {}
         self._progress: dict[str, _Progress] = {}
 
-    def id_of(self, campaign: CampaignView) -> int | None:
-        return campaign.check_run_id or self._ids.get(campaign.id)
+    def known(self, campaign: Campaign) -> int | None:
+        """The id this writer found or made for the campaign, without asking GitHub."""
+        return self._ids.get(campaign.id)
 
-    def open(self, campaign: CampaignView, content: CheckRunContent) -> int:
-        """Create the check run, queued, with Rerun and Cancel."""
+    def find(self, campaign: Campaign) -> int | None:
+        """The campaign's check run: known here, else looked up on its head by its external_id."""
+        if campaign.id not in self._ids:
+            name = check_name_of(self.check_name, campaign.check_kind)
+            found = self.gateway.check_run_of(campaign.head_sha, name, campaign.id)
+            if found is None:
+                return None
+            self._ids[campaign.id] = found
+        return self._ids[campaign.id]
+
+    def ensure(
+        self, campaign: Campaign, opening: Callable[[], CheckRunContent], details_url: str | None
+    ) -> int:
+        """The campaign's check run, created queued (with Rerun and Cancel, showing `opening`) only when `find`
+        finds none."""
+        found = self.find(campaign)
+        if found is not None:
+            return found
         run_id = self.gateway.create_check_run(
             campaign.head_sha,
             check_name_of(self.check_name, campaign.check_kind),
             campaign.id,
             status="queued",
-            output=_output(content),
+            output=_output(opening()),
             actions=[RERUN, CANCEL],
-            details_url=campaign.details_url,
+            details_url=details_url,
         )
         self._ids[campaign.id] = run_id
         return run_id
+
+    def for_queue(
+        self, campaign: Campaign, opening: Callable[[], CheckRunContent], details_url: str | None
+    ) -> int | None:
+        """The check run a queued or started campaign shows on: opened now (the service), or only one this writer
+        already knows (Actions-only mode)."""
+        if self.open_when_queued:
+            return self.ensure(campaign, opening, details_url)
+        return self.known(campaign)
+
+    def for_ending(
+        self, campaign: Campaign, state: str, opening: Callable[[], CheckRunContent], details_url: str | None
+    ) -> int | None:
+        """The check run an ending without a report completes: one is opened for a failure (`FAILED_ENDINGS`); a
+        cancelled or superseded campaign completes the one it has and gets none otherwise (its status comment
+        says it ended). Actions-only mode completes only a run it made itself: its publish job may already have
+        completed the campaign's run with a verdict, which an ending must not overwrite."""
+        self.forget_progress(campaign)
+        if state in FAILED_ENDINGS:
+            return self.ensure(campaign, opening, details_url)
+        return self.find(campaign) if self.open_when_queued else self.known(campaign)
 
     def running(self, run_id: int, content: CheckRunContent, started: bool, details_url: str | None) -> None:
         self.gateway.update_check_run(
@@ -85,7 +142,7 @@ class CheckRunWriter:
             details_url=details_url,
         )
 
-    def due(self, campaign: CampaignView, events: Sequence[ProgressEvent]) -> ProgressView | None:
+    def due(self, campaign: Campaign, events: Sequence[ProgressEvent]) -> ProgressView | None:
         """The view to write for this batch of events, or None when the rate limit holds it back.
 
         Every event updates the stage clock (so the ETA stays right), but only the newest is shown.
@@ -120,7 +177,7 @@ class CheckRunWriter:
 
     def complete(
         self,
-        campaign: CampaignView,
+        campaign: Campaign,
         run_id: int,
         conclusion: CheckConclusion,
         content: CheckRunContent,
@@ -137,6 +194,6 @@ class CheckRunWriter:
             details_url=details_url,
         )
 
-    def forget_progress(self, campaign: CampaignView) -> None:
+    def forget_progress(self, campaign: Campaign) -> None:
         """The campaign ended without completing here (or its check run is completed elsewhere)."""
         self._progress.pop(campaign.id, None)

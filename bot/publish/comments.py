@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from bot.core.campaign import Campaign
+from bot.core.repo_values import CommentInfo
 from bot.github.errors import GitHubNotFoundError
-from bot.github.models import CommentInfo
 from bot.github.redact import RedactingGateway
 from bot.publish import render
-from bot.store.campaigns import CampaignView
 
 OWNER_PREFIX = "<!-- kv-parity:campaign "
 
@@ -54,12 +54,12 @@ class CommentWriter:
 
     # --- the sticky status comment
 
-    def remember_status(self, campaign: CampaignView, ours: list[CommentInfo]) -> None:
+    def remember_status(self, campaign: Campaign, ours: list[CommentInfo]) -> None:
         found = next((c for c in ours if render.is_status_comment(c.body)), None)
         if found is not None:
             self._status[(campaign.repo, campaign.pr_number)] = found
 
-    def upsert_status(self, campaign: CampaignView, body: str) -> int | None:
+    def upsert_status(self, campaign: Campaign, body: str) -> int | None:
         """Edit the one status comment in place (creating it once), unless a newer campaign owns it."""
         body = self._with_owner(campaign, body)
         key = (campaign.repo, campaign.pr_number)
@@ -80,13 +80,13 @@ class CommentWriter:
         return self._status[key].id
 
     @staticmethod
-    def _with_owner(campaign: CampaignView, body: str) -> str:
+    def _with_owner(campaign: Campaign, body: str) -> str:
         marker, _, rest = body.partition("\n")
         return f"{marker}\n{OWNER_PREFIX}{campaign.id} {_utc_iso(campaign.created_at)} -->\n{rest}"
 
     # --- result comments
 
-    def post_result(self, campaign: CampaignView, body: str) -> CommentInfo:
+    def post_result(self, campaign: Campaign, body: str) -> CommentInfo:
         """Post the campaign's result comment once; a second call finds the first by its marker and edits it when
         the words changed (a republish after an acceptance).
 

@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
+from bot.core.attempts import PriorAttempt
 from bot.publish import svg
 from bot.publish.marks import with_marks
 from bot.publish.render import (
@@ -38,7 +39,6 @@ from bot.publish.render import (
     verdict_line,
     when,
 )
-from bot.store.attempts import PriorAttempt
 from runners.schema.config import PerfConfig
 from runners.schema.report import (
     KERNEL_CLOCK_LABELS,

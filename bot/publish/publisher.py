@@ -25,20 +25,21 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr, ValidationError
 
 from bot.core.accept_comments import read_back
+from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign, CampaignPurpose, CampaignState
 from bot.core.commands import COMMANDS
 from bot.core.merge_queue import MERGE_GROUP_TRIGGER, CarriedResult, queue_entry
+from bot.core.repo_values import CommentInfo, PullInfo
 from bot.github.errors import GitHubError
 from bot.github.gateway import GitHubGateway
-from bot.github.models import CheckConclusion, CheckOutput, CommentInfo, PullInfo, TokenAuth
+from bot.github.models import CheckConclusion, CheckOutput, TokenAuth
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
 from bot.publish import render
 from bot.publish.artifact import write_artifact as write_artifact
 from bot.publish.check_runs import CheckRunWriter
 from bot.publish.comments import CommentWriter
-from bot.publish.render import Links, ProgressView
+from bot.publish.render import CheckRunContent, Links, ProgressView
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
-from bot.store.attempts import PriorAttempt
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.schema.config import parse_rows
 from runners.schema.report import Acceptance, CampaignReport
@@ -61,7 +62,7 @@ and the newer campaign's check run carries the verdict.
 """
 
 
-def _comments_on_pull(campaign: CampaignView) -> bool:
+def _comments_on_pull(campaign: Campaign) -> bool:
     """A merge group's campaign reports on the group's check run only, never in the pull request's comments."""
     return campaign.trigger != MERGE_GROUP_TRIGGER
 
@@ -105,9 +106,14 @@ class Publisher:
     Quiet: one status comment per pull request, edited when a campaign is queued, starts and ends (edits
     notify nobody); one new result comment per finished campaign (that one should notify); live progress
     only on the check run, one write per stage change and at most one per PROGRESS_INTERVAL_SECONDS within
-    a stage. Idempotent: the status comment and result comments are found again by their hidden markers,
-    on the bot's own comments only, so a publisher created after a restart continues where the old one
-    stopped and nobody else's comment can stand in for them.
+    a stage. Idempotent: the check run is found again by its external_id (`CheckRunWriter`), the status comment
+    and result comments by their hidden markers, on the bot's own comments only, so a publisher created after a
+    restart continues where the old one stopped and nobody else's comment can stand in for them.
+
+    Every step takes the campaign and `details_url`, where a person follows it (its details page or its Actions
+    run; None: the artifact, else the check run's own page); each step that writes the check run returns its id.
+    `open_when_queued` (the service) opens the check run as soon as a campaign is queued; Actions-only mode's
+    publisher waits for the publish job or a failure (`bot.publish.check_runs`).
     """
 
     def __init__(
@@ -119,6 +125,7 @@ class Publisher:
         artifact_base_url: str | None = None,
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         redactor: Redactor | None = None,
+        open_when_queued: bool = True,
     ) -> None:
         self.redactor = redactor or Redactor(secret_values(settings_like, os.environ))
         self.gateway = RedactingGateway(gateway, self.redactor)
@@ -126,51 +133,49 @@ class Publisher:
         self.artifact_base_url = artifact_base_url.rstrip("/") if artifact_base_url else None
         self._web = web_url(settings_like.api_base_url)
         self._lock = threading.RLock()
-        self.check_runs = CheckRunWriter(self.gateway, settings_like.check_name, clock, progress_interval)
+        self.check_runs = CheckRunWriter(
+            self.gateway, settings_like.check_name, clock, progress_interval, open_when_queued=open_when_queued
+        )
         self.comments = CommentWriter(self.gateway)
 
     def _links(
         self,
-        campaign: CampaignView,
+        campaign: Campaign,
+        run_id: int | None,
+        details_url: str | None,
         artifact_url: str | None = None,
         result_url: str | None = None,
-        check_run_id: int | None = None,
     ) -> Links:
-        run_id = check_run_id or self.check_runs.id_of(campaign)
         if artifact_url is None and self.artifact_base_url:
             artifact_url = f"{self.artifact_base_url}/{campaign.id}/"
         return Links(
             artifact_url=artifact_url,
             check_run_url=f"{self._web}/{campaign.repo}/runs/{run_id}" if run_id else None,
             result_url=result_url,
-            details_url=campaign.details_url,
+            details_url=details_url,
+        )
+
+    def _opening(self, campaign: Campaign, details_url: str | None) -> Callable[[], CheckRunContent]:
+        """What a check run shows when it is created: the campaign queued at its position."""
+        return lambda: render.progress_content(
+            campaign, None, self._links(campaign, None, details_url), self.settings.command_word,
+            position=campaign.queue_position,
         )
 
     # --- lifecycle steps
 
-    def open_check_run(self, campaign: CampaignView) -> int:
-        """Create the campaign's check run on the head SHA, queued, with its Cancel button."""
+    def open_check_run(self, campaign: Campaign, *, details_url: str | None = None) -> int:
+        """The campaign's check run on the head SHA: found by its external_id, else created queued with its Cancel
+        button."""
         with self._lock:
-            content = render.progress_content(
-                campaign,
-                None,
-                self._links(campaign),
-                self.settings.command_word,
-                position=campaign.queue_position,
-            )
-            return self.check_runs.open(campaign, content)
+            return self.check_runs.ensure(campaign, self._opening(campaign, details_url), details_url)
 
-    def _ensure_check_run(self, campaign: CampaignView) -> int:
-        return self.check_runs.id_of(campaign) or self.open_check_run(campaign)
-
-    def queued(self, campaign: CampaignView, position: int) -> int | None:
-        """Show the queue position (0 = started) on the check run and in the status comment.
-
-        Returns the status comment's id for the store (None when a newer campaign owns that comment).
-        """
+    def queued(self, campaign: Campaign, position: int, *, details_url: str | None = None) -> int | None:
+        """Show the queue position (0 = started) on the check run and in the status comment; returns the check
+        run's id (None: this publisher opens none for a queued campaign)."""
         with self._lock:
-            links = self._links(campaign)
-            run_id = self.check_runs.id_of(campaign)
+            run_id = self.check_runs.for_queue(campaign, self._opening(campaign, details_url), details_url)
+            links = self._links(campaign, run_id, details_url)
             started = position == 0
             if run_id is not None:
                 progress = (
@@ -181,50 +186,56 @@ class Publisher:
                 content = render.progress_content(
                     campaign, progress, links, self.settings.command_word, position=position
                 )
-                self.check_runs.running(run_id, content, started, campaign.details_url)
-            if not _comments_on_pull(campaign):
-                return None
-            body = render.status_comment(
-                campaign, "running" if started else "queued", links, self.settings.command_word, position=position
-            )
-            return self.comments.upsert_status(campaign, body)
+                self.check_runs.running(run_id, content, started, details_url)
+            if _comments_on_pull(campaign):
+                body = render.status_comment(
+                    campaign, "running" if started else "queued", links, self.settings.command_word,
+                    position=position,
+                )
+                self.comments.upsert_status(campaign, body)
+            return run_id
 
-    def progress(self, campaign: CampaignView, event: ProgressEvent) -> None:
+    def progress(self, campaign: Campaign, event: ProgressEvent, *, details_url: str | None = None) -> None:
         """Live progress of one event (see `progress_batch`)."""
-        self.progress_batch(campaign, [event])
+        self.progress_batch(campaign, [event], details_url=details_url)
 
-    def progress_batch(self, campaign: CampaignView, events: Sequence[ProgressEvent]) -> None:
+    def progress_batch(
+        self, campaign: Campaign, events: Sequence[ProgressEvent], *, details_url: str | None = None
+    ) -> None:
         """Live progress on the check run: at most one write for a batch, at once on a stage or row change,
         else at most one per interval. The status comment is not touched (it links to the check run)."""
         with self._lock:
             view = self.check_runs.due(campaign, events)
             if view is None:
                 return
-            run_id = self._ensure_check_run(campaign)
+            run_id = self.check_runs.ensure(campaign, self._opening(campaign, details_url), details_url)
             content = render.progress_content(
-                campaign, view, self._links(campaign, check_run_id=run_id), self.settings.command_word
+                campaign, view, self._links(campaign, run_id, details_url), self.settings.command_word
             )
-            self.check_runs.running(run_id, content, started=True, details_url=campaign.details_url)
+            self.check_runs.running(run_id, content, started=True, details_url=details_url)
 
-    def waiting(self, campaign: CampaignView) -> None:
+    def waiting(self, campaign: Campaign, *, details_url: str | None = None) -> None:
         """The running status comment again, now saying where the campaign waits in its scheduler's queue (or
         no longer): a person sees why nothing runs without opening the check run. One edit per change."""
         if not _comments_on_pull(campaign):
             return
         with self._lock:
-            body = render.status_comment(campaign, "running", self._links(campaign), self.settings.command_word)
+            links = self._links(campaign, self.check_runs.find(campaign), details_url)
+            body = render.status_comment(campaign, "running", links, self.settings.command_word)
             self.comments.upsert_status(campaign, body)
 
     def finished(
         self,
-        campaign: CampaignView,
+        campaign: Campaign,
         report: CampaignReport,
         artifact_dir: Path,
         artifact_url: str | None = None,
         *,
         prior_attempts: Sequence[PriorAttempt] = (),
-    ) -> None:
-        """Write the artifact, complete the check run, post ONE result comment and fold older ones.
+        details_url: str | None = None,
+    ) -> int:
+        """Write the artifact, complete the check run, post ONE result comment and fold older ones; returns the
+        check run's id.
 
         `prior_attempts` (earlier campaigns of the same head, oldest first) are listed on every surface.
         Calling it again for the same campaign re-completes the check run and re-edits the status comment
@@ -233,15 +244,15 @@ class Publisher:
         with self._lock:
             report = with_verdicts(report)
             write_artifact(report, artifact_dir, prior_attempts, self.redactor)
-            run_id = self._ensure_check_run(campaign)
-            links = self._links(campaign, artifact_url, check_run_id=run_id)
+            run_id = self.check_runs.ensure(campaign, self._opening(campaign, details_url), details_url)
+            links = self._links(campaign, run_id, details_url, artifact_url)
             command_word = self.settings.command_word
             content = render.check_run_content(report, links, command_word, prior_attempts)
             self.check_runs.complete(
                 campaign, run_id, report.concluded.conclusion.value, content, _details_url(links)
             )
             if not _comments_on_pull(campaign):
-                return
+                return run_id
             result = self.comments.post_result(
                 campaign, render.result_comment(report, links, command_word, prior_attempts)
             )
@@ -255,28 +266,27 @@ class Publisher:
                     report=report,
                 ),
             )
+            return run_id
 
-    def ended(self, campaign: CampaignView, state: str, reason: str) -> None:
-        """A campaign that stopped without a report: complete its check run and say why in the status."""
+    def ended(self, campaign: Campaign, state: str, reason: str, *, details_url: str | None = None) -> int | None:
+        """A campaign that stopped without a report: complete its check run and say why in the status; returns
+        the check run's id (None: it has none, `CheckRunWriter.for_ending`)."""
         if state not in STATE_CONCLUSIONS:
             raise ValueError(f"unknown end state {state!r}; expected one of {sorted(STATE_CONCLUSIONS)}")
         with self._lock:
-            self.check_runs.forget_progress(campaign)
-            run_id = self.check_runs.id_of(campaign)
-            if run_id is None and state in ("timed_out", "errored", "config_error"):
-                run_id = self.open_check_run(campaign)
-            links = self._links(campaign, check_run_id=run_id)
+            run_id = self.check_runs.for_ending(campaign, state, self._opening(campaign, details_url), details_url)
+            links = self._links(campaign, run_id, details_url)
             if run_id is not None:
                 content = render.ended_content(campaign, state, reason, links, self.settings.command_word)
                 self.check_runs.complete(campaign, run_id, STATE_CONCLUSIONS[state], content, _details_url(links))
-            if not _comments_on_pull(campaign):
-                return
-            self.comments.upsert_status(
-                campaign,
-                render.status_comment(
-                    campaign, "ended", links, self.settings.command_word, state=state, reason=reason
-                ),
-            )
+            if _comments_on_pull(campaign):
+                self.comments.upsert_status(
+                    campaign,
+                    render.status_comment(
+                        campaign, "ended", links, self.settings.command_word, state=state, reason=reason
+                    ),
+                )
+            return run_id
 
     def merge_group_carried(self, head_sha: str, result: CarriedResult) -> int:
         """The campaign check's run on a merge group's commit, created and concluded at once from the standing of
@@ -353,33 +363,35 @@ def standing_acceptances(gateway: PublishGateway, pr: int, head_sha: str, comman
 
 
 def campaign_from_report(
-    report: CampaignReport, repo: str, pr_number: int, artifact_dir: Path
-) -> CampaignView:
-    """The campaign a stand-alone report stands for, so publishing shares `Publisher.finished`."""
+    report: CampaignReport,
+    repo: str,
+    pr_number: int,
+    *,
+    rows: list[str] | None = None,
+    purpose: CampaignPurpose = "pull_request",
+    trigger: str = "publish",
+) -> Campaign:
+    """The campaign a stand-alone report is of (`kv-parity publish`), read from the report itself, so publishing
+    it shares `Publisher.finished` (and `SideRunPublisher.finished`) with the service; `trigger` is `merge_group`
+    for a measured merge group's (published on the group's check run only)."""
     revisions = {r.arm: r.sha for r in report.revisions}
-    verdicts = report.concluded
-    return CampaignView(
+    return Campaign(
         id=report.campaign_id,
         repo=repo,
         pr_number=pr_number,
         head_sha=revisions["candidate"],
         base_sha=revisions["baseline"],
         relationship=report.relationship,
-        rows=None,
-        state=CampaignState.COMPLETED,
-        check_run_id=None,
-        status_comment_id=None,
+        rows=rows,
         requested_by="kv-parity publish",
-        trigger="publish",
-        created_at=datetime.fromtimestamp(report.created_unix, UTC),
-        deadline=None,
-        artifact_dir=artifact_dir,
-        queue_position=None,
-        attempt=1,
-        reason="published from report.json",
-        conclusion=verdicts.conclusion.value,
+        trigger=trigger,
         config_source=report.config_source,
         mode=report.mode,
+        purpose=purpose,
+        state=CampaignState.COMPLETED,
+        created_at=datetime.fromtimestamp(report.created_unix, UTC),
+        reason="published from report.json",
+        conclusion=report.concluded.conclusion.value,
     )
 
 
@@ -486,23 +498,25 @@ def publish_main(argv: Sequence[str], gateway: PublishGateway | None = None) -> 
         api_base_url=args.api_url,
     )
     out_dir: Path = args.out or args.report.resolve().parent
-    campaign = campaign_from_report(report, args.repo, args.pr, out_dir).model_copy(
-        update={"details_url": args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ))}
-    )
+    details_url = args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ))
+    head_sha = expected.head_sha  # the report's own (check_report_matches)
     try:
         head = gateway.pull(args.pr).head_sha
-        if head != campaign.head_sha and in_merge_queue(gateway, args.pr, campaign.head_sha):
-            campaign = campaign.model_copy(update={"trigger": MERGE_GROUP_TRIGGER})
-        elif head != campaign.head_sha:
+        merge_group = head != head_sha and in_merge_queue(gateway, args.pr, head_sha)
+        if head != head_sha and not merge_group:
             print(
-                f"kv-parity publish: refused, nothing published: head SHA is {campaign.head_sha!r} in the "
+                f"kv-parity publish: refused, nothing published: head SHA is {head_sha!r} in the "
                 f"report but pull request #{args.pr}'s current head is {head!r}",
                 file=sys.stderr,
             )
             return EXIT_REFUSED
+        campaign = campaign_from_report(report, args.repo, args.pr,
+                                        trigger=MERGE_GROUP_TRIGGER if merge_group else "publish")
         accepted = standing_acceptances(gateway, args.pr, campaign.head_sha, settings.command_word)
         report = with_acceptances(report, accepted)
-        Publisher(gateway, settings).finished(campaign, report, out_dir, artifact_url=args.artifact_url)
+        Publisher(gateway, settings).finished(
+            campaign, report, out_dir, artifact_url=args.artifact_url, details_url=details_url
+        )
     except GitHubError as exc:
         print(f"kv-parity publish: GitHub refused: {exc}", file=sys.stderr)
         return EXIT_GITHUB

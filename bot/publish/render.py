@@ -17,10 +17,10 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel
 
+from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign
 from bot.core.commands import CommandSpec
 from bot.core.merge_queue import CarriedResult
-from bot.store.attempts import PriorAttempt
-from bot.store.campaigns import CampaignView
 from runners.progress import ProgressEvent
 from runners.resources import package_dir
 from runners.schema.config import PerfConfig
@@ -961,7 +961,7 @@ class ProgressView:
 
 
 def progress_content(
-    campaign: CampaignView,
+    campaign: Campaign,
     progress: ProgressView | None,
     links: Links,
     command_word: str = "/parity",
@@ -996,7 +996,7 @@ def progress_content(
 
 
 def ended_content(
-    campaign: CampaignView, state: str, reason: str, links: Links, command_word: str = "/parity"
+    campaign: Campaign, state: str, reason: str, links: Links, command_word: str = "/parity"
 ) -> CheckRunContent:
     """A campaign that ended without a report (cancelled, superseded, timed out, errored, bad config)."""
     conclusion, label = ENDED_STATES[state]
@@ -1022,7 +1022,7 @@ def ended_content(
 
 
 def status_comment(
-    campaign: CampaignView,
+    campaign: Campaign,
     mode: str,
     links: Links,
     command_word: str = "/parity",

@@ -20,12 +20,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import SecretStr, ValidationError
 
+from bot.core.attempts import PriorAttempt
+from bot.core.campaign import Campaign
 from bot.core.commands import COMMANDS
 from bot.github.errors import GitHubError
 from bot.github.gateway import GitHubGateway
@@ -45,14 +46,13 @@ from bot.publish.publisher import (
     STATE_CONCLUSIONS,
     _default_bot_login,
     _workflow_run_url,
+    campaign_from_report,
     web_url,
 )
 from bot.publish.publisher import publish_main as publish_pull_request
-from bot.publish.render import Links, ProgressView
+from bot.publish.render import CheckRunContent, Links, ProgressView
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.publish.tracking_render import ISSUE_TITLE, pull_request_comment, regression_body, tracking_marker
-from bot.store.attempts import PriorAttempt
-from bot.store.campaigns import CampaignState, CampaignView
 from runners.progress import ProgressEvent
 from runners.schema.bisect_rule import BisectReport
 from runners.schema.config import parse_rows
@@ -106,6 +106,7 @@ class SideRunPublisher:
         artifact_base_url: str | None = None,
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         redactor: Redactor | None = None,
+        open_when_queued: bool = True,
     ) -> None:
         self.redactor = redactor or Redactor(secret_values(settings_like, os.environ))
         self.raw = gateway
@@ -114,95 +115,99 @@ class SideRunPublisher:
         self.artifact_base_url = artifact_base_url.rstrip("/") if artifact_base_url else None
         self._web = web_url(settings_like.api_base_url)
         self._lock = threading.RLock()
-        self.check_runs = CheckRunWriter(self.gateway, settings_like.check_name, clock, progress_interval)
+        self.check_runs = CheckRunWriter(
+            self.gateway, settings_like.check_name, clock, progress_interval, open_when_queued=open_when_queued
+        )
         self.comments = CommentWriter(self.gateway)
 
-    def _links(self, campaign: CampaignView, check_run_id: int | None = None) -> Links:
-        run_id = check_run_id or self.check_runs.id_of(campaign)
+    def _links(self, campaign: Campaign, run_id: int | None, details_url: str | None) -> Links:
         return Links(
             artifact_url=f"{self.artifact_base_url}/{campaign.id}/" if self.artifact_base_url else None,
             check_run_url=f"{self._web}/{campaign.repo}/runs/{run_id}" if run_id else None,
-            details_url=campaign.details_url,
+            details_url=details_url,
         )
+
+    def _opening(self, campaign: Campaign, details_url: str | None) -> Callable[[], CheckRunContent]:
+        return lambda: render.progress_content(campaign, None, self._links(campaign, None, details_url),
+                                               self.settings.command_word, position=campaign.queue_position)
 
     # --- the lifecycle's steps (bot.core.ports.Publisher)
 
-    def open_check_run(self, campaign: CampaignView) -> int:
+    def open_check_run(self, campaign: Campaign, *, details_url: str | None = None) -> int:
         with self._lock:
-            content = render.progress_content(campaign, None, self._links(campaign), self.settings.command_word,
-                                              position=campaign.queue_position)
-            return self.check_runs.open(campaign, content)
+            return self.check_runs.ensure(campaign, self._opening(campaign, details_url), details_url)
 
-    def queued(self, campaign: CampaignView, position: int) -> int | None:
-        """The queue position (0 = started) on the check run only, when it has one (the service opens it first;
-        Actions-only mode's publish job opens and completes it at once); there is no status comment to return."""
+    def queued(self, campaign: Campaign, position: int, *, details_url: str | None = None) -> int | None:
+        """The queue position (0 = started) on the check run only (Actions-only mode's publish job opens and
+        completes it at once); there is no status comment."""
         with self._lock:
-            run_id = self.check_runs.id_of(campaign)
+            run_id = self.check_runs.for_queue(campaign, self._opening(campaign, details_url), details_url)
             if run_id is None:
                 return None
             started = position == 0
             progress = (ProgressView(stage="starting", row=None, detail="", done=None, total=None, eta_seconds=None)
                         if started else None)
-            content = render.progress_content(campaign, progress, self._links(campaign), self.settings.command_word,
-                                              position=position)
-            self.check_runs.running(run_id, content, started, campaign.details_url)
-        return None
+            content = render.progress_content(campaign, progress, self._links(campaign, run_id, details_url),
+                                              self.settings.command_word, position=position)
+            self.check_runs.running(run_id, content, started, details_url)
+        return run_id
 
-    def progress(self, campaign: CampaignView, event: ProgressEvent) -> None:
+    def progress(self, campaign: Campaign, event: ProgressEvent, *, details_url: str | None = None) -> None:
         with self._lock:
             view = self.check_runs.due(campaign, [event])
             if view is None:
                 return
-            run_id = self.check_runs.id_of(campaign) or self.open_check_run(campaign)
-            content = render.progress_content(campaign, view, self._links(campaign, run_id),
+            run_id = self.check_runs.ensure(campaign, self._opening(campaign, details_url), details_url)
+            content = render.progress_content(campaign, view, self._links(campaign, run_id, details_url),
                                               self.settings.command_word)
-            self.check_runs.running(run_id, content, started=True, details_url=campaign.details_url)
+            self.check_runs.running(run_id, content, started=True, details_url=details_url)
 
-    def waiting(self, campaign: CampaignView) -> None:
+    def waiting(self, campaign: Campaign, *, details_url: str | None = None) -> None:
         """Nothing to edit: where a side run waits shows on its check run's next progress write."""
 
-    def finished(self, campaign: CampaignView, report: CampaignReport, artifact_dir: Path, *,
-                 prior_attempts: Sequence[PriorAttempt] = ()) -> None:
+    def finished(self, campaign: Campaign, report: CampaignReport, artifact_dir: Path, *,
+                 prior_attempts: Sequence[PriorAttempt] = (), details_url: str | None = None) -> int:
         """A main or reference campaign: the artifact, its check run, and on a FAIL the tracking issue and the
         merged pull requests."""
         with self._lock:
             report = with_verdicts(report)
             write_artifact(report, artifact_dir, prior_attempts, self.redactor)
-            run_id = self.check_runs.id_of(campaign) or self.open_check_run(campaign)
-            links = self._links(campaign, run_id)
+            run_id = self.check_runs.ensure(campaign, self._opening(campaign, details_url), details_url)
+            links = self._links(campaign, run_id, details_url)
             content = render.check_run_content(report, links, self.settings.command_word, prior_attempts)
             self.check_runs.complete(campaign, run_id, report.concluded.conclusion.value, content,
                                      links.details_url or links.artifact_url or links.check_run_url)
             if campaign.purpose in ("main", "reference") and report.concluded.failed:
                 self._regression(campaign, report, links)
+            return run_id
 
-    def bisect_finished(self, campaign: CampaignView, bisect: BisectReport, artifact_dir: Path) -> None:
+    def bisect_finished(self, campaign: Campaign, bisect: BisectReport, artifact_dir: Path, *,
+                        details_url: str | None = None) -> int:
         """The `kv-parity / bisect` check run completed with the result, and the result posted on the pull
         request once (found again by its marker among the bot's own comments)."""
         with self._lock:
-            run_id = self.check_runs.id_of(campaign) or self.open_check_run(campaign)
-            links = self._links(campaign, run_id)
+            run_id = self.check_runs.ensure(campaign, self._opening(campaign, details_url), details_url)
+            links = self._links(campaign, run_id, details_url)
             conclusion: CheckConclusion = "success" if bisect.result.outcome == "culprit" else "neutral"
             self.check_runs.complete(campaign, run_id, conclusion, bisect_check_run(bisect, links),
                                      links.details_url or links.artifact_url or links.check_run_url)
             marker = bisect_marker(campaign.id)
             if not any(c.body.startswith(marker) for c in self.comments.ours(campaign.pr_number)):
                 self.gateway.create_comment(campaign.pr_number, bisect_comment(bisect, campaign.id, links))
+            return run_id
 
-    def ended(self, campaign: CampaignView, state: str, reason: str) -> None:
+    def ended(self, campaign: Campaign, state: str, reason: str, *, details_url: str | None = None) -> int | None:
         if state not in STATE_CONCLUSIONS:
             raise ValueError(f"unknown end state {state!r}; expected one of {sorted(STATE_CONCLUSIONS)}")
         with self._lock:
-            self.check_runs.forget_progress(campaign)
-            run_id = self.check_runs.id_of(campaign)
-            if run_id is None and state in ("timed_out", "errored", "config_error"):
-                run_id = self.open_check_run(campaign)
+            run_id = self.check_runs.for_ending(campaign, state, self._opening(campaign, details_url), details_url)
             if run_id is None:
-                return
-            links = self._links(campaign, run_id)
+                return None
+            links = self._links(campaign, run_id, details_url)
             content = render.ended_content(campaign, state, reason, links, self.settings.command_word)
             self.check_runs.complete(campaign, run_id, STATE_CONCLUSIONS[state], content,
                                      links.details_url or links.artifact_url or links.check_run_url)
+            return run_id
 
     def reply(self, number: int, kind: str, **context: Any) -> None:
         body = render.reply(kind, self.settings.command_word, COMMANDS, self.settings.label, context)
@@ -214,7 +219,7 @@ class SideRunPublisher:
     def _posted(self, number: int, marker: str, also: str = "") -> bool:
         return marker in also or any(c.body.startswith(marker) for c in self.comments.ours(number))
 
-    def _regression(self, campaign: CampaignView, report: CampaignReport, links: Links) -> None:
+    def _regression(self, campaign: Campaign, report: CampaignReport, links: Links) -> None:
         label = self.settings.tracking_label
         baseline = next((r.sha for r in report.revisions if r.arm == "baseline"), "")
         reference = (report.config.main.reference or baseline) if campaign.purpose == "reference" else None
@@ -309,20 +314,11 @@ def publish_main(argv: Sequence[str], gateway: SideRunGateway | None = None) -> 
             return EXIT_USAGE
         gateway = GitHubGateway(args.repo, TokenAuth(token=SecretStr(token)), args.api_url, bot_login=args.bot_login)
     out_dir: Path = args.out or args.report.resolve().parent
-    revisions = {r.arm: r.sha for r in report.revisions}
-    campaign = CampaignView(
-        id=report.campaign_id, repo=args.repo, pr_number=0, head_sha=revisions["candidate"],
-        base_sha=revisions["baseline"], relationship=report.relationship, rows=parse_rows(args.expect_rows),
-        state=CampaignState.COMPLETED, check_run_id=None, status_comment_id=None,
-        requested_by="kv-parity publish", trigger="publish",
-        created_at=datetime.fromtimestamp(report.created_unix, UTC), deadline=None, artifact_dir=out_dir,
-        queue_position=None, attempt=1, reason="published from report.json",
-        conclusion=report.concluded.conclusion.value, config_source=report.config_source, purpose=purpose,
-        details_url=args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ)),
-    )
+    campaign = campaign_from_report(report, args.repo, 0, rows=parse_rows(args.expect_rows), purpose=purpose)
+    details_url = args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ))
     publisher = SideRunPublisher(gateway, PublishSettings(args), artifact_base_url=None)
     try:
-        publisher.finished(campaign, report, out_dir)
+        publisher.finished(campaign, report, out_dir, details_url=details_url)
     except GitHubError as exc:
         print(f"kv-parity publish: GitHub refused: {exc}", file=sys.stderr)
         return EXIT_GITHUB

@@ -26,9 +26,9 @@ from bot.core.events import HANDLED_EVENTS, PayloadError, parse_event
 from bot.dispatch.base import Backend
 from bot.intake import Intake
 from bot.lifecycle import Lifecycle, RunPages
-from bot.publish.main_pages import main_routes
-from bot.publish.pages import page_routes, repository_seen
-from bot.publish.queue_page import queue_route
+from bot.pages.details import page_routes, repository_seen
+from bot.pages.main_pages import main_routes
+from bot.pages.queue_page import queue_route
 from bot.service.ingest import Ingest
 from bot.service.signed_body import MAX_JSON_DEPTH, Refused, json_too_deep, read_signed_body
 from bot.service.wiring import (
@@ -78,7 +78,7 @@ def create_app(
     side_run_factory: SideRunFactory = default_side_runs,
 ) -> Starlette:
     """The webhook app; its lifespan opens the store and runs the worker (app.state.store/.worker). With
-    `settings.public_url` it also serves the details pages (`bot.publish.pages`) and the queue page; without, no
+    `settings.public_url` it also serves the details pages (`bot.pages.details`) and the queue page; without, no
     page route exists. With metrics configured it counts (`bot.metrics`, app.state.metrics) and serves `/metrics`.
 
     Raises DatabaseError (naming the path) when the database cannot be opened, SettingsError when `metrics_listen`
@@ -139,7 +139,7 @@ def create_app(
         if event == "ping":
             return counted(JSONResponse({"ok": "pong"}), "ignored", event)
         # Every signed delivery (a `repository` privatized event too) says whether its repository is private
-        # now; pages follow it at once (`bot.publish.pages`). Written only when it changed.
+        # now; pages follow it at once (`bot.pages.details`). Written only when it changed.
         too_deep = json_too_deep(body)
         seen = None if too_deep else repository_seen(body)
         if seen is not None:

@@ -3,9 +3,11 @@
 `bot.store.publications`; details-page tokens and merge-base history in `bot.store.pages`; what operators ask (the
 queue, run times, backlogs) in `bot.store.operations`. `Store` composes them over one connection.
 
-Every campaign transition is written, with its reason and time, before the side effect it stands for
-(start a process, kill it, publish), so after a crash the store says what was meant to happen and the
-worker can finish it. Illegal transitions raise instead of being written.
+A campaign row maps to and from the core's model (`bot.core.campaign.Campaign`, recorded from a
+`CampaignRequest`); the store imports the model, never the reverse. Every campaign transition is written, with
+its reason and time, before the side effect it stands for (start a process, kill it, publish), so after a crash
+the store says what was meant to happen and the worker can finish it. Transitions the core's state machine
+(`bot.core.campaign.ALLOWED`) does not allow raise instead of being written.
 """
 
 from __future__ import annotations
@@ -18,15 +20,23 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from bot.core.attempts import PriorAttempt
+from bot.core.campaign import (
+    ACTIVE_STATES,
+    ALLOWED,
+    COVERING_STATES,
+    FINAL_STATES,
+    Campaign,
+    CampaignPurpose,
+    CampaignRequest,
+    CampaignState,
+    DuplicateCampaign,
+    IllegalTransition,
+)
 from bot.store.acceptances import SCHEMA as ACCEPTANCES_SCHEMA
 from bot.store.acceptances import AcceptanceRecords
-from bot.store.attempts import PriorAttempt
 from bot.store.deliveries import SCHEMA as DELIVERIES_SCHEMA
 from bot.store.deliveries import Delivery, DeliveryQueue
 from bot.store.operations import OperatorQueries
@@ -38,121 +48,13 @@ from bot.store.publications import SCHEMA as PUBLICATIONS_SCHEMA
 from bot.store.publications import PublicationQueue
 from bot.store.tracking import SCHEMA as TRACKING_SCHEMA
 from bot.store.tracking import TrackingRecords
-from runners.schema.config import CampaignMode
-
-CampaignPurpose = Literal["pull_request", "bisect", "main", "reference"]
-"""What a campaign is for: a pull request's gate; `bisect` (`/parity bisect`: `kv-parity bisect` from the merge
-base to the head); `main` (a push to the default branch against its first parent, bot.core.tracking);
-`reference` (the default branch's tip against `[main] reference`: the cumulative change since it)."""
-SIDE_RUN_CHECKS = {"bisect": "bisect", "main": "main", "reference": "reference"}
-"""Purposes reported on check runs of their own (`kv-parity / main`, ...), never in a pull request's status."""
-
-
-class CampaignState(StrEnum):
-    REQUESTED = "requested"
-    DISPATCHED = "dispatched"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-    SUPERSEDED = "superseded"
-    TIMED_OUT = "timed_out"
-    ERRORED = "errored"
-
 
 S = CampaignState
 __all__ = [
-    "ACTIVE_STATES",
-    "ALLOWED",
-    "COVERING_STATES",
-    "FINAL_STATES",
-    "LIVE_STATES",
-    "CampaignState",
-    "CampaignView",
     "Delivery",
-    "DuplicateCampaign",
-    "IllegalTransition",
-    "NewCampaign",
     "Store",
     "Transition",
 ]
-LIVE_STATES = frozenset({S.REQUESTED, S.DISPATCHED, S.RUNNING})
-ACTIVE_STATES = frozenset({S.DISPATCHED, S.RUNNING})
-"""States in which a process (or remote run) may exist for the campaign."""
-_ENDINGS = {S.CANCELLED, S.SUPERSEDED, S.TIMED_OUT, S.ERRORED}
-ALLOWED: dict[CampaignState | None, frozenset[CampaignState]] = {
-    None: frozenset({S.REQUESTED}),
-    S.REQUESTED: frozenset({S.DISPATCHED, *_ENDINGS}),
-    # Back to requested = restarted from scratch after the service lost the process.
-    S.DISPATCHED: frozenset({S.RUNNING, S.REQUESTED, *_ENDINGS}),
-    S.RUNNING: frozenset({S.COMPLETED, S.REQUESTED, *_ENDINGS}),
-    S.COMPLETED: frozenset(),
-    S.CANCELLED: frozenset(),
-    S.SUPERSEDED: frozenset(),
-    S.TIMED_OUT: frozenset(),
-    S.ERRORED: frozenset(),
-}
-FINAL_STATES = frozenset({S.COMPLETED, *_ENDINGS})
-COVERING_STATES = (S.REQUESTED, S.DISPATCHED, S.RUNNING, S.COMPLETED)
-"""A campaign in one of these states covers its (PR, head, base, rows) key for a label or a push (answered as a
-duplicate); an explicit rerun starts a new campaign anyway, replacing a live one (at most one is live per key)."""
-
-
-class IllegalTransition(RuntimeError):
-    """A transition the state machine does not allow, or from a state the campaign is no longer in."""
-
-
-class CampaignView(BaseModel):
-    """A stored campaign as the publisher and the dispatch backends see it (read-only)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    repo: str
-    pr_number: int
-    head_sha: str
-    base_sha: str
-    relationship: str
-    """How base relates to head: ancestor (base is an ancestor of head), diverged, identical, behind."""
-    rows: list[str] | None
-    """Rows the requester named; None = every row of the base config."""
-    state: CampaignState
-    check_run_id: int | None
-    status_comment_id: int | None
-    requested_by: str
-    trigger: str
-    """label | synchronize | comment | check_run."""
-    created_at: datetime
-    deadline: datetime | None
-    """Set when the campaign is first dispatched: a campaign waiting in the queue does not time out."""
-    artifact_dir: Path | None
-    """Directory of the current attempt (report.json lands in its `out/`); None until dispatched."""
-    queue_position: int | None
-    """0 = dispatched or running; n >= 1 = n-th in line for its backend; None once finished."""
-    attempt: int
-    """Number of times it was started (restarts from scratch after a lost process add one)."""
-    reason: str
-    """Reason recorded with the latest transition."""
-    conclusion: str | None
-    """Check conclusion of the report once completed."""
-    config_source: str
-    """Where the campaign config was read, e.g. `.github/kv-parity.toml @ <sha> (base branch tip)`."""
-    config_sha: str | None = None
-    """The base branch's tip the config and determinism patch were read at (None: recorded before it was kept)."""
-    mode: CampaignMode = "campaign"
-    """`profile`: requested with `/parity profile` (correctness, then attribution; no performance gate)."""
-    scheduler_wait: str | None = None
-    """Where its jobs wait in the backend's scheduler queue (Slurm's reason and place), as the backend last
-    said; None when nothing waits or the backend has no queue of its own. Cleared by every transition."""
-    details_url: str | None = None
-    """Where a person follows the campaign (its details page, or its Actions run): set by the lifecycle for
-    the publisher, never stored."""
-    purpose: CampaignPurpose = "pull_request"
-    """What the campaign is for; `pr_number` is 0 for `main` and `reference` (no pull request)."""
-
-    @property
-    def check_kind(self) -> str:
-        """What names its check run besides the check name: the purpose of a side run, else the mode."""
-        return SIDE_RUN_CHECKS.get(self.purpose, self.mode)
 
 
 @dataclass(frozen=True)
@@ -162,35 +64,6 @@ class Transition:
     to_state: CampaignState
     at: datetime
     reason: str
-
-
-@dataclass(frozen=True)
-class NewCampaign:
-    repo: str
-    pr_number: int
-    head_sha: str
-    base_sha: str
-    relationship: str
-    rows: list[str] | None
-    rows_key: str
-    """Canonical selected-row ids (sorted, comma-joined): part of the duplicate key."""
-    requested_by: str
-    trigger: str
-    delivery_id: str
-    backend: str
-    config_text: str
-    config_source: str
-    config_sha: str | None
-    mode: CampaignMode = "campaign"
-    purpose: CampaignPurpose = "pull_request"
-
-
-class DuplicateCampaign(Exception):
-    """The (PR, head, base, rows) key is already covered; `existing` is the campaign that covers it."""
-
-    def __init__(self, existing: CampaignView) -> None:
-        super().__init__(f"already covered by campaign {existing.id} ({existing.state})")
-        self.existing = existing
 
 
 _SCHEMA = """
@@ -251,8 +124,8 @@ _ADDED_COLUMNS = {
 """Campaign columns added after the first schema: added in place to a database that lacks them."""
 
 _COLUMNS = (
-    "seq, id, repo, pr_number, head_sha, base_sha, relationship, rows, state, check_run_id, "
-    "status_comment_id, requested_by, trigger, created_at, deadline, artifact_dir, attempt, reason, "
+    "seq, id, repo, pr_number, head_sha, base_sha, relationship, rows, state, requested_by, trigger, "
+    "created_at, deadline, artifact_dir, attempt, reason, "
     "conclusion, config_source, backend, config_sha, mode, scheduler_wait, purpose"
 )
 
@@ -270,7 +143,7 @@ def _purpose(value: object) -> CampaignPurpose:
 
 def campaign_from_row(
     row: sqlite3.Row | tuple[object, ...], position: Callable[[int, CampaignState, str], int | None]
-) -> CampaignView:
+) -> Campaign:
     """Decode one `_COLUMNS` row; `position` gives its queue position (it needs the rest of the queue)."""
     (
         seq,
@@ -282,8 +155,6 @@ def campaign_from_row(
         relationship,
         rows,
         state,
-        check_run_id,
-        comment_id,
         requested_by,
         trigger,
         created_at,
@@ -300,7 +171,7 @@ def campaign_from_row(
         purpose,
     ) = row
     state = CampaignState(str(state))
-    return CampaignView(
+    return Campaign(
         id=str(cid),
         repo=str(repo),
         pr_number=int(str(pr)),
@@ -309,8 +180,6 @@ def campaign_from_row(
         relationship=str(relationship),
         rows=None if rows is None else json.loads(str(rows)),
         state=state,
-        check_run_id=None if check_run_id is None else int(str(check_run_id)),
-        status_comment_id=None if comment_id is None else int(str(comment_id)),
         requested_by=str(requested_by),
         trigger=str(trigger),
         created_at=_utc(float(str(created_at))),
@@ -363,7 +232,7 @@ class Store(
 
     # ------------------------------------------------------------------ campaigns
 
-    def _view(self, row: sqlite3.Row | tuple[object, ...]) -> CampaignView:
+    def _view(self, row: sqlite3.Row | tuple[object, ...]) -> Campaign:
         return campaign_from_row(row, self._position)
 
     def _position(self, seq: int, state: CampaignState, backend: str) -> int | None:
@@ -377,44 +246,44 @@ class Store(
         ).fetchone()[0]
         return int(ahead) + 1
 
-    def _select(self, where: str, params: tuple[object, ...]) -> list[CampaignView]:
+    def _select(self, where: str, params: tuple[object, ...]) -> list[Campaign]:
         with self._lock:
             rows = self._db.execute(f"SELECT {_COLUMNS} FROM campaigns WHERE {where}", params).fetchall()
             return [self._view(row) for row in rows]
 
-    def get(self, campaign_id: str) -> CampaignView | None:
+    def get(self, campaign_id: str) -> Campaign | None:
         found = self._select("id = ?", (campaign_id,))
         return found[0] if found else None
 
-    def require(self, campaign_id: str) -> CampaignView:
+    def require(self, campaign_id: str) -> Campaign:
         view = self.get(campaign_id)
         if view is None:
             raise KeyError(f"no campaign {campaign_id}")
         return view
 
-    def by_delivery(self, delivery_id: str) -> list[CampaignView]:
+    def by_delivery(self, delivery_id: str) -> list[Campaign]:
         return self._select("delivery_id = ? ORDER BY seq", (delivery_id,))
 
-    def for_pr(self, repo: str, pr_number: int, *, live_only: bool = False, limit: int = 20) -> list[CampaignView]:
+    def for_pr(self, repo: str, pr_number: int, *, live_only: bool = False, limit: int = 20) -> list[Campaign]:
         """A pull request's campaigns, newest first."""
         states = "AND state IN ('requested', 'dispatched', 'running')" if live_only else ""
         return self._select(f"repo = ? AND pr_number = ? {states} ORDER BY seq DESC LIMIT ?", (repo, pr_number, limit))
 
     def side_runs(self, repo: str, purposes: tuple[CampaignPurpose, ...], *, live_only: bool = False,
-                  limit: int = 100) -> list[CampaignView]:
+                  limit: int = 100) -> list[Campaign]:
         """A repository's campaigns of these purposes (main-branch tracking), newest first."""
         marks = ", ".join("?" for _ in purposes)
         states = "AND state IN ('requested', 'dispatched', 'running')" if live_only else ""
         return self._select(f"repo = ? AND purpose IN ({marks}) {states} ORDER BY seq DESC LIMIT ?",
                             (repo, *purposes, limit))
 
-    def in_states(self, states: frozenset[CampaignState], backend: str | None = None) -> list[CampaignView]:
+    def in_states(self, states: frozenset[CampaignState], backend: str | None = None) -> list[Campaign]:
         """Campaigns in the given states, oldest first (FIFO)."""
         marks = ", ".join("?" for _ in states)
         where = f"state IN ({marks})" + (" AND backend = ?" if backend else "") + " ORDER BY seq"
         return self._select(where, (*sorted(states), *([backend] if backend else [])))
 
-    def covering(self, repo: str, pr_number: int, head_sha: str, base_sha: str, rows_key: str) -> CampaignView | None:
+    def covering(self, repo: str, pr_number: int, head_sha: str, base_sha: str, rows_key: str) -> Campaign | None:
         marks = ", ".join("?" for _ in COVERING_STATES)
         found = self._select(
             f"repo = ? AND pr_number = ? AND head_sha = ? AND base_sha = ? AND rows_key = ? AND state IN ({marks})",
@@ -424,7 +293,7 @@ class Store(
 
     def live_for_key(
         self, repo: str, pr_number: int, head_sha: str, base_sha: str, rows_key: str
-    ) -> CampaignView | None:
+    ) -> Campaign | None:
         """The queued or running campaign of this key, if any (there is at most one)."""
         found = self._select(
             "repo = ? AND pr_number = ? AND head_sha = ? AND base_sha = ? AND rows_key = ? "
@@ -435,7 +304,7 @@ class Store(
 
     def latest_of_head(
         self, repo: str, pr_number: int, head_sha: str, *, completed: bool = False
-    ) -> CampaignView | None:
+    ) -> Campaign | None:
         """The newest campaign (mode campaign, not a merge group's) of this pull-request head; with `completed`, the
         newest that finished with a report."""
         state = " AND state = 'completed'" if completed else ""
@@ -446,7 +315,7 @@ class Store(
         )
         return found[0] if found else None
 
-    def live_of_head(self, repo: str, head_sha: str) -> list[CampaignView]:
+    def live_of_head(self, repo: str, head_sha: str) -> list[Campaign]:
         """The queued and running campaigns of a commit, whichever pull request they are recorded under."""
         return self._select(
             "repo = ? AND head_sha = ? AND state IN ('requested', 'dispatched', 'running') ORDER BY seq",
@@ -481,8 +350,9 @@ class Store(
             for r in found
         ]
 
-    def create_campaign(self, new: NewCampaign) -> CampaignView:
-        """Record a requested campaign (and its first transition); DuplicateCampaign if its key is covered."""
+    def create_campaign(self, request: CampaignRequest, repo: str, *, delivery_id: str, backend: str) -> Campaign:
+        """Record a requested campaign of `repo` (and its first transition), asked for by `delivery_id` and run by
+        `backend`; DuplicateCampaign if its key is covered."""
         campaign_id = f"kvp-{uuid.uuid4().hex[:12]}"
         now = time.time()
         try:
@@ -494,25 +364,25 @@ class Store(
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         campaign_id,
-                        new.repo,
-                        new.pr_number,
-                        new.head_sha,
-                        new.base_sha,
-                        new.relationship,
-                        None if new.rows is None else json.dumps(new.rows),
-                        new.rows_key,
+                        repo,
+                        request.pr_number,
+                        request.head_sha,
+                        request.base_sha,
+                        request.relationship,
+                        None if request.rows is None else json.dumps(request.rows),
+                        request.rows_key,
                         S.REQUESTED.value,
-                        new.requested_by,
-                        new.trigger,
-                        new.delivery_id,
-                        new.backend,
+                        request.requested_by,
+                        request.trigger,
+                        delivery_id,
+                        backend,
                         now,
-                        f"requested by @{new.requested_by} ({new.trigger})",
-                        new.config_text,
-                        new.config_source,
-                        new.config_sha,
-                        new.mode,
-                        new.purpose,
+                        f"requested by @{request.requested_by} ({request.trigger})",
+                        request.config_text,
+                        request.config_source,
+                        request.config_sha,
+                        request.mode,
+                        request.purpose,
                     ),
                 )
                 db.execute(
@@ -521,11 +391,11 @@ class Store(
                         campaign_id,
                         S.REQUESTED.value,
                         now,
-                        f"requested by @{new.requested_by} ({new.trigger})",
+                        f"requested by @{request.requested_by} ({request.trigger})",
                     ),
                 )
         except sqlite3.IntegrityError:
-            live = self.live_for_key(new.repo, new.pr_number, new.head_sha, new.base_sha, new.rows_key)
+            live = self.live_for_key(repo, request.pr_number, request.head_sha, request.base_sha, request.rows_key)
             if live is None:
                 raise
             raise DuplicateCampaign(live) from None
@@ -540,7 +410,7 @@ class Store(
         publish: str | None = None,
         published_state: str | None = None,
         **updates: object,
-    ) -> CampaignView:
+    ) -> Campaign:
         """Move a campaign to `to_state`, recording why; `publish` queues a publication in the same commit
         (of kind `publish`, announcing `published_state`, by default the new state).
 
@@ -601,12 +471,15 @@ class Store(
             db.execute(f"UPDATE campaigns SET {column} = ? WHERE id = ?", (value, campaign_id))
 
     def set_check_run(self, campaign_id: str, check_run_id: int) -> None:
+        """Keep the id of the check run the publisher wrote (for the details pages' link to it)."""
         self._set(campaign_id, "check_run_id", check_run_id)
 
-    def set_status_comment(self, campaign_id: str, comment_id: int) -> None:
-        self._set(campaign_id, "status_comment_id", comment_id)
+    def check_run_of(self, campaign_id: str) -> int | None:
+        with self._lock:
+            row = self._db.execute("SELECT check_run_id FROM campaigns WHERE id = ?", (campaign_id,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
-    def set_scheduler_wait(self, campaign_id: str, waiting: str) -> CampaignView:
+    def set_scheduler_wait(self, campaign_id: str, waiting: str) -> Campaign:
         """Keep the backend's latest word on where the campaign waits in its queue ('' = nothing waits)."""
         self._set(campaign_id, "scheduler_wait", waiting or None)
         return self.require(campaign_id)
@@ -627,7 +500,7 @@ class Store(
             row = self._db.execute("SELECT handle FROM campaigns WHERE id = ?", (campaign_id,)).fetchone()
         return None if row is None or row[0] is None else str(row[0])
 
-    def with_handles(self) -> list[tuple[CampaignView, str]]:
+    def with_handles(self) -> list[tuple[Campaign, str]]:
         """Campaigns whose process may still exist (a handle not yet cleared)."""
         views = self._select("handle IS NOT NULL ORDER BY seq", ())
         return [(view, handle) for view in views if (handle := self.handle(view.id)) is not None]

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bot.core.campaign import Campaign
 from bot.store.acceptances import AcceptanceEntry
-from bot.store.campaigns import CampaignView, Store
+from bot.store.campaigns import Store
 from bot.store.pages import NOT_COMPARABLE, BaselinePoint
 from bot.store.tracking import MainPoint
 
@@ -34,7 +35,7 @@ def acceptance_line(entry: AcceptanceEntry) -> str:
     return line
 
 
-def _campaign_lines(store: Store, campaign: CampaignView) -> list[str]:
+def _campaign_lines(store: Store, campaign: Campaign) -> list[str]:
     lines = [
         f"campaign {campaign.id}: {campaign.state.value} · {campaign.repo}#{campaign.pr_number} "
         f"head {campaign.head_sha[:12]} base {campaign.base_sha[:12]} ({campaign.relationship}) "

@@ -1,5 +1,5 @@
 """What an operator asks of the store: the queue, how long campaigns ran, the backlogs (`/metrics` in `bot.metrics`,
-the queue page in `bot.publish.queue_page`). Read-only queries over the tables the other parts own; no table here.
+the queue page in `bot.pages.queue_page`). Read-only queries over the tables the other parts own; no table here.
 
 Campaigns are returned as ids (with times), for `Store.get`: the views are built in `bot.store.campaigns`.
 """

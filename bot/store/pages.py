@@ -2,7 +2,7 @@
 
 A page is found only by its token (`secrets.token_urlsafe(32)`, never derived from an id) through an indexed
 equality lookup; nothing here lists tokens. A campaign's page row also records whether its repository was
-private when the campaign was requested, which decides whether it may have a page at all (`bot.publish.pages`), and
+private when the campaign was requested, which decides whether it may have a page at all (`bot.pages.details`), and
 every delivery records its repository's visibility now, which decides whether any page of it is served.
 """
 
@@ -82,7 +82,7 @@ class CampaignPage(BaseModel):
     private: bool
     token: str | None
     report_json: str | None
-    """The public, redacted report (`bot.publish.pages.page_report`) once the campaign finished with one."""
+    """The public, redacted report (`bot.pages.details.page_report`) once the campaign finished with one."""
 
 
 class RepositorySeen(BaseModel):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from bot.core.heads import HeadSeen
 from bot.store.base import StorePart
 
 SCHEMA = """
@@ -49,15 +50,6 @@ CREATE TABLE IF NOT EXISTS refusal_log (
 );
 CREATE INDEX IF NOT EXISTS refusal_log_by_person ON refusal_log (repo, pr_number, login, at);
 """
-
-
-@dataclass(frozen=True)
-class HeadSeen:
-    """The bot learned at `at` (unix time) that the pull request's head was `head_sha`, from `source`."""
-
-    head_sha: str
-    at: float
-    source: str
 
 
 @dataclass(frozen=True)

@@ -598,7 +598,6 @@ class PerfResult(PerfOutcome):
         """This evidence with `outcome` as its conclusion (every field of the outcome, none named here)."""
         return self.model_copy(update={name: getattr(outcome, name) for name in PerfOutcome.model_fields})
 
-
 # --- Instruction counts (after a row's performance stage; runners/stages/instructions.py) ----------------------------
 
 InstructionScope = Literal["region", "process"]

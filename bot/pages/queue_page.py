@@ -1,6 +1,6 @@
 """The queue page, `{public_url}/queue`: what is running and waiting, where, and when it should start; and the latest
 endings with their conclusions. Served only when the details pages are (`public_url`), under their rules
-(`bot.publish.pages`): no script, nothing fetched, the pages' security headers, redacted once more, and only
+(`bot.pages.details`): no script, nothing fetched, the pages' security headers, redacted once more, and only
 campaigns of repositories a page may be shown for (public ones, or every one when the operator opted private ones
 in). The estimate and its rule are `bot.queue`'s.
 """
@@ -16,15 +16,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bot.core.campaign import Campaign
 from bot.dispatch.base import RunHandle
+from bot.pages.details import Pages, _html, _not_found, _when
 from bot.publish.html_report import page
-from bot.publish.pages import Pages, _html, _not_found, _when
 from bot.queue import ESTIMATE_FROM, LiveCampaign, queue_snapshot
-from bot.store.campaigns import CampaignView
 
 ENDINGS_SHOWN = 20
 LIVE_SHOWN = 200
-RunUrl = Callable[[CampaignView], str | None]
+RunUrl = Callable[[Campaign], str | None]
 
 ESTIMATE_RULE = (
     "Campaigns run one at a time per backend, oldest first. The estimated start is now, plus what the running "
@@ -50,11 +50,11 @@ class QueueView:
         self.pages, self.store, self.run_url, self.clock = pages, pages.store, run_url, clock
         self.host = socket.gethostname()
 
-    def _pull(self, campaign: CampaignView) -> str:
+    def _pull(self, campaign: Campaign) -> str:
         url = f"{self.pages.web}/{campaign.repo}/pull/{campaign.pr_number}"
         return f'<a href="{escape(url)}">{escape(campaign.repo)}#{campaign.pr_number}</a>'
 
-    def _campaign(self, campaign: CampaignView, tokens: dict[str, str]) -> str:
+    def _campaign(self, campaign: Campaign, tokens: dict[str, str]) -> str:
         name = f"<code>{escape(campaign.id)}</code>"
         token = tokens.get(campaign.id)
         return f'<a href="{escape(self.pages.campaign_url(token))}">{name}</a>' if token else name

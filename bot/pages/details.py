@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from bot.core.campaign import Campaign, CampaignState
 from bot.core.events import PayloadError, parse_event
 from bot.github.redact import Redactor, secret_values
 from bot.publish.html_report import page, report_html
@@ -36,7 +37,7 @@ from bot.publish.render import ENDED_STATES, Links, PublicReport, one_line
 from bot.publish.svg import line_chart
 from bot.settings import Settings
 from bot.store.acceptances import AcceptanceEntry
-from bot.store.campaigns import CampaignState, CampaignView, Store
+from bot.store.campaigns import Store
 from bot.store.pages import NOT_COMPARABLE, BaselinePoint, CampaignPage, InstructionPoint, RepositorySeen
 from runners.schema.report import CampaignReport, RowReport
 from runners.schema.verdicts import with_verdicts
@@ -107,7 +108,7 @@ def node_label(row: RowReport) -> str:
     return " · ".join(parts)
 
 
-def baseline_points(campaign: CampaignView, report: CampaignReport) -> list[BaselinePoint]:
+def baseline_points(campaign: Campaign, report: CampaignReport) -> list[BaselinePoint]:
     """Each measured row's merge-base figure: the median over the baseline's valid measured samples (an
     invalidated attempt's samples do not count, whichever arm was invalidated)."""
     points = []
@@ -144,7 +145,7 @@ def baseline_points(campaign: CampaignView, report: CampaignReport) -> list[Base
     return points
 
 
-def instruction_points(campaign: CampaignView, report: CampaignReport) -> list[InstructionPoint]:
+def instruction_points(campaign: Campaign, report: CampaignReport) -> list[InstructionPoint]:
     """Each counted row's merge-base instruction count: the mean of the baseline's runs (exact when they agree),
     labelled with what it counts; a trend without noise, by-product of the campaigns like the medians."""
     points = []
@@ -171,7 +172,7 @@ class Pages:
         self.redactor = Redactor(secret_values(settings, os.environ if environ is None else environ))
         self.web = web_url(settings.api_base_url)
 
-    def page_of(self, campaign: CampaignView) -> CampaignPage | None:
+    def page_of(self, campaign: Campaign) -> CampaignPage | None:
         """The campaign's page record, made on first use while pages are on (None while they are off)."""
         if self.base is None:
             return None
@@ -190,7 +191,7 @@ class Pages:
             return False
         return self.settings.pages_for_private_repositories or not _private(self.store, repo, campaign_id)
 
-    def details_url(self, campaign: CampaignView) -> str | None:
+    def details_url(self, campaign: Campaign) -> str | None:
         found = self.page_of(campaign)
         if found is None or found.token is None or not self.may_show(campaign.repo, campaign.id):
             return None
@@ -205,7 +206,7 @@ class Pages:
     def row_url(self, pr_token: str, row_id: str) -> str:
         return f"{self.base}/pr/{pr_token}/rows/{quote(row_id, safe='')}"
 
-    def finished(self, campaign: CampaignView, report: CampaignReport) -> None:
+    def finished(self, campaign: Campaign, report: CampaignReport) -> None:
         """Keep the merge-base figures (always) and the page's report (when the campaign has a page)."""
         self.store.record_baselines(baseline_points(campaign, report))
         self.store.record_instruction_points(instruction_points(campaign, report))
@@ -228,7 +229,7 @@ class PageViews:
         self.pages = pages
         self.store = pages.store
 
-    def _nav(self, campaign: CampaignView) -> Markup:
+    def _nav(self, campaign: Campaign) -> Markup:
         if campaign.purpose in ("main", "reference"):
             token = self.store.main_token(campaign.repo)
             return Markup(f'<nav class="toc"><a href="{escape(self.pages.base or "")}/main/{escape(token)}">'
@@ -248,7 +249,8 @@ class PageViews:
         campaign = self.store.require(campaign_id)
         found = self.store.campaign_page(campaign_id)
         nav = self._nav(campaign)
-        check_run = f"{self.pages.web}/{campaign.repo}/runs/{campaign.check_run_id}" if campaign.check_run_id else None
+        run_id = self.store.check_run_of(campaign_id)
+        check_run = f"{self.pages.web}/{campaign.repo}/runs/{run_id}" if run_id else None
         if found is not None and found.report_json is not None:
             try:
                 report = with_verdicts(CampaignReport.model_validate_json(found.report_json))

@@ -3,7 +3,7 @@ first parent, and as a line over time beside it the cumulative ratio of the refe
 `[main] reference`), with the threshold; a table of every point with its bounds and verdicts below.
 
 Served, like every details page, only when `public_url` is set, at `{public_url}/main/{token}` (a random token per
-repository, `bot.store.tracking`), under the same privacy rules (`bot.publish.pages.Pages.may_show`): a private
+repository, `bot.store.tracking`), under the same privacy rules (`bot.pages.details.Pages.may_show`): a private
 repository not opted in has no page. Linked from the report page of each main-branch campaign.
 """
 
@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from bot.pages.details import SECURITY_HEADERS, Pages
 from bot.publish.html_report import page
-from bot.publish.pages import SECURITY_HEADERS, Pages
 from bot.publish.svg import line_chart
 from bot.store.tracking import MainPoint
 
