@@ -39,7 +39,7 @@ from runners.schema.config import PROFILES_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW = "vllm-agg"
-LAUNCH = "import sys; sys.path.insert(0, sys.argv.pop(1)); from bot.cli import main; sys.exit(main(sys.argv[1:]))"
+LAUNCH = "import sys; sys.path.insert(0, sys.argv.pop(1)); from bot.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _git(*args: str) -> str:

@@ -1,4 +1,4 @@
-"""Campaign lifecycle: drive each campaign `bot.intake` recorded to exactly one ending (it is the service's
+"""Campaign lifecycle: drive each campaign `bot.modes.store_ledger` recorded to exactly one ending (it is the service's
 `bot.core.ports.CampaignDriver`; the server hands it to the intake).
 
 requested -> dispatched -> running -> completed | cancelled | superseded | timed_out | errored. The store

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from bot.event_cli import event_main
 from bot.github.gateway import GitHubGateway
 from bot.github.models import TokenAuth
+from bot.modes.run_title_ledger import event_main
 from bot.publish.publisher import publish_main
 from runners.schema.report import CampaignReport, Revision
 from runners.verify import main_verify

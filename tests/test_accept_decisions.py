@@ -29,10 +29,10 @@ from bot.core.ports import RepoServices
 from bot.core.repo_values import BotIdentity, CheckRunInfo, CommentInfo
 from bot.core.triggers import Accept
 from bot.dispatch.local import LocalBackend
-from bot.event_cli import RunTitleLedger
 from bot.github.models import ACTIONS_BOT
-from bot.intake import StoreLedger
 from bot.lifecycle import Lifecycle
+from bot.modes.run_title_ledger import RunTitleLedger
+from bot.modes.store_ledger import StoreLedger
 from bot.publish import render
 from bot.settings import Settings
 from bot.store.campaigns import Store

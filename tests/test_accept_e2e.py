@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from bot.cli.history import history_main
 from bot.core.campaign import CampaignState
 from bot.service.app import create_app
 from bot.service.wiring import default_publisher
 from bot.store.campaigns import Store
-from bot.store.history import history_main
 from runners.schema.report import CampaignReport
 from runners.verify import main_verify
 from tests.report_factory import make_report

@@ -308,5 +308,5 @@ def test_no_bot_layer_imports_sideways_or_up() -> None:
 
 
 def test_the_layer_check_finds_a_sideways_import() -> None:
-    graph = {"bot.store.campaigns": {"bot.core.campaign", "bot.github.gateway"}, "bot.intake": {"bot.store.x"}}
+    graph = {"bot.store.campaigns": {"bot.core.campaign", "bot.github.gateway"}, "bot.modes.intake": {"bot.store.x"}}
     assert _sideways(graph) == [("bot.store.campaigns", "bot.github.gateway")]

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.cli import _finish
-from bot.cli import main as cli_main
+from bot.cli.main import _finish
+from bot.cli.main import main as cli_main
 from runners.demo import FIXTURE_DIR, commit_change, init_fixture_repo
 from runners.exec.untrusted import symlinks_under
 from runners.pipeline.campaign import CampaignRequest, run_campaign

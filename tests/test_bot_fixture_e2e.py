@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main as cli_main
+from bot.cli.main import main as cli_main
 from bot.core.campaign import CampaignState
 from bot.service.app import create_app
 from bot.service.wiring import default_publisher

@@ -389,7 +389,7 @@ fn main() {
 
 
 def _plan(repo: Path, base: str, head: str, campaign_id: str, out: Path) -> Path:
-    from bot.cli import main as cli_main
+    from bot.cli.main import main as cli_main
 
     assert cli_main(["plan", "--repo", str(repo), "--config-ref", base, "--profile", "demo", "--base", base,
                      "--head", head, "--rows", "vllm-agg", "--campaign-id", campaign_id, "--out", str(out)]) == 0
@@ -397,7 +397,7 @@ def _plan(repo: Path, base: str, head: str, campaign_id: str, out: Path) -> Path
 
 
 def _arm_build(repo: Path, plan: Path, arm: str, out: Path, cache: Path) -> Artifact:
-    from bot.cli import main as cli_main
+    from bot.cli.main import main as cli_main
     from runners.pipeline.distributed.build import ArmBuild
 
     assert cli_main(["build", "--plan", str(plan), "--repo", str(repo), "--arm", arm, "--out", str(out),
@@ -425,7 +425,7 @@ def test_the_split_arm_build_reuses_a_baseline_another_campaign_built_and_the_ma
     assert candidate.build_cache is not None and candidate.build_cache.reused_from is None
     assert candidate.build_cache.not_stored == CANDIDATE_AWAITS_SIZE_GATE
     assert not (cache_dir / candidate.build_cache.key_sha256).exists(), "not before its size gate"
-    from bot.cli import main as cli_main
+    from bot.cli.main import main as cli_main
 
     dist = tmp_path / "dist"
     assert cli_main(["manifest", "--plan", str(plan), "--baseline", str(tmp_path / "arm-b"), "--candidate",

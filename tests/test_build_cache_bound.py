@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main as cli_main
+from bot.cli.main import main as cli_main
 from runners.exec import build_cache
 from runners.exec.build_cache import (
     ENTRY_SHARE_OF_BOUND,

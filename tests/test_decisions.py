@@ -29,10 +29,10 @@ from bot.core.repo_values import BotIdentity, MergeBase, PullInfo
 from bot.core.triggers import Cancel, Intent, NeedsApproval, Refuse, Rerun, Start, Status
 from bot.dispatch.campaign_workflow import RUN_NAME
 from bot.dispatch.local import LocalBackend
-from bot.event_cli import RunTitleLedger
 from bot.github.models import ACTIONS_BOT, WorkflowRunInfo
-from bot.intake import StoreLedger
 from bot.lifecycle import Lifecycle
+from bot.modes.run_title_ledger import RunTitleLedger
+from bot.modes.store_ledger import StoreLedger
 from bot.settings import Settings
 from bot.store.campaigns import Store
 from tests.webhooks import CONFIG_TOML, REPO, RecordingPublisher, pull_request_event

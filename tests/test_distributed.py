@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bot.cli import main
+from bot.cli.main import main
 from bot.publish.render import md, prose
 from runners.demo import commit_change, init_fixture_repo
 from runners.pipeline.campaign import CampaignRequest, run_campaign

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from bot.cli import build_parser
+from bot.cli.main import build_parser
 from bot.core.commands import COMMANDS
 from bot.settings import Settings
 from bot.store.campaigns import Store
@@ -117,7 +117,7 @@ def test_the_readme_lists_exactly_the_cli_subcommands_with_their_help() -> None:
         listed[command.removeprefix("kv-parity ")] = cells[1]
     defined = _subcommands()
     differ = sorted(name for name in listed.keys() | defined.keys() if listed.get(name) != defined.get(name))
-    assert not differ, f"README.md's commands table and bot/cli.py's parser differ for {differ}"
+    assert not differ, f"README.md's commands table and bot/cli's parser differ for {differ}"
 
 
 def test_the_command_reference_has_a_row_for_every_subcommand() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.cli import main
+from bot.cli.main import main
 from bot.publish import render
 from bot.publish.html_report import report_html
 from bot.publish.render import Links

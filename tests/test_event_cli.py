@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from bot.dispatch.campaign_workflow import RUN_NAME, parse_run_title
-from bot.event_cli import actions_settings, event_main
+from bot.modes.run_title_ledger import actions_settings, event_main
 from bot.publish import render
 from tests.fakes.github_api import FakeGitHub
 from tests.webhooks import CONFIG_TOML, REPO, comment_event, commit, git, pull_request_event

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bot.cli import main
+from bot.cli.main import main
 from bot.github.redact import Redactor
 from bot.publish import svg
 from bot.publish.artifact import write_artifact

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bot.cli import EXIT_FOR_CONCLUSION
+from bot.cli.main import EXIT_FOR_CONCLUSION
 from runners import build_info
 from runners.build_info import BuildInfo, describe
 from runners.demo import commit_change, init_fixture_repo
@@ -103,7 +103,7 @@ def test_the_wheel_carries_every_file_the_code_loads(installed_kv_parity: KvPari
             if name.startswith(prefix):
                 needed.add(target + name.removeprefix(prefix))
     assert {"kv_parity_templates/check_run_text.md.j2", "kv_parity_fixtures/replay_harness/Cargo.toml",
-            "runners/profiles/demo.toml", "bot/cli.py"} <= needed
+            "runners/profiles/demo.toml", "bot/cli/main.py"} <= needed
     assert sorted(needed - shipped) == [], "files the code loads at run time are missing from the wheel"
     assert "runners/_build_info.json" in shipped, "the build hook's commit record"
     assert not [name for name in shipped if "/target/" in name or name.startswith("tests/")], "build output or tests"

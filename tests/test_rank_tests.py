@@ -177,7 +177,7 @@ def test_scipy_is_loaded_only_when_the_diagnostics_run() -> None:
     of CPU to import."""
     program = (
         "import contextlib, io, sys\n"
-        "from bot.cli import main\n"
+        "from bot.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
         "    main(['--help'])\n"
         "print('scipy' in sys.modules)\n"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main as cli_main
+from bot.cli.main import main as cli_main
 from bot.publish.publisher import write_artifact
 from runners.demo import commit_change
 from runners.exec.harness import run_pinned

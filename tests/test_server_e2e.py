@@ -117,7 +117,7 @@ def test_a_delivery_is_parsed_once_the_door_hands_its_typed_event_to_the_worker(
         return parse_event(event, body)
 
     monkeypatch.setattr("bot.service.app.parse_event", counted)
-    monkeypatch.setattr("bot.intake.parse_event", counted)
+    monkeypatch.setattr("bot.modes.store_ledger.parse_event", counted)
     settings = env.settings()
     stored = json.dumps(comment_event("/parity status")).encode()
     Store(settings.db_path).add_delivery("before-restart", "issue_comment", stored)

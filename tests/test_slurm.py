@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import pytest
 
-from bot.cli import main as cli_main
+from bot.cli.main import main as cli_main
 from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.slurm import SlurmBackend

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bot.cli import main as cli_main
+from bot.cli.main import main as cli_main
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from runners.demo import Knob, commit_change, demo_config, init_fixture_repo, set_knobs
 from runners.pipeline.distributed.artifacts import FixturesResult, RowResult, load_manifest, materialise_fixture_traces

@@ -1,8 +1,8 @@
 """One event -> what the bot does, for both modes: launch, rerun, supersede, cancel, approve, refuse or reply.
 
 `bot.core.triggers.decide` says what an event asks for; this module acts on it against a `Ledger`, the only
-thing the two modes differ in (`bot.intake.StoreLedger` for the service, `bot.event_cli.RunTitleLedger` for
-Actions-only mode). The rules that make requests honest live here, once:
+thing the two modes differ in (`bot.modes.store_ledger.StoreLedger` for the service,
+`bot.modes.run_title_ledger.RunTitleLedger` for Actions-only mode). The rules that make requests honest live here, once:
 
 - A request for a head (a label, a push, an accepted rerun, a head awaiting approval) supersedes every live
   campaign of an older head before the config is read, so a config error or a duplicate still ends them.

@@ -1,7 +1,8 @@
 """What `bot.core.decisions` reads and writes: a pull request's campaigns, wherever they are kept.
 
-Two implementations: `bot.intake.StoreLedger` (the service's SQLite store, driven by `bot.lifecycle`) and
-`bot.event_cli.RunTitleLedger` (Actions-only mode, where a campaign is a live workflow run named by its title).
+Two implementations, side by side in `bot.modes`: `store_ledger.StoreLedger` (the service's SQLite store, driven
+by `bot.lifecycle`) and `run_title_ledger.RunTitleLedger` (Actions-only mode, where a campaign is a live workflow
+run named by its title).
 What one mode can remember and the other cannot is a property of its ledger, never a branch in the decisions:
 a ledger without an approvals record approves nothing by itself (the authorised command is the approval), one
 without a record of heads says `records_heads = False` (a fork's plain rerun then approves nothing), one without

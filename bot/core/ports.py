@@ -1,8 +1,8 @@
 """The interfaces the layers share, in one small module so no layer imports another sideways to name them; the
 values they carry are the core's too (`bot.core.campaign`, `bot.core.repo_values`, `bot.core.attempts`).
 
-`bot.publish.publisher.Publisher` and `bot.github.gateway.GitHubGateway` implement them; `bot.lifecycle`,
-`bot.intake`, `bot.event_cli` and `bot.core.decisions` only speak through them. The server wires the concrete
+`bot.publish.publisher.Publisher` and `bot.github.gateway.GitHubGateway` implement them; `bot.lifecycle`, the two
+modes (`bot.modes`) and `bot.core.decisions` only speak through them. The server wires the concrete
 parts together (`bot.service.app.create_app`), so no module here needs to know who builds whom.
 """
 

@@ -2,7 +2,7 @@
 
 Refused, with the reason: a path that escapes the artifact directory, a link, more than MAX_ARTIFACT_FILES
 members or MAX_ARTIFACT_BYTES of content (declared or read), and anything zipfile cannot read. Used by the
-Actions backend and by Actions-only mode (`bot.event_cli`).
+Actions backend and by Actions-only mode (`bot.modes.run_title_ledger`).
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from starlette.routing import Route
 
 from bot.core.events import HANDLED_EVENTS, PayloadError, parse_event
 from bot.dispatch.base import Backend
-from bot.intake import Intake
 from bot.lifecycle import Lifecycle, RunPages
+from bot.modes.store_ledger import Intake
 from bot.pages.details import page_routes, repository_seen
 from bot.pages.main_pages import main_routes
 from bot.pages.queue_page import queue_route

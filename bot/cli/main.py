@@ -387,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:
-        from bot.server import serve_main
+        from bot.cli.serve import serve_main
 
         return serve_main(argv[1:])
     if argv[:1] in (["plan"], ["build"], ["manifest"], ["row"], ["merge"]):
@@ -401,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return doctor_main(argv[1:])
     if argv[:1] == ["history"]:
-        from bot.store.history import history_main
+        from bot.cli.history import history_main
 
         return history_main(argv[1:])
     if argv[:1] == ["publish"]:
@@ -409,11 +409,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return publish_main(argv[1:])
     if argv[:1] == ["event"]:
-        from bot.event_cli import event_main
+        from bot.modes.run_title_ledger import event_main
 
         return event_main(argv[1:])
     if argv[:1] == ["track"]:
-        from bot.track_cli import track_main
+        from bot.cli.track import track_main
 
         return track_main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bot.core.tracking import read_config, reference_request, start
-from bot.event_cli import EXIT_GITHUB, EXIT_OK, EXIT_USAGE, RunTitleLedger, actions_settings
 from bot.github.errors import GitHubError
+from bot.modes.run_title_ledger import EXIT_GITHUB, EXIT_OK, EXIT_USAGE, RunTitleLedger, actions_settings
 from bot.settings import SettingsError
 
 

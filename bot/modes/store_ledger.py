@@ -1,7 +1,7 @@
 """Deliveries -> campaigns in the service: a stored delivery is parsed and handed to `bot.core.decisions`, with
 the service's SQLite store as its ledger.
 
-What the store lets the service remember, and Actions-only mode cannot (`bot.event_cli`):
+What the store lets the service remember, and Actions-only mode cannot (`bot.modes.run_title_ledger`):
 - every campaign, completed ones too: adding the label again to a head whose campaign completed is answered with
   that campaign, not run again; a rerun replaces a queued or running campaign of the same rows instead;
 - fork approvals (`Store.approve_head`): a push of an approved head starts by itself;
