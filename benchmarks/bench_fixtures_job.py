@@ -19,10 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bot.cli.distributed import build_main, row_main
 from runners.demo import prepare_demo
-from runners.pipeline.distributed.build import build_main
 from runners.pipeline.distributed.common import FIXTURES_ROW, MANIFEST_NAME
-from runners.pipeline.distributed.row import row_main
 from runners.schema.config import PROFILES_DIR
 
 ROW = "vllm-agg"

@@ -32,8 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bot.cli.distributed import build_main
 from runners.demo import prepare_demo
-from runners.pipeline.distributed.build import build_main
 from runners.pipeline.distributed.common import MANIFEST_NAME
 from runners.schema.config import PROFILES_DIR
 

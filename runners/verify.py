@@ -8,17 +8,13 @@ the schedule from its seed, and every verdict and number from the same rules the
 
 from __future__ import annotations
 
-import json
 import math
-import sys
-from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from runners.perf.gate import breaches, classify, evaluate, process_wall_ms
 from runners.perf.schedule import make_schedule, schedule_seed
 from runners.schema.bisect_rule import (
-    BISECT_SCHEMA_VERSION,
     RERUNS,
     BisectReport,
     ProbeState,
@@ -323,58 +319,3 @@ def verify_bisect(bisect: BisectReport) -> list[str]:
     if bisect.result.model_dump(exclude=prose) != expected_result.model_dump(exclude=prose):
         problems.append(f"result {bisect.result.last_line}, recomputed {expected_result.last_line}")
     return problems
-
-
-def _schema_version(data: bytes) -> object:
-    """The document's `schema_version`, None when it is not a JSON object (its validation then says why)."""
-    try:
-        document = json.loads(data)
-    except ValueError:
-        return None
-    return document.get("schema_version") if isinstance(document, dict) else None
-
-
-def _main_verify_bisect(path: Path, data: bytes) -> int:
-    try:
-        bisect = BisectReport.model_validate_json(data)
-    except ValidationError as exc:
-        print(f"{path} is not a {BISECT_SCHEMA_VERSION} bisect:\n{exc}", file=sys.stderr)
-        return 2
-    problems = verify_bisect(bisect)
-    if problems:
-        print(f"{path}: {len(problems)} disagreement(s) with the recomputation:")
-        for problem in problems:
-            print(f"  - {problem}")
-        return 1
-    attempts = sum(len(probe.attempts) for probe in bisect.probes)
-    print(f"{path}: consistent ({len(bisect.probes)} probes, {attempts} campaigns; {bisect.result.last_line})")
-    return 0
-
-
-def main_verify(path: Path) -> int:
-    """CLI body: 0 when consistent, 1 on any disagreement, 2 when the file is not a readable report (a
-    campaign's report.json or a bisect's bisect.json, told apart by their schema_version)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        print(f"cannot read {path}: {exc.strerror}", file=sys.stderr)
-        return 2
-    if _schema_version(data) == BISECT_SCHEMA_VERSION:
-        return _main_verify_bisect(path, data)
-    try:
-        report = CampaignReport.model_validate_json(data)
-    except ValidationError as exc:
-        print(
-            f"{path} is not a {CampaignReport.model_fields['schema_version'].default} report:\n{exc}",
-            file=sys.stderr,
-        )
-        return 2
-    problems = verify_report(report)
-    if problems:
-        print(f"{path}: {len(problems)} disagreement(s) with the recomputation:")
-        for problem in problems:
-            print(f"  - {problem}")
-        return 1
-    summary = report.verdicts.summary if report.verdicts else ""
-    print(f"{path}: consistent ({len(report.rows)} rows; {summary})")
-    return 0

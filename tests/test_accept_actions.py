@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from bot.cli.event import event_main
+from bot.cli.publish import publish_main
+from bot.cli.reports import main_verify
 from bot.github.gateway import GitHubGateway
 from bot.github.models import TokenAuth
-from bot.modes.run_title_ledger import event_main
-from bot.publish.publisher import publish_main
 from runners.schema.report import CampaignReport, Revision
-from runners.verify import main_verify
 from tests.fakes.github_api import FakeGitHub
 from tests.fakes.openapi import github_openapi
 from tests.report_factory import make_report

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from bot.cli.history import history_main
+from bot.cli.reports import main_verify
 from bot.core.campaign import CampaignState
 from bot.service.app import create_app
 from bot.service.wiring import default_publisher
 from bot.store.campaigns import Store
 from runners.schema.report import CampaignReport
-from runners.verify import main_verify
 from tests.report_factory import make_report
 from tests.service_fixtures import Env, standin_env, widgets_history
 from tests.webhooks import (

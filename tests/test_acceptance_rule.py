@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from bot.cli.reports import main_verify
 from runners.schema.acceptance import row_upper_bound
 from runners.schema.report import Acceptance, CampaignReport, CheckConclusion, GateVerdict, PerfVerdict
 from runners.schema.verdicts import with_acceptances
-from runners.verify import main_verify, verify_report
+from runners.verify import verify_report
 from tests.report_factory import make_report
 
 

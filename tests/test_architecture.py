@@ -234,22 +234,24 @@ def test_the_layer_table_names_every_runners_package() -> None:
 # --- bot/'s layers (issue 39) --------------------------------------------------------------------------------
 
 BOT_LAYERS: dict[str, frozenset[str]] = {
+    "bot.cli.exit_codes": frozenset(),
     "bot.settings": frozenset(),
     "bot.core": frozenset({"bot.settings"}),
     "bot.github": frozenset({"bot.core", "bot.settings"}),
     "bot.store": frozenset({"bot.core"}),
-    "bot.dispatch": frozenset({"bot.core", "bot.github", "bot.settings"}),
+    "bot.dispatch": frozenset({"bot.core", "bot.github", "bot.settings", "bot.cli.exit_codes"}),
     "bot.publish": frozenset({"bot.core", "bot.github"}),
     "bot.queue": frozenset({"bot.core", "bot.store"}),
     "bot.pages": frozenset(
         {"bot.core", "bot.github", "bot.store", "bot.dispatch", "bot.publish", "bot.queue", "bot.settings"}
     ),
 }
-"""Each layer of bot/ and the layers it may import besides itself, bottom first: the core (the campaign model, the
-values its ports carry, the decisions) and the settings; GitHub and the SQLite store, which know the core and not
-each other; the dispatch backends and publishing, on top of GitHub; the service's read side (the queue estimate,
-the web pages). Every other bot module (the entry points and the two modes' adapters: cli, server, intake,
-lifecycle, event_cli, track_cli, metrics, logs) sits on top and may import any layer."""
+"""Each layer of bot/ and the layers it may import besides itself, bottom first: the command line's exit statuses
+(the contract the local backend reads a campaign's exit by; the rest of bot/cli is on top), the core (the campaign
+model, the values its ports carry, the decisions) and the settings; GitHub and the SQLite store, which know the core
+and not each other; the dispatch backends and publishing, on top of GitHub; the service's read side (the queue
+estimate, the web pages). Every other bot module (the command line, the two modes, the service, the lifecycle,
+metrics, logs) sits on top and may import any layer."""
 SHARED_DISPATCH = frozenset({"bot.dispatch", "bot.dispatch.base", "bot.dispatch.clone", "bot.dispatch.artifact_zip",
                              "bot.dispatch.campaign_workflow"})
 """What every dispatch backend may share: the interface, the service's clone, and the campaign workflow's interface
@@ -310,3 +312,46 @@ def test_no_bot_layer_imports_sideways_or_up() -> None:
 def test_the_layer_check_finds_a_sideways_import() -> None:
     graph = {"bot.store.campaigns": {"bot.core.campaign", "bot.github.gateway"}, "bot.modes.intake": {"bot.store.x"}}
     assert _sideways(graph) == [("bot.store.campaigns", "bot.github.gateway")]
+
+
+# --- one command-line package (issue 39) ------------------------------------------------------------------------
+
+PARSERS_OUTSIDE_THE_CLI = {
+    "runners.exec.untrusted": "`python -m runners.exec.untrusted DIR`, the upload check the campaign workflow template "
+                              "runs on a runner (copies of the template in users' repositories call it by that name)",
+    "runners.exec.sandbox": "`add_sandbox_argument`, the one option helper the CLI calls, beside the sandbox kinds",
+}
+
+
+def test_every_parser_is_in_the_command_line_package() -> None:
+    """bot/cli/ holds every command's parser and body; a domain module takes arguments, never an argv."""
+    parsing = sorted(name for name, path in _modules().items()
+                     if _third_party_imports(path, "argparse") and not name.startswith("bot.cli."))
+    assert parsing == sorted(PARSERS_OUTSIDE_THE_CLI)
+
+
+def _exit_statuses(path: Path) -> list[str]:
+    """Module-level names `EXIT_*` bound to a number or a table of them (not `EXIT_SUFFIX`, a file name's end)."""
+    found = []
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        value = getattr(node, "value", None)
+        names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name) and n.id.startswith("EXIT_")]
+        if names and not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+            found.extend(names)
+    return found
+
+
+def test_exit_statuses_are_defined_once() -> None:
+    defined = {name: _exit_statuses(path) for name, path in _modules().items()}
+    assert {name: found for name, found in defined.items() if found and name != "bot.cli.exit_codes"} == {}
+    assert "EXIT_USAGE" in defined["bot.cli.exit_codes"]
+
+
+def test_only_the_command_line_imports_the_command_line() -> None:
+    """The entry points sit on top: nothing below imports them, except the exit statuses (a campaign's exit the
+    local backend reads)."""
+    importers = {name: sorted(t for t in targets if t.startswith("bot.cli") and t != "bot.cli.exit_codes")
+                 for name, targets in _graph().items() if not name.startswith("bot.cli")}
+    assert {name: targets for name, targets in importers.items() if targets} == {}

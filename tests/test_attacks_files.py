@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.cli.main import _finish
+from bot.cli.campaigns import _finish
+from bot.cli.distributed import merge_main
 from bot.cli.main import main as cli_main
 from runners.demo import FIXTURE_DIR, commit_change, init_fixture_repo
 from runners.exec.untrusted import symlinks_under
 from runners.pipeline.campaign import CampaignRequest, run_campaign
-from runners.pipeline.distributed.merge import merge_main
 from runners.schema.config import CampaignConfig
 from runners.schema.report import CampaignReport, PerfVerdict, ProcessRecord
 from runners.stages.determinism import _read_canonical

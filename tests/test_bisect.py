@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli.main import main as cli_main
+from bot.cli.reports import main_verify
 from bot.core.campaign import FINAL_STATES, CampaignState
 from bot.service.app import create_app
 from bot.service.wiring import default_publisher
@@ -22,7 +23,7 @@ from runners.pipeline.bisect import BisectRequest, run_bisect
 from runners.schema.bisect_rule import BisectReport
 from runners.schema.config import DEFAULT_CONFIG_PATH, CampaignConfig
 from runners.schema.report import PerfVerdict, SemanticVerdict
-from runners.verify import main_verify, verify_bisect
+from runners.verify import verify_bisect
 from tests.configs import config_text, quick
 from tests.fakes.github_api import FakeGitHub
 from tests.installed import KvParity

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from bot.cli.reports import main_verify
 from runners.pipeline.bisect import BisectError, first_parent_commits, parse_target
 from runners.schema.bisect_rule import BisectReport, ProbeState, probe_state
-from runners.verify import main_verify, verify_bisect
+from runners.verify import verify_bisect
 from tests.bisect_factory import GOOD, commit_sha, make_bisect, probe_report
 from tests.webhooks import commit, git
 

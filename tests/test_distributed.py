@@ -18,23 +18,15 @@ from typing import Any
 
 import pytest
 
+from bot.cli.distributed import build_main, merge_main, row_main
+from bot.cli.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from bot.cli.main import main
 from bot.publish.render import md, prose
 from runners.demo import commit_change, init_fixture_repo
 from runners.pipeline.campaign import CampaignRequest, run_campaign
 from runners.pipeline.distributed.artifacts import BuildManifest, RowResult, load_manifest
-from runners.pipeline.distributed.build import build_main
-from runners.pipeline.distributed.common import (
-    EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_USAGE,
-    MANIFEST_NAME,
-    MATRIX_NAME,
-    REPORT_NAME,
-    ROW_SUFFIX,
-)
-from runners.pipeline.distributed.merge import merge_main, merge_results
-from runners.pipeline.distributed.row import row_main
+from runners.pipeline.distributed.common import MANIFEST_NAME, MATRIX_NAME, REPORT_NAME, ROW_SUFFIX
+from runners.pipeline.distributed.merge import merge_results
 from runners.schema.config import DEFAULT_CONFIG_PATH, CampaignConfig
 from runners.schema.report import CampaignReport, CheckConclusion, DoctorStatus, PerfVerdict, SemanticVerdict
 from runners.schema.verdicts import campaign_verdicts

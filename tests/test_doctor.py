@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bot.cli.exit_codes import EXIT_FOR_STATUS
 from bot.cli.main import main
 from bot.publish import render
 from bot.publish.html_report import report_html
@@ -23,7 +24,6 @@ from runners.exec.containment import detect
 from runners.exec.placement import SYS, choose_perf_core, cpu_topology, stat_tick_ms
 from runners.schema.report import CampaignReport, DoctorCheck, DoctorReport, DoctorStatus
 from runners.stages.doctor import (
-    EXIT_FOR_STATUS,
     PROFILERS,
     LoadWindow,
     busy_snapshot,

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
+from bot.cli.event import event_main
 from bot.cli.main import main as cli_main
 from bot.cli.track import track_main
 from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.campaign_workflow import RUN_NAME, parse_run_title
-from bot.modes.run_title_ledger import event_main
 from bot.service.app import create_app
 from bot.settings import Settings
 from bot.store.campaigns import Store

@@ -17,19 +17,13 @@ from xml.etree import ElementTree
 import pytest
 from pydantic import SecretStr
 
+from bot.cli.publish import CliSettings, publish_main
 from bot.core.campaign import Campaign, CampaignState
 from bot.core.repo_values import BotIdentity, CommentInfo
 from bot.github.gateway import GitHubGateway
 from bot.github.models import CheckAction, CheckConclusion, CheckOutput, CheckStatus, TokenAuth
 from bot.publish import render
-from bot.publish.publisher import (
-    PROGRESS_INTERVAL_SECONDS,
-    CliSettings,
-    Publisher,
-    publish_main,
-    web_url,
-    write_artifact,
-)
+from bot.publish.publisher import PROGRESS_INTERVAL_SECONDS, Publisher, web_url, write_artifact
 from runners.progress import ProgressEvent
 from runners.schema.report import CampaignReport
 from tests.fakes.github_api import FakeGitHub

@@ -19,13 +19,15 @@ import pytest
 from markupsafe import escape
 from pydantic import SecretStr
 
+from bot.cli.exit_codes import EXIT_NOT_DISPATCHED
+from bot.cli.publish import CliSettings, publish_main
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign, CampaignState
 from bot.github.gateway import GitHubGateway
 from bot.github.models import TokenAuth
 from bot.github.redact import REDACTED, Redactor, secret_values
 from bot.publish import render
-from bot.publish.publisher import EXIT_REFUSED, CliSettings, Publisher, publish_main
+from bot.publish.publisher import Publisher
 from bot.settings import Settings
 from runners.progress import ProgressEvent
 from runners.schema.report import CampaignReport, Revision, StopRecord
@@ -332,7 +334,7 @@ def test_a_report_renamed_to_another_prs_head_is_refused(
 
     code = publish_main([*publish_args(path, OTHER_PR, head=HEAD_SHA), "--api-url", fake.url])
 
-    assert code == EXIT_REFUSED
+    assert code == EXIT_NOT_DISPATCHED
     err = capsys.readouterr().err
     assert "head SHA" in err and OTHER_HEAD in err and HEAD_SHA in err and "nothing published" in err
     assert fake.check_runs(REPO) == [] and published_text(fake) == ""
@@ -352,7 +354,7 @@ def test_every_dispatched_field_is_checked(
 ) -> None:
     path = write_report(tmp_path, make_report("pass"))
 
-    assert publish_main([*publish_args(path, PR, **expect), "--api-url", fake.url]) == EXIT_REFUSED
+    assert publish_main([*publish_args(path, PR, **expect), "--api-url", fake.url]) == EXIT_NOT_DISPATCHED
     assert field in capsys.readouterr().err and published_text(fake) == ""
 
 
@@ -364,7 +366,7 @@ def test_a_report_for_a_head_the_pr_no_longer_has_is_refused(
 
     code = publish_main([*publish_args(path, OTHER_PR), "--api-url", fake.url])
 
-    assert code == EXIT_REFUSED
+    assert code == EXIT_NOT_DISPATCHED
     assert "current head" in capsys.readouterr().err and published_text(fake) == ""
 
 

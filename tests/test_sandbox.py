@@ -15,15 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from bot.cli.distributed import build_main, row_main
+from bot.cli.exit_codes import EXIT_REFUSED
 from bot.cli.main import main as cli_main
 from bot.publish.publisher import write_artifact
 from runners.demo import commit_change
 from runners.exec.harness import run_pinned
 from runners.exec.sandbox import SANDBOX_UID, BinaryMismatch, Run, Sandbox, SandboxUnavailable, check, sha256_of
 from runners.pipeline.campaign import CampaignRequest, CampaignStop, new_report, prepare, run_campaign, run_row
-from runners.pipeline.distributed.build import build_main
-from runners.pipeline.distributed.common import EXIT_REFUSED
-from runners.pipeline.distributed.row import row_main
 from runners.schema.config import CampaignConfig
 from runners.schema.report import GateVerdict, PerfVerdict, SemanticVerdict
 from runners.verify import verify_report

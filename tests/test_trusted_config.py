@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bot.cli.main import _config_for
+from bot.cli.campaigns import _config_for
 from runners.pipeline.campaign import CampaignRequest, _base_patch
 from runners.schema.config import DEFAULT_CONFIG_PATH, parse_config
 from tests.webhooks import CONFIG_TOML, commit, git

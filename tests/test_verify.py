@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.cli.reports import main_verify
 from runners.schema.report import (
     CampaignReport,
     CheckConclusion,
@@ -18,7 +19,7 @@ from runners.schema.report import (
     SemanticVerdict,
 )
 from runners.schema.verdicts import campaign_verdicts
-from runners.verify import UnverifiedReport, accept_merged_report, main_verify, verify_performance, verify_report
+from runners.verify import UnverifiedReport, accept_merged_report, verify_performance, verify_report
 from tests.report_factory import OUTCOMES, PERF, make_report, make_wide_report, synthetic_perf
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bot.cli.exit_codes import EXIT_NOTHING_FOUND, EXIT_OK, EXIT_USAGE
 from bot.core.campaign import Campaign
 from bot.store.acceptances import AcceptanceEntry
 from bot.store.campaigns import Store
@@ -112,7 +113,7 @@ def history_main(argv: Sequence[str]) -> int:
         parser.error("--row goes with --baseline or --main")
     if not args.db.is_file():
         print(f"kv-parity history: no database at {args.db}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     store = Store(args.db, power_safe=False)
     try:
         lines = _lines(store, args)
@@ -120,9 +121,9 @@ def history_main(argv: Sequence[str]) -> int:
         store.close()
     if not lines:
         print("nothing recorded matches", file=sys.stderr)
-        return 1
+        return EXIT_NOTHING_FOUND
     print("\n".join(lines))
-    return 0
+    return EXIT_OK
 
 
 def _lines(store: Store, args: argparse.Namespace) -> list[str]:

@@ -13,28 +13,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import uvicorn
-
-from bot.logs import LogFormat, configure_logging
-from bot.service.app import create_app
-from bot.service.protocol import uvicorn_config
-from bot.service.wiring import DatabaseError, PublisherFactory, default_publisher
-from bot.settings import Settings, SettingsError, load_settings
-
-
-def run_server(
-    settings: Settings,
-    host: str,
-    port: int,
-    *,
-    publisher_factory: PublisherFactory = default_publisher,
-    log_level: str = "info",
-    log_format: LogFormat | None = None,
-) -> None:
-    configure_logging(log_level, log_format or settings.log_format)
-    app = create_app(settings, publisher_factory=publisher_factory)
-    config = uvicorn_config(app, settings, host=host, port=port, log_level=log_level)
-    uvicorn.Server(config).run()
+from bot.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from bot.service.app import run_server
+from bot.service.wiring import DatabaseError
+from bot.settings import SettingsError, load_settings
 
 
 def serve_main(argv: Sequence[str]) -> int:
@@ -51,14 +33,11 @@ def serve_main(argv: Sequence[str]) -> int:
         settings = load_settings(args.settings)
     except SettingsError as exc:
         print(f"kv-parity serve: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         run_server(settings, args.host, args.port, log_level=args.log_level, log_format=args.log_format)
     except (DatabaseError, SettingsError) as exc:  # SettingsError: a local backend without a sandbox, a taken address
         print(f"kv-parity serve: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_USAGE
+    return EXIT_OK
 
-
-if __name__ == "__main__":
-    sys.exit(serve_main(sys.argv[1:]))

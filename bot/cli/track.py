@@ -17,9 +17,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from bot.cli.exit_codes import EXIT_GITHUB, EXIT_OK, EXIT_USAGE
 from bot.core.tracking import read_config, reference_request, start
 from bot.github.errors import GitHubError
-from bot.modes.run_title_ledger import EXIT_GITHUB, EXIT_OK, EXIT_USAGE, RunTitleLedger, actions_settings
+from bot.modes.run_title_ledger import RunTitleLedger, actions_settings
 from bot.settings import SettingsError
 
 

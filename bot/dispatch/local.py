@@ -38,6 +38,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from bot.cli.exit_codes import EXIT_USAGE
 from bot.core.campaign import Campaign
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.clone import UNSANDBOXED, ServiceClone, require_sandbox
@@ -49,7 +50,6 @@ from runners.schema.report import CampaignReport
 
 log = logging.getLogger(__name__)
 
-EXIT_USAGE = 2
 TAIL_BYTES = 2000
 HANDLE_FILE = "handle.json"
 CLONE_DIR = "repo"

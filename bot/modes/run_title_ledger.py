@@ -18,14 +18,12 @@ There is no database between events, so the ledger (`RunTitleLedger`) is what la
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -33,7 +31,7 @@ from typing import Protocol
 from bot.core.accept_comments import read_back
 from bot.core.campaign import Campaign, CampaignRequest, CampaignState
 from bot.core.decisions import Decisions
-from bot.core.events import AnyEvent, PayloadError, PushEvent, parse_event
+from bot.core.events import AnyEvent, PushEvent
 from bot.core.heads import HeadSeen
 from bot.core.ledger import FinishedCampaign, HeadConclusion
 from bot.core.ports import Publisher, PullRequestPublisher, RepoApi
@@ -41,10 +39,9 @@ from bot.core.repo_values import BotIdentity, CommentInfo
 from bot.core.tracking import handle_push
 from bot.dispatch.artifact_zip import MAX_ARTIFACT_BYTES, ArtifactError, extract_artifact
 from bot.dispatch.campaign_workflow import LIVE_STATUSES, REPORT_ARTIFACT, RunTitle, dispatch_inputs, parse_run_title
-from bot.github.errors import GitHubError
 from bot.github.models import ACTIONS_BOT, WorkflowRunInfo
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
-from bot.settings import Settings, SettingsError, load_settings
+from bot.settings import Settings, load_settings
 from runners.schema.report import Acceptance, CampaignReport
 from runners.schema.verdicts import with_acceptances, with_verdicts
 from runners.verify import verify_report
@@ -55,7 +52,6 @@ NO_WEBHOOK_SECRET = "unused: Actions-only mode receives no webhooks"
 """The settings model requires a webhook secret for the service; GitHub runs this mode, nobody posts to it."""
 EVENT_ALIASES = {"pull_request_target": "pull_request"}
 """pull_request_target carries the pull_request payload; only where the workflow runs differs."""
-EXIT_OK, EXIT_GITHUB, EXIT_USAGE = 0, 1, 2
 ACTIONS_APP_SLUG = "github-actions"
 """The App behind every check run written with GITHUB_TOKEN: the only author of a kv-parity check run this mode
 carries forward to a merge group."""
@@ -368,54 +364,3 @@ def handle_event(
     ledger = RunTitleLedger(api, publisher, settings, repo, clock=clock, bot_id=bot_id)
     decisions = Decisions(ledger, api, publisher, settings, clock=clock)
     return decisions.handle(event, bot_id=bot_id, received_at=clock())
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kv-parity event",
-        description="Actions-only mode: decide one GitHub event and dispatch, cancel or answer.",
-    )
-    parser.add_argument("--event-name", help="the event's name (default: $GITHUB_EVENT_NAME)")
-    parser.add_argument("--event-path", type=Path, help="the event's JSON payload (default: $GITHUB_EVENT_PATH)")
-    parser.add_argument("--settings", type=Path, help="TOML settings file (default: $KV_PARITY_SETTINGS)")
-    return parser
-
-
-def event_main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
-    """Exit 0 once the event was handled (refusals and ignored events included), 1 when GitHub refused a
-    call, 2 for an unusable event file or settings."""
-    env = os.environ if environ is None else environ
-    args = _parser().parse_args(list(argv))
-    event_name = args.event_name or env.get("GITHUB_EVENT_NAME")
-    event_path = args.event_path or (Path(env["GITHUB_EVENT_PATH"]) if env.get("GITHUB_EVENT_PATH") else None)
-    if not event_name or event_path is None:
-        print("kv-parity event: give --event-name and --event-path (or run inside GitHub Actions)", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        event = parse_event(EVENT_ALIASES.get(event_name, event_name), event_path.read_bytes())
-        settings = actions_settings(args.settings, env)
-    except OSError as exc:
-        print(f"kv-parity event: cannot read {event_path}: {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
-    except (PayloadError, SettingsError) as exc:
-        print(f"kv-parity event: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    repo = event.repository.full_name
-    unserved = settings.unserved(repo)
-    if unserved is not None:
-        print(f"ignored: {unserved}")
-        return EXIT_OK
-    from bot.github.connect import make_gateway
-    from bot.publish.publisher import Publisher as GitHubPublisher
-    from bot.publish.side_runs import SideRunPublisher
-
-    gateway = make_gateway(settings, repo)
-    try:
-        # A check run opens when the publish job (or a failure) completes it: nothing here would end one left queued.
-        outcome = handle_event(event, gateway, GitHubPublisher(gateway, settings, open_when_queued=False), settings,
-                               side_runs=SideRunPublisher(gateway, settings, open_when_queued=False))
-    except GitHubError as exc:
-        print(f"kv-parity event: GitHub refused: {exc}", file=sys.stderr)
-        return EXIT_GITHUB
-    print(outcome)
-    return EXIT_OK

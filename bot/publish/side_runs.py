@@ -14,23 +14,17 @@ Every string that leaves passes the redactor, as with `bot.publish.publisher.Pub
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
-
-from pydantic import SecretStr, ValidationError
+from typing import Any, Protocol
 
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign
 from bot.core.commands import COMMANDS
-from bot.github.errors import GitHubError
-from bot.github.gateway import GitHubGateway
-from bot.github.models import CheckConclusion, IssueInfo, PullRef, TokenAuth
+from bot.github.models import CheckConclusion, IssueInfo, PullRef
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
 from bot.publish import render
 from bot.publish.artifact import write_artifact
@@ -38,24 +32,14 @@ from bot.publish.bisect_render import bisect_check_run, bisect_comment, bisect_m
 from bot.publish.check_runs import CheckRunWriter
 from bot.publish.comments import CommentWriter
 from bot.publish.publisher import (
-    EXIT_GITHUB,
-    EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_USAGE,
     PROGRESS_INTERVAL_SECONDS,
     STATE_CONCLUSIONS,
-    _default_bot_login,
-    _workflow_run_url,
-    campaign_from_report,
     web_url,
 )
-from bot.publish.publisher import publish_main as publish_pull_request
 from bot.publish.render import CheckRunContent, Links, ProgressView
-from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.publish.tracking_render import ISSUE_TITLE, pull_request_comment, regression_body, tracking_marker
 from runners.progress import ProgressEvent
 from runners.schema.bisect_rule import BisectReport
-from runners.schema.config import parse_rows
 from runners.schema.report import CampaignReport
 from runners.schema.verdicts import with_verdicts
 
@@ -237,90 +221,3 @@ class SideRunPublisher:
             if not self._posted(pull.number, tracking_marker(campaign.id, "pull_request")):
                 self.gateway.create_comment(pull.number,
                                             pull_request_comment(report, campaign.id, links, issue.number))
-
-
-# --- `kv-parity publish --purpose main|reference` (Actions-only mode's campaign workflow) -------------------
-
-
-class PublishSettings:
-    """What `kv-parity publish` knows without the service's settings (its flags and environment)."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.check_name: str = args.check_name
-        self.command_word: str = args.command_word
-        self.label: str = args.label
-        self.api_base_url: str = args.api_url
-        self.tracking_label: str = args.tracking_label
-
-
-def _side_run_parser(purpose: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=f"kv-parity publish --purpose {purpose}",
-        description="Publish a finished main-branch campaign's report.json: its check run (`kv-parity / main` or "
-        "`/ reference`) on the measured commit and, on a FAIL, the tracking issue. The report must name exactly "
-        "the campaign that was dispatched (--expect-*); anything else is refused and nothing is published.",
-    )
-    parser.add_argument("--report", required=True, type=Path, help="report.json written by a campaign")
-    parser.add_argument("--repo", required=True, help="owner/name")
-    parser.add_argument("--pr", default="", help="ignored: a main-branch campaign belongs to no pull request")
-    parser.add_argument("--expect-campaign-id", required=True)
-    parser.add_argument("--expect-head", required=True, help="the pushed commit (or the tip) that was dispatched")
-    parser.add_argument("--expect-base", required=True, help="its first parent (or the reference) dispatched")
-    parser.add_argument("--expect-rows", default="")
-    parser.add_argument("--expect-mode", default="campaign", choices=("campaign",))
-    parser.add_argument("--artifact-url")
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--details-url")
-    parser.add_argument("--check-name", default=os.environ.get("KV_PARITY_CHECK_NAME", "kv-parity"))
-    parser.add_argument("--command-word", default=os.environ.get("KV_PARITY_COMMAND_WORD", "/parity"))
-    parser.add_argument("--label", default=os.environ.get("KV_PARITY_LABEL", "kv-parity"))
-    parser.add_argument("--tracking-label",
-                        default=os.environ.get("KV_PARITY_TRACKING_LABEL", "kv-parity-regression"))
-    parser.add_argument("--bot-login", default=_default_bot_login())
-    parser.add_argument("--api-url", default=os.environ.get("KV_PARITY_API_BASE_URL")
-                        or os.environ.get("GITHUB_API_URL") or "https://api.github.com")
-    return parser
-
-
-def publish_main(argv: Sequence[str], gateway: SideRunGateway | None = None) -> int:
-    """`kv-parity publish`: a pull request's report (bot.publish.publisher.publish_main), or with
-    `--purpose main|reference` a main-branch campaign's, reported by `SideRunPublisher.finished`."""
-    chosen = argparse.ArgumentParser(add_help=False)
-    chosen.add_argument("--purpose", default="pull_request")
-    known, rest = chosen.parse_known_args(list(argv))
-    if known.purpose == "pull_request":
-        return publish_pull_request(rest, gateway)  # type: ignore[arg-type]  # a GitHubGateway serves both
-    if known.purpose not in ("main", "reference"):
-        print(f"kv-parity publish: --purpose {known.purpose!r} is not pull_request, main or reference",
-              file=sys.stderr)
-        return EXIT_USAGE
-    purpose: Literal["main", "reference"] = "main" if known.purpose == "main" else "reference"
-    args = _side_run_parser(purpose).parse_args(rest)
-    try:
-        report = with_verdicts(CampaignReport.model_validate_json(args.report.read_text(encoding="utf-8")))
-        expected = DispatchedCampaign(campaign_id=args.expect_campaign_id, head_sha=args.expect_head,
-                                      base_sha=args.expect_base, rows=parse_rows(args.expect_rows), pr_number=0)
-        check_report_matches(report, expected)
-    except (OSError, ValidationError) as exc:
-        print(f"kv-parity publish: cannot read report {args.report}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ReportMismatch as exc:
-        print(f"kv-parity publish: refused, nothing published: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    if gateway is None:
-        token = os.environ.get("KV_PARITY_TOKEN") or os.environ.get("GITHUB_TOKEN")
-        if not token:
-            print("kv-parity publish: set KV_PARITY_TOKEN or GITHUB_TOKEN", file=sys.stderr)
-            return EXIT_USAGE
-        gateway = GitHubGateway(args.repo, TokenAuth(token=SecretStr(token)), args.api_url, bot_login=args.bot_login)
-    out_dir: Path = args.out or args.report.resolve().parent
-    campaign = campaign_from_report(report, args.repo, 0, rows=parse_rows(args.expect_rows), purpose=purpose)
-    details_url = args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ))
-    publisher = SideRunPublisher(gateway, PublishSettings(args), artifact_base_url=None)
-    try:
-        publisher.finished(campaign, report, out_dir, details_url=details_url)
-    except GitHubError as exc:
-        print(f"kv-parity publish: GitHub refused: {exc}", file=sys.stderr)
-        return EXIT_GITHUB
-    print(f"published {report.campaign_id} ({purpose}) to {args.repo}: {report.concluded.summary}")
-    return EXIT_OK

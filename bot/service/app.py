@@ -1,4 +1,5 @@
-"""The webhook service's app: its routes (the webhook door, health, the pages, metrics) and its lifespan, wired.
+"""The webhook service's app: its routes (the webhook door, health, the pages, metrics), its lifespan, and how it is
+served (`run_server`).
 
 The door verifies, dedupes, persists and acknowledges; it never calls GitHub or starts processes, so
 acknowledgements stay fast (GitHub gives a delivery 10 s) and a slow API cannot make GitHub give up and
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -25,11 +27,13 @@ from starlette.routing import Route
 from bot.core.events import HANDLED_EVENTS, PayloadError, parse_event
 from bot.dispatch.base import Backend
 from bot.lifecycle import Lifecycle, RunPages
+from bot.logs import LogFormat, configure_logging
 from bot.modes.store_ledger import Intake
 from bot.pages.details import page_routes, repository_seen
 from bot.pages.main_pages import main_routes
 from bot.pages.queue_page import queue_route
 from bot.service.ingest import Ingest
+from bot.service.protocol import uvicorn_config
 from bot.service.signed_body import MAX_JSON_DEPTH, Refused, json_too_deep, read_signed_body
 from bot.service.wiring import (
     PublisherFactory,
@@ -221,3 +225,19 @@ def create_app(
     app.state.metrics = metrics
     app.state.metrics_listener = listener
     return app
+
+
+def run_server(
+    settings: Settings,
+    host: str,
+    port: int,
+    *,
+    publisher_factory: PublisherFactory = default_publisher,
+    log_level: str = "info",
+    log_format: LogFormat | None = None,
+) -> None:
+    """`kv-parity serve`: the app served by uvicorn (bounded as `bot.service.protocol` says) until stopped."""
+    configure_logging(log_level, log_format or settings.log_format)
+    app = create_app(settings, publisher_factory=publisher_factory)
+    config = uvicorn_config(app, settings, host=host, port=port, log_level=log_level)
+    uvicorn.Server(config).run()

@@ -21,7 +21,6 @@ named in the report. A row is one job on one node: its pairs are never split acr
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import shutil
@@ -649,27 +648,6 @@ class SlurmCampaign:
 
 
 # --- a person at a login node -------------------------------------------------------------------------------
-
-
-def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--backend slurm` and where its jobs go (the service takes the same from its settings)."""
-    parser.add_argument("--backend", choices=("local", "slurm"), default="local",
-                        help="run here (local) or submit the split pipeline to Slurm with sbatch")
-    group = parser.add_argument_group("slurm (with --backend slurm)")
-    group.add_argument("--partition")
-    group.add_argument("--account")
-    group.add_argument("--qos")
-    group.add_argument("--constraint", help="node features each row job needs")
-    group.add_argument("--row-time-limit", default=SlurmOptions.model_fields["row_time_limit"].default)
-    group.add_argument("--node-scratch", default=SlurmOptions.model_fields["node_scratch"].default,
-                       help="node-local directory binaries and trace are staged in")
-    group.add_argument("--work-dir", help="shared directory for the plan, builds and row results "
-                                          "(default: beside --out)")
-
-
-def options_from_args(args: argparse.Namespace) -> SlurmOptions:
-    return SlurmOptions(partition=args.partition, account=args.account, qos=args.qos, constraint=args.constraint,
-                        row_time_limit=args.row_time_limit, node_scratch=args.node_scratch)
 
 
 def run_on_slurm(spec: CampaignSpec, work: Path, out: Path, options: SlurmOptions, sandbox: SandboxKind = "bwrap",

@@ -1,23 +1,11 @@
-"""`kv-parity doctor`: is this node fit to measure, for the CPUs a row would pin? (pyperf's `system show`).
-
-Every check reads the kernel's own files under a root (`/sys`, `/proc`; tests pass a fake tree) and says what it
-read and what to change. A fact the machine does not expose (a VM without cpufreq) is UNKNOWN with "cannot be
-read here: ...", never guessed. The doctor decides nothing about a verdict: the performance gate's own
-per-sample interference rules do that; the doctor tells the operator, before the first sample, why a node
-would be noisy, and campaigns record it beside each row.
-
-Exit status (`kv-parity doctor`): 0 every check PASS, 1 the worst is WARN or UNKNOWN (measurements may be
-noisier than they need be, or a fact could not be read), 2 a FAIL (the node cannot run a row as configured:
-the sandbox does not work, a CPU cannot be pinned, or other work owns the CPU) or unusable arguments.
-"""
+"""Is this node fit to measure, for the CPUs a row would pin: the checks `kv-parity doctor` prints (its help,
+`bot.cli.doctor`, says what they read and decide) and every campaign records beside each row. Each reads the
+kernel's own files under a root (`/sys`, `/proc`; tests pass a fake tree)."""
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +25,7 @@ from runners.exec.placement import (
     read_affinity,
     read_fact,
 )
-from runners.exec.sandbox import SandboxKind, SandboxUnavailable, add_sandbox_argument
+from runners.exec.sandbox import SandboxKind, SandboxUnavailable
 from runners.exec.sandbox import check as sandbox_check
 from runners.schema.report import DoctorCheck, DoctorReport, DoctorStatus
 from runners.stages.instructions import check_hardware_counter
@@ -53,12 +41,7 @@ above FAIL most of them would be."""
 PERF_PARANOID_MAX = 2
 """`perf record --all-user` of one's own processes is allowed up to 2; Debian's 3 and 4 refuse it."""
 SEVERITY = {DoctorStatus.PASS: 0, DoctorStatus.UNKNOWN: 1, DoctorStatus.WARN: 2, DoctorStatus.FAIL: 3}
-EXIT_FOR_STATUS = {DoctorStatus.PASS: 0, DoctorStatus.UNKNOWN: 1, DoctorStatus.WARN: 1, DoctorStatus.FAIL: 2}
-EXIT_USAGE = 2
 CPU_DIR = "devices/system/cpu"
-CPU_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
-MAX_CPU = 8191
-"""The kernel's largest CPU number (NR_CPUS is at most 8192); a bigger --cpus is a typo, not a node."""
 
 
 def _cannot(what: str) -> str:
@@ -398,35 +381,3 @@ def render_text(report: DoctorReport) -> str:
             lines.append(f"        -> {check.fix}")
     lines.append(f"overall {report.status.value} ({report.seconds:.2f} s)")
     return "\n".join(lines)
-
-
-def doctor_main(argv: Sequence[str]) -> int:
-    """`kv-parity doctor`: check this node for the CPUs a row would pin; exit 0 PASS, 1 WARN/UNKNOWN, 2 FAIL."""
-    parser = argparse.ArgumentParser(prog="kv-parity doctor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cpus", help="CPUs to check, kernel cpulist syntax (default: the CPU a row would pin)")
-    parser.add_argument("--json", help="also write the result (a DoctorReport) to this file")
-    add_sandbox_argument(parser)
-    args = parser.parse_args(list(argv))
-    cpus: list[int] | None = None
-    if args.cpus is not None:
-        if not CPU_LIST.fullmatch(args.cpus):
-            print(f"kv-parity doctor: --cpus {args.cpus!r} is not a CPU list (expected e.g. 2,4-5)", file=sys.stderr)
-            return EXIT_USAGE
-        highest = max(int(number) for number in re.findall(r"\d+", args.cpus))
-        if highest > MAX_CPU:
-            print(f"kv-parity doctor: --cpus names cpu {highest}; Linux numbers CPUs 0-{MAX_CPU}", file=sys.stderr)
-            return EXIT_USAGE
-        cpus = parse_cpu_list(args.cpus)
-        if not cpus:
-            print(f"kv-parity doctor: --cpus {args.cpus!r} names no CPU (a range runs low-high)", file=sys.stderr)
-            return EXIT_USAGE
-    report = run_doctor(cpus, sandbox=args.sandbox)
-    print(render_text(report))
-    if args.json:
-        try:
-            Path(args.json).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            print(f"kv-parity doctor: cannot write {args.json}: {exc.strerror}", file=sys.stderr)
-            return EXIT_USAGE
-    return EXIT_FOR_STATUS[report.status]

@@ -10,18 +10,14 @@
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from runners.exec.build_cache import BuildCacheError, BuildKey, CampaignCache, configured_dir
+from runners.exec.build_cache import BuildCacheError, BuildKey, CampaignCache
 from runners.exec.harness import PreflightError, preflight_flags
-from runners.exec.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument, sha256_of
-from runners.exec.sandbox import check as check_sandbox
+from runners.exec.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, sha256_of
 from runners.pipeline.campaign import (
     CampaignRequest,
     CampaignStop,
@@ -34,25 +30,16 @@ from runners.pipeline.distributed.artifacts import (
     BuildManifest,
     FixtureInput,
     materialise_fixture_traces,
-    row_matrix,
-    write_matrix,
 )
 from runners.pipeline.distributed.common import (
     BINARY_DIR,
-    EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_USAGE,
-    MANIFEST_NAME,
     DistributedError,
     Refusal,
     StrictModel,
     read_json,
-    scratch,
-    write_json,
 )
-from runners.pipeline.distributed.plan import Plan, load_plan
+from runners.pipeline.distributed.plan import Plan
 from runners.progress import ProgressSink
-from runners.schema.config import DEFAULT_CONFIG_PATH, ConfigError, parse_rows
 from runners.schema.report import (
     ARMS,
     Arm,
@@ -73,10 +60,9 @@ from runners.stages.build import (
     toolchain,
 )
 from runners.stages.exceptions import ExceptionFileError, load_records, verify_records
-from runners.stages.revisions import RevisionError, apply_patch, resolve_config, show_file, worktree, worktree_head
+from runners.stages.revisions import RevisionError, apply_patch, show_file, worktree, worktree_head
 from runners.stages.sizes import ElfError
 from runners.stages.trace import TraceError, prepare_trace
-from runners.terminal import PlainProgress
 
 ARM_BUILD_SCHEMA = "kv-parity.arm-build.v1"
 ARM_BUILD_NAME = "build.json"
@@ -237,48 +223,6 @@ def checked_arm(directory: Path, arm: Arm, plan: Plan, plan_sha: str) -> ArmBuil
     return build
 
 
-def arm_build_main(argv: Sequence[str]) -> int:
-    """`kv-parity build --plan PLAN --arm ARM`: one revision -> ARM_DIR/<binary> + ARM_DIR/build.json.
-
-    Exits 0 whenever build.json was written (a recorded stop included), 2 for an unusable plan or sandbox.
-    Writes nothing to $GITHUB_OUTPUT.
-    """
-    parser = argparse.ArgumentParser(prog="kv-parity build --plan", description=arm_build_main.__doc__)
-    parser.add_argument("--plan", required=True, help="plan directory written by `kv-parity plan`")
-    parser.add_argument("--repo", default=".", help="git repository holding the arm's revision")
-    parser.add_argument("--arm", required=True, choices=ARMS)
-    parser.add_argument("--out", required=True, help="arm directory for the binary and build.json")
-    parser.add_argument("--work", help="parent of the scratch directory")
-    parser.add_argument("--baseline", help="the baseline's arm directory (candidate only: verifies exceptions)")
-    parser.add_argument("--build-cache", metavar="DIR",
-                        help="reuse and store this arm's builds here (default: $KV_PARITY_BUILD_CACHE, else none)")
-    add_sandbox_argument(parser)
-    args = parser.parse_args(list(argv))
-    try:
-        sandbox = check_sandbox(args.sandbox)
-        plan, plan_sha = load_plan(Path(args.plan))
-    except (DistributedError, SandboxUnavailable) as exc:
-        print(f"kv-parity build: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    out = Path(args.out).resolve()
-    try:
-        with scratch(args.work, f"kv-parity-build-{args.arm}-") as work:
-            record = build_one_arm(plan, plan_sha, Path(args.repo).resolve(), args.arm, out, work.resolve(),
-                                   sandbox, Path(args.baseline) if args.baseline else None,
-                                   Path(args.build_cache).absolute() if args.build_cache else configured_dir())
-    except (Refusal, DistributedError) as exc:
-        print(f"kv-parity build: {exc}", file=sys.stderr)
-        return EXIT_REFUSED if isinstance(exc, Refusal) else EXIT_USAGE
-    write_json(out / ARM_BUILD_NAME, record.model_dump_json(indent=2))
-    if record.stopped is not None:
-        print(f"{args.arm} build stopped at {record.stopped.stage}: {record.stopped.reason}")
-    else:
-        assert record.artifact is not None
-        print(f"{args.arm} {record.sha[:12]}: {out / record.artifact.binary_name} "
-              f"sha256 {record.artifact.binary_sha256}")
-    return EXIT_OK
-
-
 def build_manifest(request: CampaignRequest, work: Path, out: Path,
                    progress: ProgressSink | None = None) -> BuildManifest:
     """Run `prepare` once and move its two binaries into `out/bin`; a stop is recorded, never raised."""
@@ -303,64 +247,3 @@ def build_manifest(request: CampaignRequest, work: Path, out: Path,
             report.skipped.append(skip)
     return BuildManifest(campaign_id=request.campaign_id, rows=[row.id for row in rows], report=report,
                          exceptions=exceptions, fixtures=fixtures)
-
-
-def build_main(argv: Sequence[str]) -> int:
-    """`kv-parity build`: both revisions once -> OUT/manifest.json, OUT/bin/*, OUT/matrix.json.
-
-    Exits 0 whenever a manifest was written, a recorded stop included (merge turns it into the verdict).
-    """
-    if any(word == "--plan" or word.startswith("--plan=") for word in argv):
-        return arm_build_main(argv)
-    parser = argparse.ArgumentParser(prog="kv-parity build", description=build_main.__doc__,
-                                     epilog="With --plan: `kv-parity build --plan DIR --arm ARM ...` builds one arm "
-                                            "(see `kv-parity build --plan x --help`).")
-    parser.add_argument("--repo", default=".", help="git repository holding both revisions (default: .)")
-    parser.add_argument("--base", required=True, help="baseline revision (pinned to a SHA)")
-    parser.add_argument("--head", required=True, help="candidate revision (pinned to a SHA)")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--config", help="campaign config TOML file")
-    source.add_argument("--profile", help="a shipped profile: dynamo or demo")
-    source.add_argument("--config-ref", help=f"revision whose {DEFAULT_CONFIG_PATH} is used "
-                        "(default: --base)")
-    parser.add_argument("--rows", help="comma-separated row ids (default: every row)")
-    parser.add_argument("--trace", help="trace path overriding the config's (its checksum is still verified)")
-    parser.add_argument("--campaign-id", help="campaign id (default: random)")
-    parser.add_argument("--determinism-patch", help="patch applied identically to both revisions")
-    parser.add_argument("--out", required=True, help="directory for the manifest, binaries and matrix")
-    parser.add_argument("--work", help="parent of the scratch directory for worktrees and builds")
-    parser.add_argument("--keep-work", action="store_true", help="keep the scratch directory")
-    parser.add_argument("--github-output", help="append `matrix=` and `row_count=` lines to this file")
-    add_sandbox_argument(parser)
-    args = parser.parse_args(list(argv))
-
-    out = Path(args.out)
-    try:
-        sandbox = check_sandbox(args.sandbox)
-    except SandboxUnavailable as exc:
-        print(f"kv-parity build: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        with scratch(args.work, "kv-parity-build-", keep=args.keep_work) as work:
-            repo = Path(args.repo)
-            config, config_source = resolve_config(repo, args.config, args.profile, args.config_ref or args.base)
-            request = CampaignRequest(
-                repo=repo, base=args.base, head=args.head, config=config, config_source=config_source,
-                out_dir=out, rows=parse_rows(args.rows), trace_path=Path(args.trace) if args.trace else None,
-                determinism_patch=Path(args.determinism_patch) if args.determinism_patch else None,
-                sandbox=sandbox, config_ref=args.config_ref,
-                **({"campaign_id": args.campaign_id} if args.campaign_id else {}),
-            )
-            manifest = build_manifest(request, work, out, PlainProgress())
-    except (ConfigError, RevisionError) as exc:
-        print(f"kv-parity build: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    write_json(out / MANIFEST_NAME, manifest.model_dump_json(indent=2))
-    write_matrix(out, row_matrix(manifest), args.github_output)
-    stopped = manifest.report.stopped
-    if stopped is not None:
-        print(f"build stopped at {stopped.stage}: {stopped.reason}")
-        print("no row will run; merge publishes the stop")
-    else:
-        print(f"campaign {manifest.campaign_id}: {out / MANIFEST_NAME}, rows {', '.join(manifest.rows)}")
-    return EXIT_OK

@@ -1,4 +1,4 @@
-"""The bottom of the distributed split: file names, exit codes, errors and the file helpers every job shares.
+"""The bottom of the distributed split: file names, errors and the file helpers every job shares.
 
 It imports nothing else of `runners.pipeline.distributed`, so every job module can import it.
 """
@@ -29,12 +29,6 @@ FIXTURES_ROW = "stage6-fixtures"
 """The matrix entry (and `kv-parity row --row`) that runs every Stage 6 fixture of a full campaign."""
 FIXTURE_DIR = "fixtures"
 FIXTURES_SUFFIX = ".fixtures.json"
-
-EXIT_OK = 0
-EXIT_REFUSED = 1
-"""Evidence that must not be used: a checksum mismatch, or row results that do not belong together."""
-EXIT_USAGE = 2
-
 
 class DistributedError(RuntimeError):
     """Input a distributed step cannot use: an unreadable file, a stopped build, an unknown row."""

@@ -6,28 +6,18 @@ it describes (naming the field), and writes DIST/manifest.json, DIST/bin/ and th
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from runners import build_info
-from runners.exec.build_cache import BuildCacheError, CampaignCache, configured_dir
+from runners.exec.build_cache import BuildCacheError, CampaignCache
 from runners.pipeline.campaign import STANDING_SKIPS
-from runners.pipeline.distributed.artifacts import BuildManifest, copy_fixture_traces, row_matrix, write_matrix
+from runners.pipeline.distributed.artifacts import BuildManifest, copy_fixture_traces
 from runners.pipeline.distributed.build import ArmBuild, checked_arm
 from runners.pipeline.distributed.common import (
     BINARY_DIR,
-    EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_USAGE,
-    MANIFEST_NAME,
-    DistributedError,
-    Refusal,
-    write_json,
 )
-from runners.pipeline.distributed.plan import Plan, load_plan
+from runners.pipeline.distributed.plan import Plan
 from runners.schema.report import ARMS, Arm, CampaignReport, Revision, StopRecord
 from runners.schema.verdicts import gated_build_differences, size_gate
 from runners.stages.build import store_binary, store_candidate
@@ -109,42 +99,3 @@ def _store_candidate(build: ArmBuild, report: CampaignReport, out: Path, directo
     except BuildCacheError as exc:
         return StopRecord(stage="build", reason=str(exc), blocking=True)
     return None
-
-
-def manifest_main(argv: Sequence[str]) -> int:
-    """`kv-parity manifest`: plan + both arm builds -> DIST/manifest.json, DIST/bin/*, DIST/matrix.json.
-
-    Runs no pull-request code. Exits 0 when the manifest was written (a recorded stop included), 1 when an arm
-    build was refused (it names the field or both digests), 2 for unreadable input.
-    """
-    parser = argparse.ArgumentParser(prog="kv-parity manifest", description=manifest_main.__doc__)
-    parser.add_argument("--plan", required=True)
-    parser.add_argument("--baseline", required=True, help="baseline arm directory (binary + build.json)")
-    parser.add_argument("--candidate", required=True, help="candidate arm directory (binary + build.json)")
-    parser.add_argument("--trace", help="trace path overriding the config's (its checksum is still verified)")
-    parser.add_argument("--out", required=True, help="dist directory")
-    parser.add_argument("--build-cache", metavar="DIR",
-                        help="store the candidate its build job compiled here once the size gate passed "
-                             "(default: $KV_PARITY_BUILD_CACHE, else none)")
-    args = parser.parse_args(list(argv))
-    out = Path(args.out)
-    try:
-        plan, plan_sha = load_plan(Path(args.plan))
-        trace = Path(args.trace) if args.trace else Path(plan.config.trace.path)
-        out.mkdir(parents=True, exist_ok=True)
-        manifest = assemble_manifest(plan, plan_sha, {"baseline": Path(args.baseline),
-                                                      "candidate": Path(args.candidate)}, trace, out,
-                                     Path(args.plan),
-                                     Path(args.build_cache).absolute() if args.build_cache else configured_dir())
-    except Refusal as exc:
-        print(f"kv-parity manifest: refusing: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except DistributedError as exc:
-        print(f"kv-parity manifest: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    write_json(out / MANIFEST_NAME, manifest.model_dump_json(indent=2))
-    write_matrix(out, row_matrix(manifest), None)
-    stopped = manifest.report.stopped
-    print(f"build stopped at {stopped.stage}: {stopped.reason}" if stopped else
-          f"campaign {manifest.campaign_id}: {out / MANIFEST_NAME}, rows {', '.join(manifest.rows)}")
-    return EXIT_OK

@@ -6,7 +6,6 @@ versions, campaign id and binary checksums must be the manifest's, and no row is
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 from collections.abc import Sequence
@@ -19,21 +18,12 @@ from runners.pipeline.distributed.artifacts import (
     NodeResult,
     RowResult,
     checksum_mismatches,
-    load_manifest,
-    load_result,
 )
 from runners.pipeline.distributed.common import (
-    EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_USAGE,
     FIXTURES_ROW,
     FIXTURES_SUFFIX,
-    REPORT_NAME,
     ROW_SUFFIX,
-    DistributedError,
     Refusal,
-    refused_upload,
-    write_json,
 )
 from runners.schema.report import CampaignReport, FixtureReport, FixtureStatus, StopRecord
 from runners.verify import UnverifiedReport, accept_merged_report
@@ -173,7 +163,7 @@ def find_results(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
     return rows, fixtures
 
 
-def _copy_row_evidence(result_path: Path, out: Path) -> None:
+def copy_row_evidence(result_path: Path, out: Path) -> None:
     """A row's kept evidence (mismatch reports, persisted schedule) lands beside the merged report."""
     source = result_path.parent
     if source.resolve() == out.resolve():
@@ -185,43 +175,3 @@ def _copy_row_evidence(result_path: Path, out: Path) -> None:
             shutil.copytree(entry, out / entry.name, dirs_exist_ok=True)
         else:
             shutil.copy2(entry, out / entry.name)
-
-
-def merge_main(argv: Sequence[str]) -> int:
-    """`kv-parity merge`: manifest + row results -> OUT/report.json with every verdict recomputed.
-
-    Exits 0 when the report was written (its conclusion is inside), 1 when the inputs were refused as not
-    belonging together, 2 for unreadable input.
-    """
-    parser = argparse.ArgumentParser(prog="kv-parity merge", description=merge_main.__doc__)
-    parser.add_argument("--manifest", required=True, help="the build's manifest.json")
-    parser.add_argument("--out", required=True, help="directory for report.json and the rows' evidence")
-    parser.add_argument("results", nargs="*", type=Path,
-                        help=f"row and fixtures result files, or directories searched for *{ROW_SUFFIX} and "
-                             f"*{FIXTURES_SUFFIX}")
-    args = parser.parse_args(list(argv))
-
-    out = Path(args.out)
-    if any(refused_upload(given) for given in args.results):
-        return EXIT_REFUSED
-    try:
-        manifest = load_manifest(Path(args.manifest))
-        row_paths, fixture_paths = find_results(args.results)
-        results = {path: load_result(path, manifest, RowResult) for path in row_paths}
-        fixtures = {path: load_result(path, manifest, FixturesResult) for path in fixture_paths}
-        report = merge_results(manifest, results, fixtures)
-    except Refusal as exc:
-        print(f"kv-parity merge: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except DistributedError as exc:
-        print(f"kv-parity merge: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    out.mkdir(parents=True, exist_ok=True)
-    for path in [*results, *fixtures]:
-        _copy_row_evidence(path, out)
-    if refused_upload(out):
-        return EXIT_REFUSED
-    write_json(out / REPORT_NAME, report.model_dump_json(indent=2))
-    print(report.concluded.summary)
-    print(f"report: {out / REPORT_NAME}")
-    return EXIT_OK

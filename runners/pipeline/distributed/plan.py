@@ -7,10 +7,7 @@ bytes it followed.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import Field, ValidationError
@@ -18,20 +15,16 @@ from pydantic import Field, ValidationError
 from runners.pipeline.campaign import fixtures_not_run
 from runners.pipeline.distributed.artifacts import (
     FixtureInput,
-    campaign_matrix,
     materialise_fixture_traces,
-    write_matrix,
 )
-from runners.pipeline.distributed.common import EXIT_OK, EXIT_USAGE, DistributedError, StrictModel, write_json
+from runners.pipeline.distributed.common import DistributedError, StrictModel
 from runners.schema.config import (
-    CAMPAIGN_MODES,
     DEFAULT_CONFIG_PATH,
     PROFILES_DIR,
     CampaignConfig,
     CampaignMode,
     ConfigError,
     parse_config,
-    parse_rows,
 )
 from runners.schema.report import Arm
 from runners.stages.revisions import RevisionError, relationship, resolve_sha, show_file
@@ -97,44 +90,6 @@ def make_plan(repo: Path, config_ref: str, base: str, head: str, rows: list[str]
                 config=config, rows=[row.id for row in selected],
                 unselected_rows=[row.id for row in config.rows if row not in selected],
                 relationship=related, merge_base=merge_base, mode=mode, fixtures=fixtures, fixtures_not_run=skip)
-
-
-def plan_main(argv: Sequence[str]) -> int:
-    """`kv-parity plan`: PLAN/plan.json (+ `matrix=` / `row_count=` for $GITHUB_OUTPUT); runs no PR code."""
-    parser = argparse.ArgumentParser(prog="kv-parity plan", description=plan_main.__doc__)
-    parser.add_argument("--repo", default=".", help="git repository holding both revisions (default: .)")
-    parser.add_argument("--config-ref", required=True, help=f"trusted revision whose {DEFAULT_CONFIG_PATH} is used")
-    parser.add_argument("--profile", help="a shipped profile instead of the committed config (demo, tests)")
-    parser.add_argument("--base", required=True, help="baseline SHA")
-    parser.add_argument("--head", required=True, help="candidate SHA")
-    parser.add_argument("--rows", help="comma-separated row ids (default: every row)")
-    parser.add_argument("--campaign-id", required=True)
-    parser.add_argument("--out", required=True, help="plan directory")
-    parser.add_argument("--github-output", help="append `matrix=` and `row_count=` lines to this file")
-    parser.add_argument("--mode", default="campaign",
-                        help=f"{' or '.join(CAMPAIGN_MODES)} (the workflow's `mode` input; profile: correctness and "
-                             "attribution per row, no performance gate)")
-    args = parser.parse_args(list(argv))
-    if args.mode not in CAMPAIGN_MODES:
-        print(f"kv-parity plan: mode {args.mode!r} is not one of {', '.join(CAMPAIGN_MODES)}: dispatch the "
-              "workflow with mode=campaign (the default) or mode=profile", file=sys.stderr)
-        return EXIT_USAGE
-    out = Path(args.out)
-    try:
-        plan = make_plan(Path(args.repo), args.config_ref, args.base, args.head, parse_rows(args.rows),
-                         args.campaign_id, args.profile, args.mode, out)
-    except (ConfigError, RevisionError) as exc:
-        print(f"kv-parity plan: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    write_json(out / PLAN_NAME, plan.model_dump_json(indent=2))
-    write_matrix(out, campaign_matrix(plan.config, plan.rows, bool(plan.fixtures)), args.github_output)
-    fixtures = f"; Stage 6 fixtures {', '.join(f.id for f in plan.fixtures)}" if plan.fixtures else ""
-    print(f"campaign {plan.campaign_id} ({plan.mode}): baseline {plan.base_sha[:12]}, candidate "
-          f"{plan.head_sha[:12]}, rows {', '.join(plan.rows)}{fixtures}")
-    for item in plan.fixtures:
-        if item.problem is not None:
-            print(f"fixture {item.id} will stop: {item.problem}")
-    return EXIT_OK
 
 
 def load_plan(directory: Path) -> tuple[Plan, str]:

@@ -7,38 +7,23 @@ process; the row itself is the single-machine campaign's own `run_row`.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from runners.exec.placement import host_facts
-from runners.exec.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable, add_sandbox_argument
-from runners.exec.sandbox import check as check_sandbox
-from runners.pipeline.campaign import CampaignRequest, CampaignStop, Prepared, run_row
-from runners.pipeline.distributed.artifacts import BuildManifest, FixturesResult, RowResult, load_manifest
+from runners.exec.sandbox import Sandbox
+from runners.pipeline.campaign import CampaignRequest, Prepared, run_row
+from runners.pipeline.distributed.artifacts import BuildManifest, RowResult
 from runners.pipeline.distributed.common import (
-    EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_USAGE,
-    FIXTURES_ROW,
-    FIXTURES_SUFFIX,
-    ROW_SUFFIX,
     DistributedError,
     Refusal,
-    refused_upload,
-    scratch,
-    write_json,
 )
-from runners.pipeline.distributed.fixtures import run_manifest_fixtures
 from runners.pipeline.distributed.staging import stage_binaries
 from runners.progress import ProgressSink
 from runners.schema.config import RowConfig
 from runners.schema.report import Arm
 from runners.schema.verdicts import gated_build_differences
 from runners.stages.trace import TraceError, prepare_trace
-from runners.terminal import PlainProgress
 
 
 def runnable_row(manifest: BuildManifest, row_id: str) -> RowConfig:
@@ -100,74 +85,3 @@ def run_manifest_row(manifest: BuildManifest, manifest_dir: Path, row_id: str, t
     row_report = run_row(request, prepared, row, work, progress)
     return RowResult(campaign_id=manifest.campaign_id, binary_sha256=seen, trace_slice_sha256=slice_sha,
                      node=node, started_unix=started, ended_unix=round(time.time(), 3), report=row_report)
-
-
-def row_main(argv: Sequence[str]) -> int:
-    """`kv-parity row`: one row on this node -> OUT/<row>.row.json plus the row's kept evidence (with
-    `--row stage6-fixtures`: every fixture -> OUT/stage6-fixtures.fixtures.json).
-
-    Exits 0 when a result was written (its verdicts are inside), 1 when a checksum refused the inputs before
-    any process ran or a binary's re-hash stopped it, 2 for a manifest or row that cannot be used.
-    """
-    parser = argparse.ArgumentParser(prog="kv-parity row", description=row_main.__doc__)
-    parser.add_argument("--manifest", required=True, help="the build's manifest.json (binaries in its bin/)")
-    parser.add_argument("--row", required=True,
-                        help=f"row id to run on this node, or {FIXTURES_ROW} for every Stage 6 fixture")
-    parser.add_argument("--out", required=True, help="directory for the row result and its evidence")
-    parser.add_argument("--trace", help="node-local trace overriding the config's (checksum still verified)")
-    parser.add_argument("--work", help="node-local parent of the staging directory")
-    parser.add_argument("--keep-work", action="store_true", help="keep staged binaries, trace and outputs")
-    add_sandbox_argument(parser)
-    args = parser.parse_args(list(argv))
-
-    manifest_path = Path(args.manifest)
-    try:
-        sandbox = check_sandbox(args.sandbox)
-        manifest = load_manifest(manifest_path)
-        if args.row != FIXTURES_ROW:
-            runnable_row(manifest, args.row)
-    except (DistributedError, SandboxUnavailable) as exc:
-        print(f"kv-parity row: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    out = Path(args.out)
-    job: Callable[[Path], RowResult | FixturesResult]
-    if args.row == FIXTURES_ROW:
-        what, target = "the Stage 6 fixtures", out / f"{FIXTURES_ROW}{FIXTURES_SUFFIX}"
-
-        def job(work: Path) -> RowResult | FixturesResult:
-            return run_manifest_fixtures(manifest, manifest_path.parent, work, out, PlainProgress(), sandbox)
-    else:
-        what, target = f"row {args.row}", out / f"{args.row}{ROW_SUFFIX}"
-        trace_source = Path(args.trace) if args.trace else Path(manifest.config.trace.path)
-
-        def job(work: Path) -> RowResult | FixturesResult:
-            return run_manifest_row(manifest, manifest_path.parent, args.row, trace_source, work, out,
-                                    PlainProgress(), sandbox)
-    try:
-        with scratch(args.work, "kv-parity-row-", keep=args.keep_work) as work:
-            result = job(work)
-    except Refusal as exc:
-        print(f"kv-parity row: refusing to run {what}: {exc}; no harness process was started", file=sys.stderr)
-        return EXIT_REFUSED
-    except (CampaignStop, BinaryMismatch) as exc:
-        print(f"kv-parity row: stopped {what}: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except DistributedError as exc:
-        print(f"kv-parity row: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if refused_upload(out):
-        return EXIT_REFUSED
-    write_json(target, result.model_dump_json(indent=2))
-    print(_outcome(result))
-    return EXIT_OK
-
-
-def _outcome(result: RowResult | FixturesResult) -> str:
-    """The one line `kv-parity row` prints for the result it wrote."""
-    if isinstance(result, FixturesResult):
-        return (f"Stage 6 fixtures on {result.node.hostname}: "
-                + ", ".join(f"{f.id} {f.status.value}" for f in result.fixtures))
-    doctor = result.report.doctor
-    return (f"row {result.report.row.id} on {result.node.hostname}: semantic {result.report.semantic.value}, "
-            f"performance {result.report.perf_verdict.value}"
-            + (f"; node doctor {doctor.summary}" if doctor is not None else ""))
