@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bot.modes.wiring import default_publisher  # noqa: E402
 from bot.service.app import create_app  # noqa: E402
-from bot.service.wiring import default_publisher  # noqa: E402
 from bot.settings import Settings  # noqa: E402
 from bot.store.campaigns import Store  # noqa: E402
 from tests.fakes.github_api import FakeGitHub  # noqa: E402

@@ -1,4 +1,4 @@
-"""Campaign lifecycle: drive each campaign `bot.modes.store_ledger` recorded to exactly one ending (it is the service's
+"""Campaign lifecycle: drive each campaign `bot.modes.intake` recorded to exactly one ending (it is the service's
 `bot.core.ports.CampaignDriver`; the server hands it to the intake).
 
 requested -> dispatched -> running -> completed | cancelled | superseded | timed_out | errored. The store
@@ -21,7 +21,7 @@ from typing import Literal, Protocol, runtime_checkable
 from pydantic import ValidationError
 
 from bot.core.campaign import ACTIVE_STATES, LIVE_STATES, SIDE_RUN_CHECKS, Campaign, CampaignState
-from bot.core.ports import Publisher, RepoServices
+from bot.core.ports import Publisher, RepoApi, RepoServices
 from bot.dispatch.base import Backend, RunHandle, StartError
 from bot.github.errors import GitHubRetryLaterError, Interrupted
 from bot.logs import log_context, log_failure
@@ -76,7 +76,7 @@ class Lifecycle:
         store: Store,
         settings: Settings,
         backend: Backend,
-        services: Callable[[str], RepoServices],
+        services: Callable[[str], RepoServices[RepoApi]],
         *,
         clock: Callable[[], float] = time.time,
         metrics: CampaignMetrics | None = None,

@@ -18,8 +18,8 @@ import pytest
 from bot.cli.history import history_main
 from bot.cli.reports import main_verify
 from bot.core.campaign import CampaignState
+from bot.modes.wiring import default_publisher
 from bot.service.app import create_app
-from bot.service.wiring import default_publisher
 from bot.store.campaigns import Store
 from runners.schema.report import CampaignReport
 from tests.report_factory import make_report

@@ -13,8 +13,8 @@ import pytest
 from bot.cli.main import main as cli_main
 from bot.cli.reports import main_verify
 from bot.core.campaign import FINAL_STATES, CampaignState
+from bot.modes.wiring import default_publisher
 from bot.service.app import create_app
-from bot.service.wiring import default_publisher
 from bot.settings import Settings
 from bot.store.campaigns import Store
 from runners.demo import commit_change, init_fixture_repo

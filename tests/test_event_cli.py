@@ -23,7 +23,7 @@ import yaml
 
 from bot.cli.event import event_main
 from bot.dispatch.campaign_workflow import RUN_NAME, parse_run_title
-from bot.modes.run_title_ledger import actions_settings
+from bot.modes.actions_only import actions_settings
 from bot.publish import render
 from tests.fakes.github_api import FakeGitHub
 from tests.webhooks import CONFIG_TOML, REPO, comment_event, commit, git, pull_request_event

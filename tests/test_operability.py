@@ -23,9 +23,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.core.campaign import CampaignState
+from bot.modes.wiring import default_publisher
 from bot.pages.details import SECURITY_HEADERS
 from bot.service.app import create_app
-from bot.service.wiring import default_publisher
 from bot.settings import SettingsError
 from bot.store.campaigns import Store
 from tests.browser import Browser

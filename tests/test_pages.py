@@ -19,9 +19,9 @@ import pytest
 
 from bot.cli.history import history_main
 from bot.core.campaign import Campaign, CampaignState
+from bot.modes.wiring import default_publisher
 from bot.pages.details import SECURITY_HEADERS, Pages
 from bot.service.app import create_app
-from bot.service.wiring import default_publisher
 from bot.store.campaigns import Store
 from bot.store.pages import NOT_COMPARABLE
 from runners.schema.report import CampaignReport

@@ -117,7 +117,7 @@ def test_a_delivery_is_parsed_once_the_door_hands_its_typed_event_to_the_worker(
         return parse_event(event, body)
 
     monkeypatch.setattr("bot.service.app.parse_event", counted)
-    monkeypatch.setattr("bot.modes.store_ledger.parse_event", counted)
+    monkeypatch.setattr("bot.modes.intake.parse_event", counted)
     settings = env.settings()
     stored = json.dumps(comment_event("/parity status")).encode()
     Store(settings.db_path).add_delivery("before-restart", "issue_comment", stored)
@@ -679,7 +679,7 @@ def test_settings_from_file_and_environment(tmp_path: Path) -> None:
 
 
 def test_real_publisher_and_app_auth_complete_the_check_run(env: Env) -> None:
-    from bot.service.wiring import default_publisher
+    from bot.modes.wiring import default_publisher
 
     settings = env.settings(**register_test_app(env.fake, env.tmp))
     app = create_app(settings, publisher_factory=default_publisher)
@@ -759,7 +759,7 @@ def test_sigterm_during_a_retry_wait_exits_before_the_retry_and_the_delivery_is_
 
 
 def test_a_502_after_the_comment_was_created_leaves_one_comment(env: Env) -> None:
-    from bot.service.wiring import default_publisher
+    from bot.modes.wiring import default_publisher
 
     env.fake.inject_failures(
         "POST", r"/issues/1/comments$", [(502, {}, {"message": "Bad Gateway"})] * 2, after_acting=True
@@ -779,7 +779,7 @@ def test_a_502_after_the_comment_was_created_leaves_one_comment(env: Env) -> Non
 
 
 def test_a_publication_github_asks_to_delay_is_rescheduled_for_then_not_given_up(env: Env) -> None:
-    from bot.service.wiring import default_publisher
+    from bot.modes.wiring import default_publisher
 
     settings = env.settings(hold=True, **register_test_app(env.fake, env.tmp))
     app = create_app(settings, publisher_factory=default_publisher)

@@ -24,9 +24,9 @@ from bot.cli.main import main as cli_main
 from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.slurm import SlurmBackend
+from bot.modes.wiring import default_publisher
 from bot.publish.render import is_status_comment
 from bot.service.app import create_app
-from bot.service.wiring import default_publisher
 from bot.settings import Settings
 from bot.store.campaigns import Store
 from runners.demo import Knob, commit_change, init_fixture_repo

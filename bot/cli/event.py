@@ -1,5 +1,5 @@
 """`kv-parity event`: Actions-only mode, one GitHub event read from the workflow's event file
-(`bot.modes.run_title_ledger`)."""
+(`bot.modes.actions_only`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from bot.cli.exit_codes import EXIT_GITHUB, EXIT_OK, EXIT_USAGE
 from bot.core.events import PayloadError, parse_event
 from bot.github.errors import GitHubError
-from bot.modes.run_title_ledger import EVENT_ALIASES, actions_settings, handle_event
+from bot.modes.actions_only import EVENT_ALIASES, actions_services, actions_settings, handle_event
 from bot.settings import SettingsError
 
 
@@ -51,15 +51,8 @@ def event_main(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     if unserved is not None:
         print(f"ignored: {unserved}")
         return EXIT_OK
-    from bot.github.connect import make_gateway
-    from bot.publish.publisher import Publisher as GitHubPublisher
-    from bot.publish.side_runs import SideRunPublisher
-
-    gateway = make_gateway(settings, repo)
     try:
-        # A check run opens when the publish job (or a failure) completes it: nothing here would end one left queued.
-        outcome = handle_event(event, gateway, GitHubPublisher(gateway, settings, open_when_queued=False), settings,
-                               side_runs=SideRunPublisher(gateway, settings, open_when_queued=False))
+        outcome = handle_event(event, actions_services(settings, repo), settings)
     except GitHubError as exc:
         print(f"kv-parity event: GitHub refused: {exc}", file=sys.stderr)
         return EXIT_GITHUB

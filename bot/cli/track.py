@@ -13,14 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bot.cli.exit_codes import EXIT_GITHUB, EXIT_OK, EXIT_USAGE
 from bot.core.tracking import read_config, reference_request, start
 from bot.github.errors import GitHubError
-from bot.modes.run_title_ledger import RunTitleLedger, actions_settings
+from bot.modes.actions_only import actions_ledger, actions_services, actions_settings
 from bot.settings import SettingsError
 
 
@@ -49,11 +48,9 @@ def track_main(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     if settings.repo is None:
         print("kv-parity track: name the repository (settings repo, or $GITHUB_REPOSITORY)", file=sys.stderr)
         return EXIT_USAGE
-    from bot.github.connect import make_gateway
-    from bot.publish.side_runs import SideRunPublisher
-
-    gateway = make_gateway(settings, settings.repo)
     try:
+        services = actions_services(settings, settings.repo)
+        gateway = services.api
         tip = gateway.commit(gateway.default_branch()).sha
         found = read_config(gateway, settings.config_path, tip)
         if isinstance(found, str):
@@ -68,8 +65,7 @@ def track_main(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         if isinstance(request, str):
             print(f"kv-parity track: {request}", file=sys.stderr)
             return EXIT_OK if request.startswith("the tip") else EXIT_USAGE
-        publisher = SideRunPublisher(gateway, settings, open_when_queued=False)
-        ledger = RunTitleLedger(gateway, publisher, settings, settings.repo, clock=time.time)
+        ledger = actions_ledger(services, settings, settings.repo, side_runs=True)
         print(f"reference: {start(ledger, request)}")
     except GitHubError as exc:
         print(f"kv-parity track: GitHub refused: {exc}", file=sys.stderr)

@@ -3,14 +3,14 @@ values they carry are the core's too (`bot.core.campaign`, `bot.core.repo_values
 
 `bot.publish.publisher.Publisher` and `bot.github.gateway.GitHubGateway` implement them; `bot.lifecycle`, the two
 modes (`bot.modes`) and `bot.core.decisions` only speak through them. The server wires the concrete
-parts together (`bot.service.app.create_app`), so no module here needs to know who builds whom.
+parts together (`bot.modes.wiring`, `bot.service.wiring`), so no module here needs to know who builds whom.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign, CampaignState
@@ -104,11 +104,16 @@ class SideRunPublisher(Publisher, Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class RepoServices:
-    """Everything bound to one repository: its gateway, its publisher and who the bot is there."""
+ApiT = TypeVar("ApiT", bound=RepoApi, covariant=True)
 
-    api: RepoApi
+
+@dataclass(frozen=True)
+class RepoServices(Generic[ApiT]):
+    """Everything bound to one repository: its gateway, its publisher and who the bot is there (`bot.modes.wiring`
+    builds it for both modes; `ApiT` is what a mode reads through the gateway: the service `RepoApi`, Actions-only
+    mode also the Actions calls)."""
+
+    api: ApiT
     publisher: PullRequestPublisher
     bot: BotIdentity
     side_runs: SideRunPublisher | None = None

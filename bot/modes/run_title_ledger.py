@@ -1,8 +1,6 @@
-"""`kv-parity event`: Actions-only mode, nothing to host. One GitHub event, read from the workflow's event
-file, is decided and acted on by the service's own decision core (`bot.core.decisions`) with the workflow's
-token: dispatch the campaign workflow, cancel its runs, or answer through `bot.publish.publisher.Publisher`.
+"""Actions-only mode's ledger: the live campaign workflow runs, read from their titles (there is no database
+between events, so the ledger is what lasts in GitHub itself).
 
-There is no database between events, so the ledger (`RunTitleLedger`) is what lasts in GitHub itself:
 - A pull request's campaigns are its live campaign workflow runs, recognised by their display title (the
   campaign workflow's `run-name`, `bot.dispatch.campaign_workflow.RUN_NAME`). They answer `status`, are cancelled by
   `cancel`, the label's removal or closing, are superseded by a newer head, and make a second request for the
@@ -21,7 +19,6 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -30,28 +27,19 @@ from typing import Protocol
 
 from bot.core.accept_comments import read_back
 from bot.core.campaign import Campaign, CampaignRequest, CampaignState
-from bot.core.decisions import Decisions
-from bot.core.events import AnyEvent, PushEvent
 from bot.core.heads import HeadSeen
 from bot.core.ledger import FinishedCampaign, HeadConclusion
-from bot.core.ports import Publisher, PullRequestPublisher, RepoApi
+from bot.core.ports import Publisher, RepoApi
 from bot.core.repo_values import BotIdentity, CommentInfo
-from bot.core.tracking import handle_push
 from bot.dispatch.artifact_zip import MAX_ARTIFACT_BYTES, ArtifactError, extract_artifact
 from bot.dispatch.campaign_workflow import LIVE_STATUSES, REPORT_ARTIFACT, RunTitle, dispatch_inputs, parse_run_title
 from bot.github.models import ACTIONS_BOT, WorkflowRunInfo
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
-from bot.settings import Settings, load_settings
+from bot.settings import Settings
 from runners.schema.report import Acceptance, CampaignReport
 from runners.schema.verdicts import with_acceptances, with_verdicts
 from runners.verify import verify_report
 
-ACTIONS_BOT_LOGIN = ACTIONS_BOT.login
-"""Who comments with the workflow's GITHUB_TOKEN: its own comments must be ignored."""
-NO_WEBHOOK_SECRET = "unused: Actions-only mode receives no webhooks"
-"""The settings model requires a webhook secret for the service; GitHub runs this mode, nobody posts to it."""
-EVENT_ALIASES = {"pull_request_target": "pull_request"}
-"""pull_request_target carries the pull_request payload; only where the workflow runs differs."""
 ACTIONS_APP_SLUG = "github-actions"
 """The App behind every check run written with GITHUB_TOKEN: the only author of a kv-parity check run this mode
 carries forward to a merge group."""
@@ -71,24 +59,6 @@ class EventApi(RepoApi, Protocol):
     def list_comments(self, number: int) -> list[CommentInfo]: ...
 
     def download_artifact(self, run_id: int, name: str, max_bytes: int | None = None) -> bytes | None: ...
-
-
-def actions_settings(path: Path | None, environ: Mapping[str, str]) -> Settings:
-    """The service's settings model, with what an Actions runner provides as defaults: the token, repository,
-    API URL and bot login; the backend is always `actions` (this mode only ever dispatches the workflow)."""
-    values = dict(environ)
-    defaults = {
-        "KV_PARITY_TOKEN": environ.get("GITHUB_TOKEN"),
-        "KV_PARITY_REPO": environ.get("GITHUB_REPOSITORY"),
-        "KV_PARITY_API_BASE_URL": environ.get("GITHUB_API_URL"),
-        "KV_PARITY_BOT_LOGIN": ACTIONS_BOT_LOGIN,
-        "KV_PARITY_WEBHOOK_SECRET": NO_WEBHOOK_SECRET,
-    }
-    for key, value in defaults.items():
-        if value and not values.get(key):
-            values[key] = value
-    values["KV_PARITY_BACKEND"] = "actions"
-    return load_settings(path, values)
 
 
 class RunTitleLedger:
@@ -336,31 +306,3 @@ class RunTitleLedger:
 
     def live_of_head(self, head_sha: str) -> list[Campaign]:
         return [self._run_view(run, title) for run, title in self._runs().values() if title.head_sha == head_sha]
-
-
-def actions_bot_id(api: EventApi, settings: Settings) -> int:
-    """github-actions[bot] acts with GITHUB_TOKEN (no lookup); another configured login is looked up."""
-    if (settings.bot_login or ACTIONS_BOT.login) == ACTIONS_BOT.login:
-        return ACTIONS_BOT.id
-    return api.identity().id
-
-
-def handle_event(
-    event: AnyEvent,
-    api: EventApi,
-    publisher: PullRequestPublisher,
-    settings: Settings,
-    *,
-    clock: Callable[[], float] = time.time,
-    side_runs: Publisher | None = None,
-) -> str:
-    """Decide and act on one event with the run titles as the ledger; returns the outcome. A push goes to
-    main-branch tracking (bot.core.tracking), reported by `side_runs` (default: `publisher`)."""
-    repo = event.repository.full_name
-    bot_id = actions_bot_id(api, settings)
-    if isinstance(event, PushEvent):
-        tracking = RunTitleLedger(api, side_runs or publisher, settings, repo, clock=clock, bot_id=bot_id)
-        return handle_push(event, tracking, api, settings.config_path)
-    ledger = RunTitleLedger(api, publisher, settings, repo, clock=clock, bot_id=bot_id)
-    decisions = Decisions(ledger, api, publisher, settings, clock=clock)
-    return decisions.handle(event, bot_id=bot_id, received_at=clock())

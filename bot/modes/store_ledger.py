@@ -1,5 +1,4 @@
-"""Deliveries -> campaigns in the service: a stored delivery is parsed and handed to `bot.core.decisions`, with
-the service's SQLite store as its ledger.
+"""The App service's ledger: its SQLite store (`bot.store`), which records campaigns for the lifecycle to run.
 
 What the store lets the service remember, and Actions-only mode cannot (`bot.modes.run_title_ledger`):
 - every campaign, completed ones too: adding the label again to a head whose campaign completed is answered with
@@ -9,25 +8,17 @@ What the store lets the service remember, and Actions-only mode cannot (`bot.mod
   a plain `/parity rerun` on a fork approves its head only if it was the head when the comment was written and
   no other head was seen since;
 - answered refusals: one answer per person per pull request per `refusal_window_seconds`.
-A duplicate *delivery* (same X-GitHub-Delivery) is never acted on twice.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from pydantic import ValidationError
 
 from bot.core.campaign import LIVE_STATES, Campaign, CampaignRequest, CampaignState
-from bot.core.decisions import Decisions
-from bot.core.events import AnyEvent, PayloadError, PushEvent, parse_event
 from bot.core.heads import HeadSeen
 from bot.core.ledger import FinishedCampaign, HeadConclusion
-from bot.core.ports import CampaignDriver, RepoServices
-from bot.core.tracking import handle_push
-from bot.settings import Settings
-from bot.store.campaigns import Delivery, Store
+from bot.core.ports import CampaignDriver
+from bot.store.campaigns import Store
 from runners.schema.report import Acceptance, CampaignReport
 from runners.schema.verdicts import with_verdicts
 
@@ -179,46 +170,3 @@ class StoreLedger:
 
     def live_of_head(self, head_sha: str) -> list[Campaign]:
         return self.store.live_of_head(self.repo, head_sha)
-
-
-class Intake:
-    """Turns stored deliveries into decisions; runs on the service's single worker thread."""
-
-    def __init__(
-        self,
-        store: Store,
-        settings: Settings,
-        backend_name: str,
-        services: Callable[[str], RepoServices],
-        driver: CampaignDriver,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store = store
-        self.settings = settings
-        self.backend_name = backend_name
-        self.services = services
-        self.driver = driver
-        self.clock = clock
-
-    def handle(self, delivery: Delivery, event: AnyEvent | None = None) -> str:
-        """Act on one stored delivery (`event`: its payload as the door parsed it, when handed over); returns the
-        outcome recorded with it."""
-        if event is None:
-            try:
-                event = parse_event(delivery.event, delivery.payload)
-            except PayloadError as exc:
-                return f"rejected: {exc}"
-        repo = event.repository.full_name
-        unserved = self.settings.unserved(repo)
-        if unserved is not None:
-            return f"ignored: {unserved}"
-        already = self.store.by_delivery(delivery.id)
-        if already:
-            return f"already handled: campaign {already[0].id}"
-        services = self.services(repo)
-        ledger = StoreLedger(self.store, self.driver, repo, backend=self.backend_name, delivery_id=delivery.id)
-        if isinstance(event, PushEvent):
-            return handle_push(event, ledger, services.api, self.settings.config_path)
-        decisions = Decisions(ledger, services.api, services.publisher, self.settings, clock=self.clock)
-        return decisions.handle(event, bot_id=services.bot.id, received_at=delivery.received_at)

@@ -27,7 +27,7 @@ class DispatchedCampaign(BaseModel):
     rows: list[str] | None = None
     """The rows asked for; None (or empty) means every row of the config."""
     pr_number: int = Field(ge=0)
-    """0: a main-branch campaign (no pull request; `bot.publish.side_runs.publish_main`)."""
+    """0: a main-branch campaign (no pull request; `kv-parity publish --purpose main|reference`)."""
     mode: CampaignMode = "campaign"
     """`profile` for `/parity profile`: correctness and attribution, no performance gate."""
 

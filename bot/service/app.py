@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,25 +25,15 @@ from starlette.routing import Route
 
 from bot.core.events import HANDLED_EVENTS, PayloadError, parse_event
 from bot.dispatch.base import Backend
-from bot.lifecycle import Lifecycle, RunPages
+from bot.lifecycle import RunPages
 from bot.logs import LogFormat, configure_logging
-from bot.modes.store_ledger import Intake
+from bot.modes.wiring import PublisherFactory, SideRunFactory
 from bot.pages.details import page_routes, repository_seen
 from bot.pages.main_pages import main_routes
 from bot.pages.queue_page import queue_route
-from bot.service.ingest import Ingest
 from bot.service.protocol import uvicorn_config
 from bot.service.signed_body import MAX_JSON_DEPTH, Refused, json_too_deep, read_signed_body
-from bot.service.wiring import (
-    PublisherFactory,
-    SideRunFactory,
-    default_publisher,
-    default_side_runs,
-    make_backend,
-    open_store,
-    services_factory,
-)
-from bot.service.worker import HandedEvents, Worker
+from bot.service.wiring import wire_service
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -77,9 +66,9 @@ def _error(status: int, message: str, **headers: str) -> JSONResponse:
 def create_app(
     settings: Settings,
     *,
-    publisher_factory: PublisherFactory = default_publisher,
+    publisher_factory: PublisherFactory | None = None,
     backend: Backend | None = None,
-    side_run_factory: SideRunFactory = default_side_runs,
+    side_run_factory: SideRunFactory | None = None,
 ) -> Starlette:
     """The webhook app; its lifespan opens the store and runs the worker (app.state.store/.worker). With
     `settings.public_url` it also serves the details pages (`bot.pages.details`) and the queue page; without, no
@@ -89,22 +78,9 @@ def create_app(
     cannot be bound.
     """
     secret = settings.webhook_secret.get_secret_value().encode()
-    store = open_store(settings, power_safe=False)
-    ingest = Ingest(open_store(settings, power_safe=True))
-    stop = threading.Event()
-    metrics = None
-    if settings.metrics_enabled:
-        from bot.metrics import ServiceMetrics
-
-        backend_name = backend.name if backend is not None else settings.backend
-        metrics = ServiceMetrics(open_store(settings, power_safe=False), settings, backend_name)
-    services = services_factory(settings, publisher_factory, stop, metrics, side_run_factory)
-    runs_on = backend or make_backend(settings, stop, metrics)
-    lifecycle = Lifecycle(store, settings, runs_on, services, metrics=metrics)
-    # The intake records campaigns and the lifecycle runs them; wired here so neither builds the other.
-    intake = Intake(store, settings, runs_on.name, services, lifecycle)
-    handed = HandedEvents()
-    worker = Worker(store, intake, lifecycle, settings, stop, handed)
+    parts = wire_service(settings, publisher_factory=publisher_factory, backend=backend,
+                         side_run_factory=side_run_factory)
+    store, ingest, metrics, worker, handed = parts.store, parts.ingest, parts.metrics, parts.worker, parts.handed
     unverified = 0
     locked = (
         f"database {settings.db_path} is locked by another process or not writable; "
@@ -188,9 +164,10 @@ def create_app(
         )
 
     routes = [Route("/webhook", webhook, methods=["POST"]), Route("/healthz", health, methods=["GET"])]
-    run_url = runs_on.run_url if isinstance(runs_on, RunPages) else None
+    run_url = parts.backend.run_url if isinstance(parts.backend, RunPages) else None
     if settings.public_url is not None:
-        routes += [*page_routes(lifecycle.pages), *main_routes(lifecycle.pages), queue_route(lifecycle.pages, run_url)]
+        pages = parts.lifecycle.pages
+        routes += [*page_routes(pages), *main_routes(pages), queue_route(pages, run_url)]
     listener = None
     if metrics is not None:
         from bot.metrics import MetricsListener, metrics_endpoint
@@ -209,7 +186,7 @@ def create_app(
         try:
             yield
         finally:
-            stop.set()
+            parts.stop.set()
             if listener is not None:
                 listener.stop()
             ingest.stop(timeout=settings.db_busy_timeout_seconds + 1)
@@ -232,7 +209,7 @@ def run_server(
     host: str,
     port: int,
     *,
-    publisher_factory: PublisherFactory = default_publisher,
+    publisher_factory: PublisherFactory | None = None,
     log_level: str = "info",
     log_format: LogFormat | None = None,
 ) -> None:

@@ -17,7 +17,7 @@ from bot.core.events import AnyEvent
 from bot.github.errors import GitHubRetryLaterError, Interrupted
 from bot.lifecycle import Lifecycle
 from bot.logs import delivery_concerns, log_context, log_failure
-from bot.modes.store_ledger import Intake
+from bot.modes.intake import Intake
 from bot.settings import Settings
 from bot.store.campaigns import Delivery, Store
 
