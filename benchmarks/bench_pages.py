@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from bot.core.campaign import CampaignRequest  # noqa: E402
 from bot.pages.details import Pages, PageViews, page_report  # noqa: E402
-from bot.publish.render import Links, result_comment  # noqa: E402
+from bot.publish.render import result_comment  # noqa: E402
+from bot.publish.views import Links  # noqa: E402
 from bot.settings import Settings  # noqa: E402
 from bot.store.campaigns import Store  # noqa: E402
 from tests.report_factory import OUTCOMES, make_report  # noqa: E402

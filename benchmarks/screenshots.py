@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bot.publish.html_report import report_html  # noqa: E402
-from bot.publish.render import Links, report_markdown  # noqa: E402
+from bot.publish.render import report_markdown  # noqa: E402
+from bot.publish.views import Links  # noqa: E402
 from tests.browser import Browser  # noqa: E402
 from tests.report_factory import OUTCOMES, make_report  # noqa: E402
 

@@ -25,7 +25,7 @@ from bot.dispatch.actions import ActionsBackend, combine_retry, lost_runner, rea
 from bot.dispatch.artifact_zip import ArtifactError, extract_artifact
 from bot.dispatch.campaign_workflow import REPORT_ARTIFACT
 from bot.github.models import WorkflowJobInfo, WorkflowRunInfo, WorkflowStepInfo
-from bot.publish import render
+from bot.publish import comment_markers
 from bot.service.app import create_app
 from bot.settings import Settings
 from bot.store.campaigns import Store
@@ -167,7 +167,7 @@ class Service:
         return [
             c["body"]
             for c in self.fake.comments(REPO, 1)
-            if render.result_marker_campaign(c["body"]) == campaign_id
+            if comment_markers.result_marker_campaign(c["body"]) == campaign_id
         ]
 
 

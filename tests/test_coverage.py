@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from bot.publish import render
-from bot.publish.render import Links
+from bot.publish.views import Links
 from runners.demo import REAL_HARNESS_SHAPES, Knob
 from runners.schema.config import PROTOCOL_EXCLUSIONS, ExpectedEvidence, PoolPlacements, load_profile
 from runners.schema.report import CoverageCheck, CoverageCounts, CoverageResult

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bot.publish import render
-from bot.publish.render import Links
+from bot.publish.views import Links
 from runners.demo import commit_change
 from runners.schema.config import PROTOCOL_EXCLUSIONS, CampaignConfig
 from runners.schema.report import DeclaredExclusions, DeclaredPointer, SemanticVerdict

@@ -21,7 +21,7 @@ import pytest
 from bot.cli.distributed import build_main, merge_main, row_main
 from bot.cli.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from bot.cli.main import main
-from bot.publish.render import md, prose
+from bot.publish.markdown import md, prose
 from runners.demo import commit_change, init_fixture_repo
 from runners.pipeline.campaign import CampaignRequest, run_campaign
 from runners.pipeline.distributed.artifacts import BuildManifest, RowResult, load_manifest

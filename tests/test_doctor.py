@@ -19,7 +19,7 @@ from bot.cli.exit_codes import EXIT_FOR_STATUS
 from bot.cli.main import main
 from bot.publish import render
 from bot.publish.html_report import report_html
-from bot.publish.render import Links
+from bot.publish.views import Links
 from runners.exec.containment import detect
 from runners.exec.placement import SYS, choose_perf_core, cpu_topology, stat_tick_ms
 from runners.schema.report import CampaignReport, DoctorCheck, DoctorReport, DoctorStatus

@@ -24,7 +24,7 @@ import yaml
 from bot.cli.event import event_main
 from bot.dispatch.campaign_workflow import RUN_NAME, parse_run_title
 from bot.modes.actions_only import actions_settings
-from bot.publish import render
+from bot.publish import comment_markers
 from tests.fakes.github_api import FakeGitHub
 from tests.webhooks import CONFIG_TOML, REPO, comment_event, commit, git, pull_request_event
 
@@ -149,10 +149,10 @@ class Actions:
         return [c["body"] for c in self.fake.comments(REPO, number)]
 
     def replies(self, number: int = 1) -> list[str]:
-        return [body for body in self.comments(number) if not render.is_status_comment(body)]
+        return [body for body in self.comments(number) if not comment_markers.is_status_comment(body)]
 
     def status(self, number: int = 1) -> str:
-        [body] = [body for body in self.comments(number) if render.is_status_comment(body)]
+        [body] = [body for body in self.comments(number) if comment_markers.is_status_comment(body)]
         return body
 
 

@@ -20,7 +20,8 @@ from bot.github.redact import Redactor
 from bot.publish import svg
 from bot.publish.artifact import write_artifact
 from bot.publish.html_report import artifact_href, inline, page, report_html, row_charts, safe_url
-from bot.publish.render import Links, code, md
+from bot.publish.markdown import code, md
+from bot.publish.views import Links
 from runners.schema.report import CampaignReport, StopRecord
 from tests.report_factory import OUTCOMES, make_report
 from tests.test_render_golden import LINKS, PRIOR_ATTEMPTS, check_golden

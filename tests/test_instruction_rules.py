@@ -10,7 +10,8 @@ import pytest
 
 from bot.pages.details import instruction_points
 from bot.publish.html_report import report_html
-from bot.publish.render import Links, check_run_content
+from bot.publish.render import check_run_content
+from bot.publish.views import Links
 from bot.store.campaigns import Store
 from runners.exec.untrusted import UntrustedFileError
 from runners.schema.config import ConfigError, PerfConfig, parse_config

@@ -22,7 +22,7 @@ from bot.core.campaign import Campaign, CampaignState
 from bot.core.repo_values import BotIdentity, CommentInfo
 from bot.github.gateway import GitHubGateway
 from bot.github.models import CheckAction, CheckConclusion, CheckOutput, CheckStatus, TokenAuth
-from bot.publish import render
+from bot.publish import comment_markers, limits
 from bot.publish.publisher import PROGRESS_INTERVAL_SECONDS, Publisher, web_url, write_artifact
 from runners.progress import ProgressEvent
 from runners.schema.report import CampaignReport
@@ -114,11 +114,11 @@ def gateway(fake: FakeGitHub) -> GitHubGateway:
 
 
 def status_comments(fake: FakeGitHub) -> list[dict[str, Any]]:
-    return [c for c in fake.comments(REPO, PR) if render.is_status_comment(c["body"])]
+    return [c for c in fake.comments(REPO, PR) if comment_markers.is_status_comment(c["body"])]
 
 
 def result_comments(fake: FakeGitHub) -> list[dict[str, Any]]:
-    return [c for c in fake.comments(REPO, PR) if render.result_marker_campaign(c["body"])]
+    return [c for c in fake.comments(REPO, PR) if comment_markers.result_marker_campaign(c["body"])]
 
 
 # --- the whole campaign over HTTP ---------------------------------------------------------------------------
@@ -172,9 +172,9 @@ def test_restarted_publisher_finds_the_status_comment_and_folds_older_results(
     (status,) = status_comments(fake)
     assert "c-2" in status["body"] and "❌" in status["body"]
     old, new = result_comments(fake)
-    assert render.result_marker_campaign(old["body"]) == "c-1" and old["minimized"]
+    assert comment_markers.result_marker_campaign(old["body"]) == "c-1" and old["minimized"]
     assert old["minimized_reason"] == "outdated"
-    assert render.result_marker_campaign(new["body"]) == "c-2" and not new["minimized"]
+    assert comment_markers.result_marker_campaign(new["body"]) == "c-2" and not new["minimized"]
     assert [r["conclusion"] for r in fake.check_runs(REPO)] == ["success", "failure"]
 
 
@@ -337,7 +337,7 @@ def test_forty_row_report_is_accepted_by_the_stand_in(
     )
 
     (run,) = fake.check_runs(REPO)
-    assert len(run["output"]["text"]) <= render.CHECK_TEXT_LIMIT
+    assert len(run["output"]["text"]) <= limits.CHECK_TEXT_LIMIT
     assert "did not fit GitHub's size limit" in run["output"]["text"]
     assert len(result_comments(fake)) == 1
 

@@ -26,7 +26,8 @@ from bot.core.campaign import Campaign, CampaignState
 from bot.github.gateway import GitHubGateway
 from bot.github.models import TokenAuth
 from bot.github.redact import REDACTED, Redactor, secret_values
-from bot.publish import render
+from bot.publish import comment_markers
+from bot.publish.public import PublicReport, raw_outputs
 from bot.publish.publisher import Publisher
 from bot.settings import Settings
 from runners.progress import ProgressEvent
@@ -168,11 +169,11 @@ def test_raw_output_reaches_the_artifact_and_never_github(
 
 
 def test_public_report_carries_no_raw_output_field() -> None:
-    public = render.PublicReport.of(crashed_report()).report
+    public = PublicReport.of(crashed_report()).report
 
-    assert render.raw_outputs(public) == []
+    assert raw_outputs(public) == []
     assert public.stopped is not None and "\n" not in public.stopped.reason
-    assert render.raw_outputs(crashed_report()), "the full report still has them"
+    assert raw_outputs(crashed_report()), "the full report still has them"
 
 
 # --- the redactor ---------------------------------------------------------------------------------------
@@ -267,10 +268,10 @@ def test_user_comments_with_copied_markers_change_nothing(
     mallory = gateway_for(fake, MALLORY_TOKEN, bot_login=None)
     fake_status = mallory.create_comment(
         PR,
-        f"{render.STATUS_MARKER}\n<!-- kv-parity:campaign c-9 2099-01-01T00:00:00.000000Z -->\n✅ all good",
+        f"{comment_markers.STATUS_MARKER}\n<!-- kv-parity:campaign c-9 2099-01-01T00:00:00.000000Z -->\n✅ all good",
     )
-    fake_result = mallory.create_comment(PR, render.result_marker(CAMPAIGN_ID, HEAD_SHA) + "\n✅ passed")
-    fake_old = mallory.create_comment(PR, render.result_marker("c-0", HEAD_SHA) + "\nold result")
+    fake_result = mallory.create_comment(PR, comment_markers.result_marker(CAMPAIGN_ID, HEAD_SHA) + "\n✅ passed")
+    fake_old = mallory.create_comment(PR, comment_markers.result_marker("c-0", HEAD_SHA) + "\nold result")
     publisher = Publisher(gateway, cli_settings(fake.url), Clock())
     view = campaign()
 
@@ -285,8 +286,8 @@ def test_user_comments_with_copied_markers_change_nothing(
     for planted in (fake_status, fake_result, fake_old):
         assert comments[planted.id]["body"] == planted.body and not comments[planted.id]["minimized"]
     bot = [c for c in comments.values() if c["user"] == BOT_LOGIN]
-    statuses = [c for c in bot if render.is_status_comment(c["body"])]
-    results = [c for c in bot if render.result_marker_campaign(c["body"]) == CAMPAIGN_ID]
+    statuses = [c for c in bot if comment_markers.is_status_comment(c["body"])]
+    results = [c for c in bot if comment_markers.result_marker_campaign(c["body"]) == CAMPAIGN_ID]
     assert [c["id"] for c in statuses] == [status_id], "the bot's own status comment, edited in place"
     assert "Cancelled" in statuses[0]["body"], "still edited after a restart"
     assert len(results) == 1 and "❌" in results[0]["body"], "the bot's result is posted despite the fake"
@@ -466,7 +467,7 @@ def test_earlier_attempts_are_listed_on_every_surface(
     )
 
     (run,) = fake.check_runs(REPO)
-    (result,) = [c for c in fake.comments(REPO, PR) if render.result_marker_campaign(c["body"])]
+    (result,) = [c for c in fake.comments(REPO, PR) if comment_markers.result_marker_campaign(c["body"])]
     report_md = (tmp_path / "report.md").read_text()
     for surface in (run["output"]["summary"], result["body"], report_md):
         assert "`kvp-first`" in surface and "`kvp-second`" in surface

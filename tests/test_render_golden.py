@@ -18,8 +18,8 @@ from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign, CampaignState
 from bot.core.commands import COMMANDS
 from bot.core.merge_queue import carry, standing
-from bot.publish import render
-from bot.publish.render import Links, ProgressView
+from bot.publish import comment_markers, limits, markdown, render, views
+from bot.publish.views import Links, ProgressView
 from runners.progress import ProgressEvent
 from runners.schema.report import Acceptance, CampaignReport
 from runners.schema.verdicts import with_acceptances
@@ -109,7 +109,7 @@ def check_golden(name: str, text: str) -> None:
         pytest.fail(f"{name} differs from its golden:\n{diff}")
 
 
-def with_title(content: render.CheckRunContent) -> str:
+def with_title(content: views.CheckRunContent) -> str:
     """Golden form of a check-run output: the title as an invisible first line, then the summary."""
     return f"<!-- check run title: {content.title} -->\n{content.summary}"
 
@@ -366,8 +366,8 @@ def test_forty_rows_fit_github_limits_with_a_pointer_to_the_artifact() -> None:
     content = render.check_run_content(report, LINKS)
     comment = render.result_comment(report, LINKS)
 
-    assert len(content.summary) <= render.CHECK_TEXT_LIMIT and len(content.text) <= render.CHECK_TEXT_LIMIT
-    assert len(comment) <= render.COMMENT_LIMIT and len(content.title) <= render.TITLE_LIMIT
+    assert len(content.summary) <= limits.CHECK_TEXT_LIMIT and len(content.text) <= limits.CHECK_TEXT_LIMIT
+    assert len(comment) <= limits.COMMENT_LIMIT and len(content.title) <= limits.TITLE_LIMIT
     assert all(f"`row-{n:02d}-vllm-disagg`" in content.summary for n in range(40)), (
         "the verdict table is whole"
     )
@@ -375,7 +375,7 @@ def test_forty_rows_fit_github_limits_with_a_pointer_to_the_artifact() -> None:
     assert "### Rerun" in content.text, "the closing sections survive: only row details are dropped"
     assert content.text.count("```mermaid") == content.text.count("<sub>Grey bars"), "no chart is cut in half"
     full = render.report_markdown(report, Links())
-    assert len(full) > render.CHECK_TEXT_LIMIT and full.count("```mermaid") == 40, (
+    assert len(full) > limits.CHECK_TEXT_LIMIT and full.count("```mermaid") == 40, (
         "report.md is never trimmed"
     )
 
@@ -383,7 +383,7 @@ def test_forty_rows_fit_github_limits_with_a_pointer_to_the_artifact() -> None:
 def test_trim_never_cuts_inside_a_code_fence() -> None:
     text = "intro\n\n```mermaid\n" + "x\n" * 200 + "```\n\ntail\n"
 
-    trimmed = render.trim_markdown(text, 120, "see the artifact")
+    trimmed = limits.trim_markdown(text, 120, "see the artifact")
 
     assert trimmed == "intro\n\n---\n✂️ see the artifact\n"
 
@@ -391,9 +391,9 @@ def test_trim_never_cuts_inside_a_code_fence() -> None:
 def test_trim_counts_bytes_so_multibyte_text_stays_within_the_limit() -> None:
     text = "✅ ok\n" * 20_000
 
-    trimmed = render.trim_markdown(text, render.CHECK_TEXT_LIMIT, "pointer")
+    trimmed = limits.trim_markdown(text, limits.CHECK_TEXT_LIMIT, "pointer")
 
-    assert len(trimmed.encode()) <= render.CHECK_TEXT_LIMIT and trimmed.endswith("✂️ pointer\n")
+    assert len(trimmed.encode()) <= limits.CHECK_TEXT_LIMIT and trimmed.endswith("✂️ pointer\n")
 
 
 @pytest.mark.parametrize(
@@ -408,7 +408,7 @@ def test_trim_counts_bytes_so_multibyte_text_stays_within_the_limit() -> None:
     ],
 )
 def test_user_text_is_escaped(raw: str, escaped: str) -> None:
-    assert render.md(raw) == escaped
+    assert markdown.md(raw) == escaped
 
 
 def test_branch_names_render_literally_in_every_surface() -> None:
@@ -422,18 +422,17 @@ def test_branch_names_render_literally_in_every_surface() -> None:
 
 
 def test_code_spans_survive_backticks_and_pipes() -> None:
-    assert render.code("a`b|c") == "``a`b\\|c``"
-    assert render.code("`edge`") == "`` `edge` ``"
+    assert markdown.code("a`b|c") == "``a`b\\|c``"
+    assert markdown.code("`edge`") == "`` `edge` ``"
 
 
 def test_result_marker_round_trip_and_quotes_are_ignored() -> None:
-    marker = render.result_marker("c-1", HEAD_SHA)
+    marker = comment_markers.result_marker("c-1", HEAD_SHA)
 
-    assert render.result_marker_campaign(marker + "\nbody") == "c-1"
-    assert render.result_marker_campaign("> " + marker) is None
-    assert render.is_status_comment(render.STATUS_MARKER + "\nx") and not render.is_status_comment(
-        "> " + render.STATUS_MARKER
-    )
+    assert comment_markers.result_marker_campaign(marker + "\nbody") == "c-1"
+    assert comment_markers.result_marker_campaign("> " + marker) is None
+    status = comment_markers.STATUS_MARKER
+    assert comment_markers.is_status_comment(status + "\nx") and not comment_markers.is_status_comment("> " + status)
 
 
 @pytest.mark.parametrize(

@@ -24,8 +24,8 @@ from pydantic import BaseModel, ValidationError
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign, CampaignState
 from bot.core.commands import COMMANDS
-from bot.publish import render
-from bot.publish.render import Links, ProgressView
+from bot.publish import markdown, render, wording
+from bot.publish.views import Links, ProgressView
 from runners.progress import ProgressEvent
 from runners.schema.report import CampaignReport
 from tests.report_factory import BASE_SHA, CAMPAIGN_ID, HEAD_SHA, OUTCOMES, make_report
@@ -303,7 +303,7 @@ def report_surfaces(report: CampaignReport, round_: int) -> Iterator[tuple[str, 
 def lifecycle_surfaces(round_: int) -> Iterator[tuple[str, str]]:
     view = hostile_campaign(round_)
     reason = hostile(3, round_) + "\n" + hostile(4, round_)
-    for state in render.ENDED_STATES:
+    for state in wording.ENDED_STATES:
         content = render.ended_content(view, state, reason, LINKS)
         assert "\n" not in content.title
         yield f"ended {state} check run", content.summary
@@ -347,8 +347,8 @@ def test_hostile_lifecycle_strings_never_render_live(round_: int) -> None:
     "fragment", ["@@user", "@@org/team", "é@user", "@user", "x.@user", "(@user)", "_@user", "\u200d@user"]
 )
 def test_every_at_that_could_start_a_mention_is_defused(fragment: str) -> None:
-    assert re.search(r"@[A-Za-z0-9]", render.md(fragment)) is None
-    assert re.search(r"@[A-Za-z0-9]", render.prose(fragment)) is None
+    assert re.search(r"@[A-Za-z0-9]", markdown.md(fragment)) is None
+    assert re.search(r"@[A-Za-z0-9]", markdown.prose(fragment)) is None
 
 
 def test_the_checker_catches_what_it_claims_to() -> None:
@@ -366,5 +366,5 @@ def test_the_checker_catches_what_it_claims_to() -> None:
     for name, make in live.items():
         assert problems(make()), name
     for fragment in FRAGMENTS:
-        assert not problems("text " + render.md(fragment)), fragment
+        assert not problems("text " + markdown.md(fragment)), fragment
     assert not problems("`@mallory` and ``a`b`` stay literal")

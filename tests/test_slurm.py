@@ -25,7 +25,7 @@ from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.slurm import SlurmBackend
 from bot.modes.wiring import default_publisher
-from bot.publish.render import is_status_comment
+from bot.publish.comment_markers import is_status_comment
 from bot.service.app import create_app
 from bot.settings import Settings
 from bot.store.campaigns import Store

@@ -32,9 +32,11 @@ from bot.core.campaign import Campaign, CampaignState
 from bot.core.events import PayloadError, parse_event
 from bot.github.redact import Redactor, secret_values
 from bot.publish.html_report import page, report_html
+from bot.publish.public import PublicReport, one_line
 from bot.publish.publisher import web_url
-from bot.publish.render import ENDED_STATES, Links, PublicReport, one_line
 from bot.publish.svg import line_chart
+from bot.publish.views import Links
+from bot.publish.wording import ENDED_STATES
 from bot.settings import Settings
 from bot.store.acceptances import AcceptanceEntry
 from bot.store.campaigns import Store

@@ -17,7 +17,7 @@ from bot.core.attempts import PriorAttempt
 from bot.github.redact import Redactor, secret_values
 from bot.publish import render
 from bot.publish.html_report import report_html, row_charts
-from bot.publish.render import Links
+from bot.publish.views import Links
 from runners.schema.report import CampaignReport
 
 SAMPLE_COLUMNS = (

@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from bot.publish import render
-from bot.publish.render import CheckRunContent, Links
+from bot.publish.limits import CHECK_TEXT_LIMIT, COMMENT_LIMIT, trim_markdown
+from bot.publish.markdown import code, icon, short
+from bot.publish.templating import MARKDOWN
+from bot.publish.views import CheckRunContent, Links
 from runners.schema.bisect_rule import BisectReport, ProbeState
 
 BISECT_MARKER_PREFIX = "<!-- kv-parity:bisect"
@@ -35,11 +37,11 @@ class CommitView:
 def headline(bisect: BisectReport) -> str:
     result = bisect.result
     if result.outcome == "culprit" and result.culprit is not None:
-        return f"🔎 Bisect: the first bad commit is {render.code(render.short(result.culprit))}"
+        return f"🔎 Bisect: the first bad commit is {code(short(result.culprit))}"
     if result.outcome == "not_bad":
-        return f"✅ Bisect: {render.code(render.short(bisect.bad))} does not fail against good"
-    return (f"⚠️ Bisect narrowed it to {render.code(render.short(result.good))}.."
-            f"{render.code(render.short(result.bad))}")
+        return f"✅ Bisect: {code(short(bisect.bad))} does not fail against good"
+    return (f"⚠️ Bisect narrowed it to {code(short(result.good))}.."
+            f"{code(short(result.bad))}")
 
 
 def _probe_views(bisect: BisectReport) -> list[ProbeView]:
@@ -48,9 +50,9 @@ def _probe_views(bisect: BisectReport) -> list[ProbeView]:
         verdicts = probe.attempts[-1].report.concluded
         views.append(ProbeView(
             number=number, commit=probe.commit, position=probe.position, state=STATE_LABELS[probe.state],
-            semantic=f"{render.icon(verdicts.semantic)} {verdicts.semantic.value}",
-            performance=f"{render.icon(verdicts.performance)} {verdicts.performance.value}",
-            sizes=f"{render.icon(verdicts.sizes)} {verdicts.sizes.value}",
+            semantic=f"{icon(verdicts.semantic)} {verdicts.semantic.value}",
+            performance=f"{icon(verdicts.performance)} {verdicts.performance.value}",
+            sizes=f"{icon(verdicts.sizes)} {verdicts.sizes.value}",
             attempts=" → ".join(attempt.state.value for attempt in probe.attempts),
         ))
     return views
@@ -72,7 +74,7 @@ def _render(bisect: BisectReport, marker: str, links: Links | None) -> str:
         "campaigns": sum(len(probe.attempts) for probe in bisect.probes), "commits": _commit_views(bisect),
         "links": links,
     }
-    text = render.ENV.get_template("bisect.md.j2").render(**context)
+    text = MARKDOWN.get_template("bisect.md.j2").render(**context)
     return re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"
 
 
@@ -88,14 +90,14 @@ def bisect_marker(campaign_id: str) -> str:
 def bisect_comment(bisect: BisectReport, campaign_id: str, links: Links) -> str:
     """The comment the bot posts on the pull request, found again by its marker (posted once)."""
     pointer = "the full result is in bisect.md beside every probe's report"
-    return render.trim_markdown(_render(bisect, bisect_marker(campaign_id), links), render.COMMENT_LIMIT, pointer)
+    return trim_markdown(_render(bisect, bisect_marker(campaign_id), links), COMMENT_LIMIT, pointer)
 
 
 def bisect_check_run(bisect: BisectReport, links: Links) -> CheckRunContent:
     """The `kv-parity / bisect` check run: the result as its title, the same Markdown as its summary."""
     result = bisect.result
-    title = (f"Culprit {render.short(result.culprit)}" if result.outcome == "culprit" and result.culprit
+    title = (f"Culprit {short(result.culprit)}" if result.outcome == "culprit" and result.culprit
              else "Nothing to bisect" if result.outcome == "not_bad"
-             else f"Range {render.short(result.good)}..{render.short(result.bad)}")
-    body = render.trim_markdown(_render(bisect, "", links), render.CHECK_TEXT_LIMIT, "see bisect.md")
+             else f"Range {short(result.good)}..{short(result.bad)}")
+    body = trim_markdown(_render(bisect, "", links), CHECK_TEXT_LIMIT, "see bisect.md")
     return CheckRunContent(title=title, summary=body, text="")

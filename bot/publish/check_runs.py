@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from bot.core.campaign import Campaign
 from bot.github.models import CheckAction, CheckConclusion, CheckOutput
 from bot.github.redact import RedactingGateway
-from bot.publish.render import CheckRunContent, ProgressView
+from bot.publish.views import CheckRunContent, ProgressView
 from runners.progress import ProgressEvent
 
 RERUN = CheckAction(label="Rerun", description="Run the parity campaign again", identifier="rerun")

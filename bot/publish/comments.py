@@ -13,7 +13,7 @@ from bot.core.campaign import Campaign
 from bot.core.repo_values import CommentInfo
 from bot.github.errors import GitHubNotFoundError
 from bot.github.redact import RedactingGateway
-from bot.publish import render
+from bot.publish.comment_markers import is_status_comment, result_marker_campaign
 
 OWNER_PREFIX = "<!-- kv-parity:campaign "
 
@@ -55,7 +55,7 @@ class CommentWriter:
     # --- the sticky status comment
 
     def remember_status(self, campaign: Campaign, ours: list[CommentInfo]) -> None:
-        found = next((c for c in ours if render.is_status_comment(c.body)), None)
+        found = next((c for c in ours if is_status_comment(c.body)), None)
         if found is not None:
             self._status[(campaign.repo, campaign.pr_number)] = found
 
@@ -94,12 +94,12 @@ class CommentWriter:
         """
         ours = self.ours(campaign.pr_number)
         self.remember_status(campaign, ours)
-        existing = [c for c in ours if render.result_marker_campaign(c.body) == campaign.id]
+        existing = [c for c in ours if result_marker_campaign(c.body) == campaign.id]
         result = existing[0] if existing else self.gateway.create_comment(campaign.pr_number, body)
         if existing and result.body != self.gateway.redactor.redact(body):
             result = self.gateway.edit_comment(result.id, body)  # republished (an acceptance): same comment, new words
         for comment in ours:
-            owner = render.result_marker_campaign(comment.body)
+            owner = result_marker_campaign(comment.body)
             if (
                 owner is not None
                 and owner != campaign.id

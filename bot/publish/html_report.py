@@ -1,7 +1,7 @@
 """report.html: the campaign report as a page people look at (verdicts, tables, inline SVG charts).
 
-A separate Jinja2 environment from bot/publish/render.py's Markdown one, with autoescape on: every string of a report
-came back from jobs that ran pull-request code, so nothing reaches the page unescaped. The page is
+The templates' HTML environment (`bot.publish.templating`), with autoescape on: every string of a report came back
+from jobs that ran pull-request code, so nothing reaches the page unescaped. The page is
 self-contained (no script, no fetch, CSS inline, charts as inline SVG from bot/publish/svg.py) and readable on a
 phone; the service's pages extend the same base (`templates/_page.html.j2`) through `page`.
 """
@@ -13,35 +13,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import Environment
 from markupsafe import Markup, escape
 
 from bot.core.attempts import PriorAttempt
 from bot.publish import svg
+from bot.publish.markdown import prose, ratio
 from bot.publish.marks import with_marks
-from bot.publish.render import (
-    TEMPLATES_DIR,
-    Links,
-    PublicReport,
-    RowView,
-    count,
-    diagnostics_breached,
-    gate_lines,
-    headline,
-    one_line,
-    pct,
-    prose,
-    ratio,
-    raw_outputs,
-    relationship,
-    row_views,
-    short,
-    verdict_line,
-    when,
-)
+from bot.publish.public import PublicReport, one_line, raw_outputs
+from bot.publish.templating import environment
+from bot.publish.views import Links, RowView, diagnostics_breached, gate_lines, row_views
+from bot.publish.wording import headline, relationship, verdict_line
 from runners.schema.config import PerfConfig
 from runners.schema.report import (
-    KERNEL_CLOCK_LABELS,
     CampaignReport,
     DeterminismResult,
     HostFacts,
@@ -52,7 +36,6 @@ from runners.schema.report import (
     Sample,
     build_setting_differences,
 )
-from runners.schema.verdicts import instruction_change, instruction_contradiction
 
 _PUNCTUATION = re.escape("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _INLINE = re.compile(rf"\\([{_PUNCTUATION}])|(`+)")
@@ -94,25 +77,12 @@ def inline(markdown: str) -> Markup:
 
 
 def _environment() -> Environment:
-    env = Environment(
-        loader=FileSystemLoader(TEMPLATES_DIR),
-        undefined=StrictUndefined,
-        autoescape=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = environment(html=True)
     env.filters.update(
         inline=inline,
         prose=lambda value: inline(prose(value)),
-        ratio=ratio,
-        pct=pct,
-        count=count,
-        when=when,
-        short=short,
         href=lambda name: artifact_href(*str(name).split("/")),
     )
-    env.globals.update(diagnostics_breached=diagnostics_breached, kernel_clocks=KERNEL_CLOCK_LABELS,
-                       instruction_change=instruction_change, instruction_contradiction=instruction_contradiction)
     return env
 
 

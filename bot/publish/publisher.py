@@ -28,7 +28,7 @@ from bot.publish import render
 from bot.publish.artifact import write_artifact as write_artifact
 from bot.publish.check_runs import CheckRunWriter
 from bot.publish.comments import CommentWriter
-from bot.publish.render import CheckRunContent, Links, ProgressView
+from bot.publish.views import CheckRunContent, Links, ProgressView
 from runners.progress import ProgressEvent
 from runners.schema.report import CampaignReport
 from runners.schema.verdicts import with_verdicts

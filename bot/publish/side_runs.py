@@ -36,8 +36,8 @@ from bot.publish.publisher import (
     STATE_CONCLUSIONS,
     web_url,
 )
-from bot.publish.render import CheckRunContent, Links, ProgressView
 from bot.publish.tracking_render import ISSUE_TITLE, pull_request_comment, regression_body, tracking_marker
+from bot.publish.views import CheckRunContent, Links, ProgressView
 from runners.progress import ProgressEvent
 from runners.schema.bisect_rule import BisectReport
 from runners.schema.report import CampaignReport

@@ -9,8 +9,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot.github.models import PullRef
-from bot.publish import render
-from bot.publish.render import Links, PublicReport
+from bot.publish.limits import COMMENT_LIMIT, trim_markdown
+from bot.publish.markdown import code, icon, ratio, short
+from bot.publish.public import PublicReport
+from bot.publish.templating import MARKDOWN
+from bot.publish.views import Links, row_views
+from bot.publish.wording import verdict_line
 from runners.schema.report import CampaignReport, PerfVerdict, SemanticVerdict
 
 TRACKING_MARKER_PREFIX = "<!-- kv-parity:tracking"
@@ -38,13 +42,13 @@ def _rows(report: CampaignReport) -> list[TrackedRow]:
     for row in report.rows:
         bounds = row.performance.bounds if row.performance is not None else None
         if bounds is None:
-            performance = f"{render.icon(row.perf_verdict)} {row.perf_verdict.value}"
+            performance = f"{icon(row.perf_verdict)} {row.perf_verdict.value}"
         else:
             relation = {PerfVerdict.PASS: "≤", PerfVerdict.FAIL: ">"}.get(row.perf_verdict, "straddles")
-            numbers = f"{render.ratio(bounds.median)} [{render.ratio(bounds.lower)}, {render.ratio(bounds.upper)}]"
-            performance = f"{render.icon(row.perf_verdict)} {numbers} {relation} {threshold:g}"
+            numbers = f"{ratio(bounds.median)} [{ratio(bounds.lower)}, {ratio(bounds.upper)}]"
+            performance = f"{icon(row.perf_verdict)} {numbers} {relation} {threshold:g}"
         semantic_failed = row.semantic == SemanticVerdict.FAIL
-        rows.append(TrackedRow(id=row.row.id, semantic=f"{render.icon(row.semantic)} {row.semantic.value}",
+        rows.append(TrackedRow(id=row.row.id, semantic=f"{icon(row.semantic)} {row.semantic.value}",
                                semantic_failed=semantic_failed, performance=performance,
                                failed=semantic_failed or row.perf_verdict == PerfVerdict.FAIL))
     return rows
@@ -55,13 +59,13 @@ def _context(report: CampaignReport, links: Links, *, reference: str | None, lab
     revisions = {r.arm: r for r in report.revisions}
     verdicts = report.concluded
     rows = _rows(report)
-    against = (f"the reference {render.code(reference)}" if reference
-               else f"its first parent {render.code(render.short(revisions['baseline'].sha))}")
+    against = (f"the reference {code(reference)}" if reference
+               else f"its first parent {code(short(revisions['baseline'].sha))}")
     return {
         "report": report, "verdicts": verdicts, "conclusion": verdicts.conclusion.value, "links": links,
         "candidate": revisions["candidate"], "baseline": revisions["baseline"], "against": against,
-        "reference": reference, "verdict_line": render.verdict_line(report), "rows": rows,
-        "failing": [row for row in rows if row.failed], "row_views": render.row_views(report),
+        "reference": reference, "verdict_line": verdict_line(report), "rows": rows,
+        "failing": [row for row in rows if row.failed], "row_views": row_views(report),
         "threshold": f"{report.config.perf.threshold:g}", "label": label,
         "what": "the default branch's tip" if reference else "the push of",
         "title": ("Creep past the threshold since the reference" if reference
@@ -70,7 +74,7 @@ def _context(report: CampaignReport, links: Links, *, reference: str | None, lab
 
 
 def _render(**context: Any) -> str:
-    text = render.ENV.get_template("tracking.md.j2").render(**context)
+    text = MARKDOWN.get_template("tracking.md.j2").render(**context)
     return re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"
 
 
@@ -79,7 +83,7 @@ def regression_body(report: CampaignReport, campaign_id: str, links: Links, pull
     """The tracking issue's body for its first FAIL, or a comment on it for a later one (the same text)."""
     text = _render(**_context(report, links, reference=reference, label=label), kind="issue", pulls=list(pulls),
                    marker=tracking_marker(campaign_id, "issue"))
-    return render.trim_markdown(text, render.COMMENT_LIMIT, "see the campaign's report")
+    return trim_markdown(text, COMMENT_LIMIT, "see the campaign's report")
 
 
 def pull_request_comment(report: CampaignReport, campaign_id: str, links: Links, issue_number: int) -> str:
@@ -87,4 +91,4 @@ def pull_request_comment(report: CampaignReport, campaign_id: str, links: Links,
     context = _context(report, links, reference=None, label="")
     text = _render(**context, kind="pull_request", pulls=[], marker=tracking_marker(campaign_id, "pull_request"),
                    issue_link=f"#{issue_number}")
-    return render.trim_markdown(text, render.COMMENT_LIMIT, "see the tracking issue")
+    return trim_markdown(text, COMMENT_LIMIT, "see the tracking issue")
