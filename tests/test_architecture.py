@@ -355,3 +355,19 @@ def test_only_the_command_line_imports_the_command_line() -> None:
     importers = {name: sorted(t for t in targets if t.startswith("bot.cli") and t != "bot.cli.exit_codes")
                  for name, targets in _graph().items() if not name.startswith("bot.cli")}
     assert {name: targets for name, targets in importers.items() if targets} == {}
+
+
+def _reads_perf_threshold(source: str) -> bool:
+    """Whether `source` reads `<anything>.perf.threshold` (a PerfConfig's threshold through a config)."""
+    return any(isinstance(node, ast.Attribute) and node.attr == "threshold" and isinstance(node.value, ast.Attribute)
+               and node.value.attr == "perf" for node in ast.walk(ast.parse(source)))
+
+
+def test_the_bot_reads_a_reports_threshold_in_one_place() -> None:
+    """Which performance threshold applies to a report is written once, `CampaignReport.perf_threshold`; every
+    surface of the bot asks the report."""
+    readers = sorted(name for name, path in _modules().items()
+                     if name.startswith("bot") and _reads_perf_threshold(path.read_text(encoding="utf-8")))
+    assert readers == []
+    assert _reads_perf_threshold("x = report.config.perf.threshold")
+    assert not _reads_perf_threshold("x = report.perf_threshold")

@@ -192,7 +192,7 @@ def chart_files(report: CampaignReport) -> dict[str, str]:
         perf = row.performance
         if perf is None or not perf.ratios:
             continue
-        charts = row_charts(row.row.id, perf, report.config.perf.threshold)
+        charts = row_charts(row.row.id, perf, report.perf_threshold)
         for kind, chart in zip(("ratios", "histogram"), charts, strict=False):
             if chart.startswith("<svg"):
                 files[f"perf-{row.row.id}-{kind}.svg"] = f"{chart}\n"

@@ -276,7 +276,7 @@ def _decision(perf: PerfResult | None, row: RowReport | None) -> str:
 
 
 def row_pages(report: CampaignReport) -> list[RowPage]:
-    threshold = report.config.perf.threshold
+    threshold = report.perf_threshold
     pages: list[RowPage] = []
     for index, view in enumerate(row_views(report)):
         row = view.report
@@ -349,7 +349,7 @@ def report_html(
         relationship=inline(relationship(report)),
         settings=settings,
         build_differences=build_setting_differences(settings.get("baseline"), settings.get("candidate")),
-        threshold=report.config.perf.threshold,
+        threshold=report.perf_threshold,
         links={name: safe_url(getattr(links, name)) for name in ("artifact_url", "check_run_url", "result_url")},
         prior_attempts=list(prior_attempts),
         raw_outputs=[] if public else raw_outputs(report),

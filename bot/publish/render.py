@@ -57,7 +57,7 @@ def _context(
         "candidate": revisions.get("candidate", unpinned["candidate"]),
         "links": links,
         "command_word": command_word,
-        "threshold": report.config.perf.threshold,
+        "threshold": report.perf_threshold,
         "prior_attempts": list(prior_attempts),
         **extra,
     }

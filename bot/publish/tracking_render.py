@@ -37,7 +37,7 @@ def tracking_marker(campaign_id: str, where: Literal["issue", "pull_request"]) -
 
 
 def _rows(report: CampaignReport) -> list[TrackedRow]:
-    threshold = report.config.perf.threshold
+    threshold = report.perf_threshold
     rows = []
     for row in report.rows:
         bounds = row.performance.bounds if row.performance is not None else None
@@ -66,7 +66,7 @@ def _context(report: CampaignReport, links: Links, *, reference: str | None, lab
         "candidate": revisions["candidate"], "baseline": revisions["baseline"], "against": against,
         "reference": reference, "verdict_line": verdict_line(report), "rows": rows,
         "failing": [row for row in rows if row.failed], "row_views": row_views(report),
-        "threshold": f"{report.config.perf.threshold:g}", "label": label,
+        "threshold": f"{report.perf_threshold:g}", "label": label,
         "what": "the default branch's tip" if reference else "the push of",
         "title": ("Creep past the threshold since the reference" if reference
                   else "A push to the default branch FAILs against its first parent"),

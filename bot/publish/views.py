@@ -209,7 +209,7 @@ def _chart(row: RowReport, threshold: float) -> Chart | None:
 
 def row_views(report: CampaignReport) -> list[RowView]:
     """Every configured row, including the ones that never ran (shown as not run, never silently dropped)."""
-    threshold = report.config.perf.threshold
+    threshold = report.perf_threshold
     ran = {row.row.id: row for row in report.rows}
     views: list[RowView] = []
     for row in report.rows:
@@ -256,7 +256,7 @@ def row_views(report: CampaignReport) -> list[RowView]:
 def gate_lines(report: CampaignReport) -> list[tuple[str, str, str]]:
     """(gate, verdict cell, why) for the three independent gates."""
     verdicts = report.concluded
-    threshold = report.config.perf.threshold
+    threshold = report.perf_threshold
     rows = report.rows
     fixtures_held = [f.id for f in report.fixtures
                      if f.status in (FixtureStatus.PASS, FixtureStatus.PASS_WITH_SEMANTIC_EXCEPTIONS)]

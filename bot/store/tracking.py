@@ -70,7 +70,7 @@ def main_points(repo: str, campaign_id: str, purpose: Literal["main", "reference
             head_sha=head_sha, base_sha=base_sha, measured_unix=report.created_unix,
             semantic=row.semantic.value, performance=row.perf_verdict.value,
             median_ratio=bounds.median if bounds else None, lower=bounds.lower if bounds else None,
-            upper=bounds.upper if bounds else None, threshold=report.config.perf.threshold,
+            upper=bounds.upper if bounds else None, threshold=report.perf_threshold,
         ))
     return points
 

@@ -1056,3 +1056,10 @@ class CampaignReport(_Model):
             raise ValueError(f"campaign {self.campaign_id}: report has no verdicts; load it with "
                              "runners.schema.verdicts.with_verdicts")
         return self.verdicts
+
+    @property
+    def perf_threshold(self) -> float:
+        """The ratio every row's performance was gated against: the campaign config's, declared before sampling (a
+        row's stored `perf_config` must equal it, which `kv-parity verify` checks). Read through here alone on the
+        bot's side, so which threshold applies to a report is written once."""
+        return self.config.perf.threshold
