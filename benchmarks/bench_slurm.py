@@ -28,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners.pipeline.slurm import SlurmCampaign, SlurmClient, SlurmJob, SlurmOptions  # noqa: E402
+from runners.pipeline.slurm import SlurmCampaign, SlurmJob, SlurmOptions  # noqa: E402
+from runners.pipeline.slurm_client import SlurmClient  # noqa: E402
 
 KV_PARITY = str(Path(sys.executable).with_name("kv-parity"))
 

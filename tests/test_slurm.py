@@ -31,7 +31,8 @@ from bot.settings import Settings
 from bot.store.campaigns import Store
 from runners.demo import Knob, commit_change, init_fixture_repo
 from runners.exec.build_cache import configured_dir
-from runners.pipeline.slurm import STATE_FILE, SlurmClient, SlurmOptions, SlurmRun, job_script
+from runners.pipeline.slurm import STATE_FILE, SlurmOptions, SlurmRun
+from runners.pipeline.slurm_client import SlurmClient, job_script
 from runners.schema.config import DEFAULT_CONFIG_PATH, SlurmRowConfig
 from runners.schema.report import CampaignReport
 from tests.configs import config_text, one_row_config

@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command(argv[1:])
     args = build_parser().parse_args(argv)
     from runners.exec.sandbox import SandboxUnavailable
-    from runners.pipeline.slurm import SlurmError
+    from runners.pipeline.slurm_client import SlurmError
     from runners.schema.config import ConfigError
     from runners.stages.revisions import RevisionError
 

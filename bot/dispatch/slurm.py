@@ -16,15 +16,8 @@ from bot.core.campaign import Campaign
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.clone import ServiceClone, require_sandbox
 from runners.exec.sandbox import SandboxKind
-from runners.pipeline.slurm import (
-    STATE_FILE,
-    CampaignSpec,
-    SlurmCampaign,
-    SlurmError,
-    SlurmOptions,
-    SlurmRun,
-    load_run,
-)
+from runners.pipeline.slurm import STATE_FILE, CampaignSpec, SlurmCampaign, SlurmOptions, SlurmRun, load_run
+from runners.pipeline.slurm_client import SlurmError
 from runners.progress import ProgressEvent
 from runners.schema.config import ConfigError
 from runners.stages.revisions import RevisionError
