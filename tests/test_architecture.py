@@ -234,24 +234,24 @@ def test_the_layer_table_names_every_runners_package() -> None:
 # --- bot/'s layers (issue 39) --------------------------------------------------------------------------------
 
 BOT_LAYERS: dict[str, frozenset[str]] = {
-    "bot.cli.exit_codes": frozenset(),
+    "bot.exit_codes": frozenset(),
     "bot.settings": frozenset(),
     "bot.core": frozenset({"bot.settings"}),
     "bot.github": frozenset({"bot.core", "bot.settings"}),
     "bot.store": frozenset({"bot.core"}),
-    "bot.dispatch": frozenset({"bot.core", "bot.github", "bot.settings", "bot.cli.exit_codes"}),
+    "bot.dispatch": frozenset({"bot.core", "bot.github", "bot.settings", "bot.exit_codes"}),
     "bot.publish": frozenset({"bot.core", "bot.github"}),
     "bot.queue": frozenset({"bot.core", "bot.store"}),
     "bot.pages": frozenset(
         {"bot.core", "bot.github", "bot.store", "bot.dispatch", "bot.publish", "bot.queue", "bot.settings"}
     ),
 }
-"""Each layer of bot/ and the layers it may import besides itself, bottom first: the command line's exit statuses
-(the contract the local backend reads a campaign's exit by; the rest of bot/cli is on top), the core (the campaign
-model, the values its ports carry, the decisions) and the settings; GitHub and the SQLite store, which know the core
-and not each other; the dispatch backends and publishing, on top of GitHub; the service's read side (the queue
-estimate, the web pages). Every other bot module (the command line, the two modes, the service, the lifecycle,
-metrics, logs) sits on top and may import any layer."""
+"""Each layer of bot/ and the layers it may import besides itself, bottom first: the exit statuses of `kv-parity`
+(the contract between the command line on top and the local backend, which reads a campaign's exit by it), the
+core (the campaign model, the values its ports carry, the decisions) and the settings; GitHub and the SQLite store,
+which know the core and not each other; the dispatch backends and publishing, on top of GitHub; the service's read
+side (the queue estimate, the web pages). Every other bot module (the command line, the two modes, the service,
+the lifecycle, metrics, logs) sits on top and may import any layer."""
 SHARED_DISPATCH = frozenset({"bot.dispatch", "bot.dispatch.base", "bot.dispatch.clone", "bot.dispatch.artifact_zip",
                              "bot.dispatch.campaign_workflow"})
 """What every dispatch backend may share: the interface, the service's clone, and the campaign workflow's interface
@@ -344,15 +344,15 @@ def _exit_statuses(path: Path) -> list[str]:
 
 
 def test_exit_statuses_are_defined_once() -> None:
+    """In `bot/exit_codes.py`, below both the command line that returns them and the local backend that reads one."""
     defined = {name: _exit_statuses(path) for name, path in _modules().items()}
-    assert {name: found for name, found in defined.items() if found and name != "bot.cli.exit_codes"} == {}
-    assert "EXIT_USAGE" in defined["bot.cli.exit_codes"]
+    assert {name: found for name, found in defined.items() if found and name != "bot.exit_codes"} == {}
+    assert "EXIT_USAGE" in defined["bot.exit_codes"]
 
 
 def test_only_the_command_line_imports_the_command_line() -> None:
-    """The entry points sit on top: nothing below imports them, except the exit statuses (a campaign's exit the
-    local backend reads)."""
-    importers = {name: sorted(t for t in targets if t.startswith("bot.cli") and t != "bot.cli.exit_codes")
+    """The entry points sit on top: nothing below imports them."""
+    importers = {name: sorted(t for t in targets if t.startswith("bot.cli"))
                  for name, targets in _graph().items() if not name.startswith("bot.cli")}
     assert {name: targets for name, targets in importers.items() if targets} == {}
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from bot.cli.distributed import build_main, merge_main, row_main
-from bot.cli.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from bot.cli.main import main
+from bot.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from bot.publish.markdown import md, prose
 from runners.demo import commit_change, init_fixture_repo
 from runners.pipeline.campaign import CampaignRequest, run_campaign

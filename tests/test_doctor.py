@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.cli.exit_codes import EXIT_FOR_STATUS
 from bot.cli.main import main
+from bot.exit_codes import EXIT_FOR_STATUS
 from bot.publish import render
 from bot.publish.html_report import report_html
 from bot.publish.views import Links

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bot.cli.exit_codes import EXIT_FOR_CONCLUSION
+from bot.exit_codes import EXIT_FOR_CONCLUSION
 from runners import build_info
 from runners.build_info import BuildInfo, describe
 from runners.demo import commit_change, init_fixture_repo

@@ -19,10 +19,10 @@ import pytest
 from markupsafe import escape
 from pydantic import SecretStr
 
-from bot.cli.exit_codes import EXIT_NOT_DISPATCHED
 from bot.cli.publish import CliSettings, publish_main
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign, CampaignState
+from bot.exit_codes import EXIT_NOT_DISPATCHED
 from bot.github.gateway import GitHubGateway
 from bot.github.models import TokenAuth
 from bot.github.redact import REDACTED, Redactor, secret_values

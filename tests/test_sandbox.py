@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from bot.cli.distributed import build_main, row_main
-from bot.cli.exit_codes import EXIT_REFUSED
 from bot.cli.main import main as cli_main
+from bot.exit_codes import EXIT_REFUSED
 from bot.publish.publisher import write_artifact
 from runners.demo import commit_change
 from runners.exec.harness import run_pinned

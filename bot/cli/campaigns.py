@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bot.cli.exit_codes import EXIT_FOR_CONCLUSION, EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE
+from bot.exit_codes import EXIT_FOR_CONCLUSION, EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE
 from runners.demo import SCENARIOS, demo_config, prepare_demo
 from runners.exec.build_cache import (
     BUILD_CACHE_ENV,

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bot.cli.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from bot.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from runners.exec.build_cache import configured_dir
 from runners.exec.sandbox import BinaryMismatch, SandboxUnavailable, add_sandbox_argument
 from runners.exec.sandbox import check as check_sandbox

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bot.cli.exit_codes import EXIT_FOR_STATUS, EXIT_USAGE
+from bot.exit_codes import EXIT_FOR_STATUS, EXIT_USAGE
 from runners.exec.placement import parse_cpu_list
 from runners.exec.sandbox import add_sandbox_argument
 from runners.stages.doctor import render_text, run_doctor

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bot.cli.exit_codes import EXIT_GITHUB, EXIT_OK, EXIT_USAGE
 from bot.core.events import PayloadError, parse_event
+from bot.exit_codes import EXIT_GITHUB, EXIT_OK, EXIT_USAGE
 from bot.github.errors import GitHubError
 from bot.modes.actions_only import EVENT_ALIASES, actions_services, actions_settings, handle_event
 from bot.settings import SettingsError

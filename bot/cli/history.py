@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.cli.exit_codes import EXIT_NOTHING_FOUND, EXIT_OK, EXIT_USAGE
 from bot.core.campaign import Campaign
+from bot.exit_codes import EXIT_NOTHING_FOUND, EXIT_OK, EXIT_USAGE
 from bot.store.acceptances import AcceptanceEntry
 from bot.store.campaigns import Store
 from bot.store.pages import NOT_COMPARABLE, BaselinePoint

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from bot.cli.exit_codes import EXIT_USAGE
+from bot.exit_codes import EXIT_USAGE
 from runners import build_info
 
 Command = Callable[[Sequence[str]], int]

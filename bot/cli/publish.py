@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import SecretStr, ValidationError
 
-from bot.cli.exit_codes import EXIT_GITHUB, EXIT_NOT_DISPATCHED, EXIT_OK, EXIT_USAGE
 from bot.core.merge_queue import MERGE_GROUP_TRIGGER
+from bot.exit_codes import EXIT_GITHUB, EXIT_NOT_DISPATCHED, EXIT_OK, EXIT_USAGE
 from bot.github.errors import GitHubError
 from bot.github.gateway import GitHubGateway
 from bot.github.models import ACTIONS_BOT, TokenAuth

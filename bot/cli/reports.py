@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from bot.cli.exit_codes import EXIT_DISAGREES, EXIT_OK, EXIT_USAGE
+from bot.exit_codes import EXIT_DISAGREES, EXIT_OK, EXIT_USAGE
 from runners.schema.bisect_rule import BISECT_SCHEMA_VERSION, BisectReport
 from runners.schema.report import CampaignReport
 from runners.schema.verdicts import with_verdicts

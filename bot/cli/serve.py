@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bot.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from bot.exit_codes import EXIT_OK, EXIT_USAGE
 from bot.service.app import run_server
 from bot.service.wiring import DatabaseError
 from bot.settings import SettingsError, load_settings

@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bot.cli.exit_codes import EXIT_GITHUB, EXIT_OK, EXIT_USAGE
 from bot.core.tracking import read_config, reference_request, start
+from bot.exit_codes import EXIT_GITHUB, EXIT_OK, EXIT_USAGE
 from bot.github.errors import GitHubError
 from bot.modes.actions_only import actions_ledger, actions_services, actions_settings
 from bot.settings import SettingsError

@@ -38,10 +38,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from bot.cli.exit_codes import EXIT_USAGE
 from bot.core.campaign import Campaign
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.clone import UNSANDBOXED, ServiceClone, require_sandbox
+from bot.exit_codes import EXIT_USAGE
 from runners.exec.sandbox import SandboxKind
 from runners.progress import ProgressEvent
 from runners.schema.bisect_rule import BisectReport

@@ -1,5 +1,6 @@
 """Every exit status `kv-parity` returns, defined once: the contract with whoever runs it (a person, a workflow
-step, a Slurm job script, the service's local backend, `bot.dispatch.local`). Never 0 on a failure."""
+step, a Slurm job script, the service's local backend). Below both the command line that returns them (`bot.cli`)
+and the backend that reads one (`bot.dispatch.local`). Never 0 on a failure."""
 
 from __future__ import annotations
 
