@@ -4,7 +4,7 @@ and two programs run as real subprocesses (`python -m tests.webhooks campaign|se
 `campaign` is a stand-in for `kv-parity campaign` honouring the local backend's argv contract: it records
 its argv and pid, emits progress, optionally spawns a grandchild and waits for a file to appear, then
 writes a valid report.json built through the real pydantic models. `serve` runs the real service
-(bot.cli.serve.run_server) with the recording publisher writing JSON lines, for kill-and-restart tests.
+(bot.service.app.run_server) with the recording publisher writing JSON lines, for kill-and-restart tests.
 """
 
 from __future__ import annotations
@@ -663,7 +663,7 @@ def _campaign(argv: list[str]) -> int:
 
 def _serve(argv: list[str]) -> int:
     """The real service with a recording publisher (settings from $KV_PARITY_SETTINGS)."""
-    from bot.cli.serve import run_server
+    from bot.service.app import run_server
     from bot.settings import load_settings
 
     parser = argparse.ArgumentParser(prog="recording service")
