@@ -293,8 +293,7 @@ def test_perf_stat_is_attached_before_the_harness_and_counts_every_sample_into_t
     """Where the PMU offers `instructions:u`, every sandboxed sample is counted by `perf stat` attached to its first
     process while bwrap waits, counting the harness and all it starts into a file of the bot's. This VM has no
     PMU, so the same attachment counts the software event `task-clock` (CPU milliseconds): every probe, warmup and
-    sample gets a count, and a count of the tree after the attachment is never more than the cgroup's CPU time of
-    the whole tree."""
+    sample gets a count of its own."""
     perf = shutil.which("perf")
     if perf is None:
         pytest.skip("perf is not installed")
@@ -305,9 +304,6 @@ def test_perf_stat_is_attached_before_the_harness_and_counts_every_sample_into_t
     assert result.counter == "task-clock"
     runs = [*result.probes, *result.warmups, *result.samples]
     assert all(run.counted is not None and run.counted > 0 for run in runs), [run.counted for run in runs]
-    if sandbox.containment.uses_cgroup:
-        assert all(run.counted is not None and run.kernel_cpu_ms is not None and run.counted <= run.kernel_cpu_ms
-                   for run in runs), [(run.counted, run.kernel_cpu_ms) for run in runs]
     files = sorted((tmp_path / "work" / "logs").glob("*.perf-stat"))
     assert len(files) == len(runs), "one count per start, kept where the bot writes, never in a sandbox's directory"
     assert not list((tmp_path / "work" / "timings").rglob("*.perf-stat"))

@@ -125,6 +125,13 @@ class StartCgroup:
         if exit_code == JOIN_FAILED and self.cpu_ms() == 0.0:
             raise ContainmentError(f"cannot move a start into {', '.join(map(str, self.dirs))} (see its stderr)")
 
+    def effective_cpus(self) -> list[int]:
+        """The CPUs every task of the cgroup may run on (its cpuset, which the sandbox user cannot change)."""
+        try:
+            return parse_cpu_list(_read(self.dirs[0] / "cpuset.effective_cpus"))
+        except OSError as exc:
+            raise ContainmentError(f"cannot read the CPUs of {self.dirs[0]}: {exc}") from exc
+
     def cpu_ms(self) -> float:
         """CPU time of every task that ever ran in the cgroup, user and system (the kernel's own figure)."""
         accounting = self.dirs[-1]

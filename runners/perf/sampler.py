@@ -285,7 +285,13 @@ class _Sampler:
                     _await_exec(pid, os.path.realpath(spawn_argv[0]))
                 if self.hooks.after_start is not None:
                     self.hooks.after_start(pair, attempt, position, harness_pid or pid)
-                at_start = _affinity(harness_pid) if harness_pid is not None else None
+                # Under a cgroup, the cpuset every task of the sample is confined to (no task can leave it, and a
+                # harness that ends before the bot looks cannot read as a violation); else the harness's own.
+                at_start: list[int] | None
+                if cgroup is not None:
+                    at_start = cgroup.effective_cpus()
+                else:
+                    at_start = _affinity(harness_pid) if harness_pid is not None else None
                 os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
                 # Under bwrap the harness is reaped by bwrap before this point: its exit affinity is unknowable.
                 at_exit = None if sandboxed else _affinity(pid)

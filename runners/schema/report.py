@@ -393,6 +393,8 @@ class Sample(_Model):
     stderr_tail: str = ""
     cpu_set: list[int]
     affinity_observed: list[int] | None
+    """The CPUs the sample could run on once started: under a cgroup its cpuset (every task's), else the harness
+    process's own affinity (None when it had ended before the bot could read it)."""
     affinity_at_exit: list[int] | None = None
     """Affinity read again when the process had exited but was not yet reaped (catches a move mid-run)."""
     affinity_ok: bool
