@@ -39,18 +39,21 @@ tests/test_fast_lane.py finds the files that build or run campaigns and fails un
 
 
 LONGEST_FILES = (
-    "test_slurm.py", "test_campaign.py", "test_split_build.py", "test_perf.py", "test_installed.py",
-    "test_attacks_files.py", "test_declared_exclusions.py", "test_build_cache.py", "test_sandbox.py",
-    "test_bot_fixture_e2e.py", "test_pages.py", "test_server_e2e.py", "test_distributed.py", "test_cli.py",
-    "test_html_report.py", "test_workflow_replay.py", "test_publish.py", "test_attacks_fetch.py",
-    "test_independent_harness.py", "test_browser.py", "test_attribution.py", "test_requests_e2e.py",
-    "test_actions_backend.py", "test_real_shapes.py", "test_render_hostile.py", "test_event_cli.py",
-    "test_verify.py", "test_service_limits.py", "test_publish_security.py", "test_dependence.py",
+    "test_slurm.py", "test_campaign.py", "test_bisect.py", "test_perf.py", "test_split_build.py",
+    "test_distributed.py", "test_build_cache.py", "test_instructions.py", "test_declared_exclusions.py",
+    "test_workflow_replay.py", "test_server_e2e.py", "test_attacks_files.py", "test_pages.py", "test_installed.py",
+    "test_sandbox.py", "test_bot_fixture_e2e.py", "test_html_report.py", "test_independent_harness.py",
+    "test_attacks_fetch.py", "test_real_shapes.py", "test_accept_e2e.py", "test_publish.py",
+    "test_attacks_containment.py", "test_cli.py", "test_render_hostile.py", "test_browser.py",
+    "test_main_tracking.py", "test_actions_backend.py", "test_attribution.py", "test_requests_e2e.py",
+    "test_operability.py", "test_event_cli.py", "test_verify.py", "test_accept_actions.py",
+    "test_accept_decisions.py", "test_symbols.py", "test_publish_security.py", "test_service_limits.py",
+    "test_dependence.py",
 )
-"""Every file over about 10 s, handed to the workers longest first (a four-worker suite's durations,
-benchmarks/README.md "Fifth pass"; test_slurm.py is mostly waits on one cluster and must stay on one worker);
-the short rest follow in collection order and fill the gaps, so the workers end together, not behind a long
-file started last (test_workflow_replay.py's 34 s once started at 411 s of 452)."""
+"""Every file over about 10 s, handed to the workers longest first (a four-worker suite's per-file durations,
+2026-12-06, by the method of benchmarks/JOURNAL.md "Fifth pass"; test_slurm.py is mostly waits on one cluster and
+must stay on one worker); the short rest follow in collection order and fill the gaps, so the workers end
+together, not behind a long file started last (test_workflow_replay.py's 34 s once started at 411 s of 452)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

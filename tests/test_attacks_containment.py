@@ -15,12 +15,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from runners.exec.containment import SECCOMP_ONLY, ContainmentError, host_containment
+from runners.exec.containment import JOIN_FAILED, SECCOMP_ONLY, ContainmentError, host_containment
+from runners.exec.counter import SampleCounter
 from runners.exec.placement import perf_placement
 from runners.exec.sandbox import SYSTEM_PYTHON, Run, Sandbox
 from runners.perf.sampler import run_performance
@@ -40,7 +42,7 @@ def placement() -> Placement:
 
 
 def _gate(tmp: Path, baseline: Path, candidate: Path, args: list[str], placement: Placement,
-          sandbox: Sandbox) -> PerfResult:
+          sandbox: Sandbox, counter: SampleCounter | None = None) -> PerfResult:
     staged = tmp / "bin"
     staged.mkdir(parents=True, exist_ok=True)
     binaries = {"baseline": staged / "baseline", "candidate": staged / "candidate"}
@@ -49,7 +51,7 @@ def _gate(tmp: Path, baseline: Path, candidate: Path, args: list[str], placement
         binaries[arm].chmod(0o755)
     return run_performance(row_id="escape", harness_args=args, binaries=binaries, perf=ATTACK_PERF,
                            timing_field="replay_execution_ms", placement=placement, workdir=tmp / "work",
-                           sandbox=sandbox)
+                           sandbox=sandbox, counter=counter)
 
 
 # --- 1. a forked worker stays on the pinned CPU and in the accounting ------------------------------------------
@@ -151,7 +153,6 @@ def test_a_contained_start_cannot_move_itself_off_its_cpus(placement: Placement)
 
 REAPED_BY_THE_KERNEL = """
 import os, signal, sys, time
-sys.stdin.buffer.read(1)  # the bot has moved this process into the cgroup
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)
 read, write = os.pipe()
 if os.fork() == 0:
@@ -166,23 +167,36 @@ print(os.read(read, 64).decode(), flush=True)
 
 
 def test_the_cgroup_counts_a_child_the_kernel_reaped(placement: Placement) -> None:
-    """wait4's rusage never sees a child reaped by the kernel (SIGCHLD ignored); the cgroup's accounting does."""
+    """wait4's rusage never sees a child reaped by the kernel (SIGCHLD ignored); the cgroup's accounting does. The
+    start joins its cgroup itself (`StartCgroup.launcher`) before it runs anything."""
     containment = host_containment()
     if not containment.uses_cgroup:
         pytest.skip(f"no usable cgroup here: {containment.detail}")
     with containment.cgroup(placement.cpu_set) as cgroup:
-        process = subprocess.Popen(_python(REAPED_BY_THE_KERNEL, "0.3"), stdin=subprocess.PIPE,
+        process = subprocess.Popen([*cgroup.launcher(), *_python(REAPED_BY_THE_KERNEL, "0.3")],
                                    stdout=subprocess.PIPE, text=True)
-        assert process.stdin is not None and process.stdout is not None
-        cgroup.join(process.pid)
-        process.stdin.write("1")
-        process.stdin.close()
+        assert process.stdout is not None
         child_cpu_ms = float(process.stdout.read()) * 1000.0
-        _, _, usage = os.wait4(process.pid, 0)
-        process.returncode = 0
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
         cgroup.drain()
+        cgroup.check_joined(process.returncode)
         assert (usage.ru_utime + usage.ru_stime) * 1000.0 < child_cpu_ms, "rusage misses the kernel-reaped child"
         assert cgroup.cpu_ms() >= child_cpu_ms, "the cgroup counts every task"
+
+
+def test_a_start_that_cannot_join_its_cgroup_is_the_bots_failure_not_the_harness(placement: Placement) -> None:
+    """The joining shell exits 125 before anything runs when the kernel refuses the move: a ContainmentError,
+    never a sample or a process record the harness would be blamed for."""
+    containment = host_containment()
+    if not containment.uses_cgroup:
+        pytest.skip(f"no usable cgroup here: {containment.detail}")
+    with containment.cgroup(placement.cpu_set) as cgroup:
+        refused = [*cgroup.launcher()[:4], "/proc/self/no-such-cgroup-file", "--", "/bin/true"]
+        completed = subprocess.run(refused, capture_output=True, check=False)
+        assert completed.returncode == JOIN_FAILED
+        with pytest.raises(ContainmentError, match="cannot move a start into"):
+            cgroup.check_joined(completed.returncode)
 
 
 def test_a_cgroup_that_cannot_hold_the_row_cpus_is_refused() -> None:
@@ -268,3 +282,28 @@ def test_killing_a_sample_leaves_no_task_behind(placement: Placement) -> None:
         sandbox.run(Run(argv=_python(sleeper), cpu_set=tuple(placement.cpu_set), proc=True), timeout=1)
     after = {path.name for path in parent.iterdir() if path.is_dir() and path.name.startswith(ours)}
     assert after - before == set(), "the start's cgroup was removed"
+
+
+# --- 4. each sample's own hardware count, where the PMU offers one ---------------------------------------------
+
+
+def test_perf_stat_is_attached_before_the_harness_and_counts_every_sample_into_the_bots_file(
+    tmp_path: Path, harness: HarnessBuilder, demo_row_args: list[str], placement: Placement
+) -> None:
+    """Where the PMU offers `instructions:u`, every sandboxed sample is counted by `perf stat` attached to its first
+    process while bwrap waits, counting the harness and all it starts into a file of the bot's. This VM has no
+    PMU, so the same attachment counts the software event `task-clock` (CPU milliseconds): every probe, warmup and
+    sample gets a count of its own."""
+    perf = shutil.which("perf")
+    if perf is None:
+        pytest.skip("perf is not installed")
+    binary = harness.binary()
+    sandbox = Sandbox()
+    result = _gate(tmp_path, binary, binary, demo_row_args, placement, sandbox,
+                   counter=SampleCounter(perf, event="task-clock"))
+    assert result.counter == "task-clock"
+    runs = [*result.probes, *result.warmups, *result.samples]
+    assert all(run.counted is not None and run.counted > 0 for run in runs), [run.counted for run in runs]
+    files = sorted((tmp_path / "work" / "logs").glob("*.perf-stat"))
+    assert len(files) == len(runs), "one count per start, kept where the bot writes, never in a sandbox's directory"
+    assert not list((tmp_path / "work" / "timings").rglob("*.perf-stat"))

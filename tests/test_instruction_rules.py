@@ -13,20 +13,18 @@ from bot.publish.html_report import report_html
 from bot.publish.render import check_run_content
 from bot.publish.views import Links
 from bot.store.campaigns import Store
+from runners.exec.counter import (
+    check_hardware_counter,
+    hardware_counter_check,
+    parse_perf_stat,
+    probe_hardware_counter,
+)
 from runners.exec.untrusted import UntrustedFileError
 from runners.schema.config import ConfigError, PerfConfig, parse_config
 from runners.schema.report import CountedRun, DoctorStatus, InstructionCounts, PerfResult, PerfVerdict
 from runners.schema.verdicts import campaign_verdicts, instruction_change, instruction_contradiction, row_performance
 from runners.stages.attribution import parse_callgrind
-from runners.stages.instructions import (
-    _checked,
-    check_hardware_counter,
-    hardware_counter_check,
-    parse_perf_stat,
-    probe_hardware_counter,
-    region_of,
-    should_count,
-)
+from runners.stages.instructions import _checked, region_of, should_count
 from runners.verify import verify_report
 from tests.report_factory import make_report, synthetic_perf
 from tests.test_render_golden import campaign

@@ -397,7 +397,7 @@ def test_twenty_percent_slowdown_fails(
     """20 % more of the replay's busy work, on twice the fixture's work so it dominates the replay call (at the
     default size the untouched simulation is about a third of it). Beside three other workers' compiles the
     default-size ratio's lower bound fell to 1.049 (INCONCLUSIVE); one compile loop beside it left the
-    default size at 1.092-1.118 and twice the work at 1.141-1.148 (benchmarks/README.md, "Fifth pass")."""
+    default size at 1.092-1.118 and twice the work at 1.141-1.148 (benchmarks/JOURNAL.md, "Fifth pass")."""
     result = _campaign(tmp_path, harness.binary(WORK_SCALE=2.0), harness.binary(WORK_SCALE=2.4), demo_row_args,
                        placement)
     assert result.verdict == PerfVerdict.FAIL, result.reason

@@ -4,8 +4,8 @@ A harness that ignores SIGCHLD (so the kernel reaps its children itself) and for
 core does part of its work where neither `wait4`'s rusage nor the pinned CPU's interference check sees it: a
 slower candidate then looks faster on every clock, and the protocol's single pinned core is broken. So every
 pinned harness start (performance samples, timer probes, warmups, determinism and parity processes, Stage 6
-fixtures) runs in a cgroup of its own, made by the bot before the start's command runs (bwrap waits on its block
-descriptor meanwhile), whose cpuset is the row's CPUs, which the sandbox user cannot write, and whose CPU
+fixtures) runs in a cgroup of its own, made by the bot and joined by the start's first process before it execs the
+sandbox (`StartCgroup.launcher`), whose cpuset is the row's CPUs, which the sandbox user cannot write, and whose CPU
 accounting counts every task of the tree, reaped by anyone or not. cgroup v2 where the unified hierarchy offers
 the cpuset controller, else v1's cpuset and cpuacct hierarchies. Where the host offers neither to this process,
 the start's seccomp program refuses process creation and `sched_setaffinity` instead (threads stay allowed, and
@@ -33,6 +33,11 @@ PARENT = "kv-parity"
 """The directory, in each hierarchy, under which every start's own cgroup is made."""
 MOUNTS = Path("/proc/self/mounts")
 OWN_CGROUPS = Path("/proc/self/cgroup")
+SHELL = Path("/bin/sh")
+JOIN_SCRIPT = 'while [ "$1" != -- ]; do echo 0 >"$1" || exit 125; shift; done; shift; exec "$@"'
+"""Writes 0 to each cgroup file named before `--` (joining this process, before anything else runs), then becomes
+the command after it."""
+JOIN_FAILED = 125
 DRAIN_S = 5.0
 """How long a finished start's leftover tasks get to exit after SIGKILL before the cgroup is left behind (named in
 the error). A pid namespace's last task normally takes the rest with it before the start is reaped."""
@@ -105,14 +110,27 @@ class StartCgroup:
             raise ContainmentError(f"the start's cgroup {cpuset} holds cpus {format_cpu_list(confined)}, not the "
                                    f"row's {format_cpu_list(self.cpus)}: the parent cgroup does not include them")
 
-    def join(self, *pids: int) -> None:
-        """Move `pids` into the cgroup (every hierarchy); what they start from now on is born inside it."""
-        for directory in self.dirs:
-            for pid in pids:
-                try:
-                    _write(directory / "cgroup.procs", str(pid))
-                except OSError as exc:
-                    raise ContainmentError(f"cannot move pid {pid} into {directory}: {exc}") from exc
+    def launcher(self) -> list[str]:
+        """The argv prefix that starts a command inside the cgroup: a shell that moves itself into it (writing 0
+        moves the writer, so the kernel takes no lock for another task's migration: a join by pid cost a grace
+        period, 8.7 ms a sample here) and then execs the command, so everything the command starts is born inside.
+        The shell's script is a constant and its arguments are the bot's own paths; the command's words are only
+        handed to exec ("$@"), never read by the shell. A failed join exits JOIN_FAILED before anything runs."""
+        files = [directory / ("cgroup.procs" if self.v2 else "tasks") for directory in self.dirs]
+        return [str(SHELL), "-c", JOIN_SCRIPT, "kv-parity-join", *map(str, files), "--"]
+
+    def check_joined(self, exit_code: int | None) -> None:
+        """A start that exited JOIN_FAILED having spent no CPU time in the cgroup never joined it: the bot's failure,
+        never the harness's (a harness that exits JOIN_FAILED has spent CPU time inside)."""
+        if exit_code == JOIN_FAILED and self.cpu_ms() == 0.0:
+            raise ContainmentError(f"cannot move a start into {', '.join(map(str, self.dirs))} (see its stderr)")
+
+    def effective_cpus(self) -> list[int]:
+        """The CPUs every task of the cgroup may run on (its cpuset, which the sandbox user cannot change)."""
+        try:
+            return parse_cpu_list(_read(self.dirs[0] / "cpuset.effective_cpus"))
+        except OSError as exc:
+            raise ContainmentError(f"cannot read the CPUs of {self.dirs[0]}: {exc}") from exc
 
     def cpu_ms(self) -> float:
         """CPU time of every task that ever ran in the cgroup, user and system (the kernel's own figure)."""

@@ -470,10 +470,10 @@ class Sandbox:
         """Start `run` and wait; the caller reads exit status and output (never through a shell).
 
         A pinned `run` (`cpu_set`) starts under `taskset` (bwrap and the command inherit the affinity) and is
-        contained (runners/exec/containment.py): in a cgroup of its own, joined while bwrap blocks before the command,
-        or under the confined seccomp program. A networked `run` gets its own network namespace: bwrap blocks
-        before the command until pasta is attached and the fence routes are in, so the command never sees the
-        namespace unfenced."""
+        contained (runners/exec/containment.py): in a cgroup of its own, which its first process joins before it
+        execs anything, or under the confined seccomp program. A networked `run` gets its own network namespace:
+        bwrap blocks before the command until pasta is attached and the fence routes are in, so the command never
+        sees the namespace unfenced."""
         launcher = pinned_argv(list(run.cpu_set), []) if run.cpu_set else []
         if self.kind == "none":
             argv, env = self.command(run)
@@ -486,7 +486,7 @@ class Sandbox:
             if run.network:
                 return self._run_blocked(start, launcher, timeout, text, _pasta_attached(self.privileged))
             if run.cpu_set and self.containment.uses_cgroup:
-                return self._run_blocked(start, launcher, timeout, text, self._cgroup_joined(list(run.cpu_set)))
+                return self._run_contained(start, launcher, timeout, text)
             argv, env = self.command(start)
             return subprocess.run([*launcher, *argv], env=env, cwd=run.cwd, capture_output=True, text=text,
                                   check=False, timeout=timeout, pass_fds=tuple(self.passed_fds(start)))
@@ -494,20 +494,20 @@ class Sandbox:
             if program is not None:
                 os.close(program)
 
-    def _cgroup_joined(self, cpus: list[int]) -> BeforeCommand:
-        """Moves the started bwrap and its child into a fresh cgroup of `cpus` while the child blocks; once the
-        start has ended, kills what it left and removes the cgroup."""
-
-        @contextmanager
-        def joined(outer: int, child: int) -> Iterator[None]:
-            with self.containment.cgroup(cpus) as cgroup:
-                cgroup.join(outer, child)
-                try:
-                    yield
-                finally:
-                    cgroup.drain()
-
-        return joined
+    def _run_contained(self, run: Run, launcher: list[str], timeout: float | None,
+                       text: bool) -> subprocess.CompletedProcess[str]:
+        """Start `run` inside a fresh cgroup of its CPUs (its first process joins, then execs the rest); once it has
+        ended, or timed out, kill what it left and remove the cgroup."""
+        argv, env = self.command(run)
+        with self.containment.cgroup(list(run.cpu_set)) as cgroup:
+            try:
+                completed = subprocess.run([*cgroup.launcher(), *launcher, *argv], env=env, cwd=run.cwd,
+                                           capture_output=True, text=text, check=False, timeout=timeout,
+                                           pass_fds=tuple(self.passed_fds(run)))
+            finally:
+                cgroup.drain()
+            cgroup.check_joined(completed.returncode)
+        return completed
 
     def _run_blocked(self, run: Run, launcher: list[str], timeout: float | None, text: bool,
                      before_command: BeforeCommand) -> subprocess.CompletedProcess[str]:

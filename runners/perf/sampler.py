@@ -16,11 +16,12 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import AbstractContextManager, ExitStack, nullcontext, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runners.exec import untrusted
+from runners.exec.counter import AttachedCount, SampleCounter
 from runners.exec.placement import cpu_busy_ms, cpu_telemetry, kept_off, pinned_argv, read_affinity, stat_tick_ms
 from runners.exec.sandbox import Sandbox
 from runners.perf.gate import breaches, classify, finalize, unmeasurable_rule
@@ -213,8 +214,10 @@ class _Sampler:
         workdir: Path,
         hooks: SampleHooks | None,
         sandbox: Sandbox,
+        counter: SampleCounter | None = None,
     ) -> None:
         self.sandbox = sandbox
+        self.counter = counter
         self.row_id = row_id
         self.harness_args = harness_args
         self.binaries = binaries
@@ -240,18 +243,19 @@ class _Sampler:
         argv = pinned_argv(self.cpu_set, harness)
         sandboxed = self.sandbox.kind != "none"
         containment = self.sandbox.containment
+        counter = self.counter if sandboxed else None
         run = self.sandbox.harness_run(harness, as_pid_1=True, info_fd=INFO_FD if sandboxed else None,
                                        cpu_set=self.cpu_set)
-        if containment.uses_cgroup:
+        if counter is not None:  # bwrap waits before the command until perf is attached and counting
             run = replace(run, block_fd=BLOCK_FD)
         command, env = self.sandbox.command(run)
-        spawn_argv = pinned_argv(self.cpu_set, command)
-        launcher = os.path.realpath(spawn_argv[0])
+        pinned = pinned_argv(self.cpu_set, command)
         around = (
             self.hooks.around_sample(pair, attempt, position) if self.hooks.around_sample else nullcontext()
         )
         cgroup_scope = containment.cgroup(self.cpu_set) if containment.uses_cgroup else nullcontext(None)
-        with around, cgroup_scope as cgroup, _Pipes(sandboxed, cgroup is not None) as pipes:
+        with around, cgroup_scope as cgroup, _Pipes(sandboxed, counter is not None) as pipes, ExitStack() as counted:
+            spawn_argv = [*cgroup.launcher(), *pinned] if cgroup is not None else pinned
             passed = {*pipes.mapped, *self.sandbox.passed_fds(run)}
             busy_before = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
             started_unix, started = time.time(), time.monotonic()
@@ -268,21 +272,26 @@ class _Sampler:
                 ],
             )
             reaped = False
+            count: AttachedCount | None = None
             try:
                 harness_pid: int | None = pid
                 if sandboxed:
                     child = pipes.reported_child()
-                    if cgroup is not None and child is not None:
-                        # bwrap's child waits on the block pipe: everything the harness starts is born inside
-                        cgroup.join(pid, child)
-                        busy_before = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
+                    if counter is not None and child is not None:
+                        count = counted.enter_context(counter.attached(child, self.logs / f"{name}.perf-stat"))
                     pipes.release()
                     harness_pid = None if child is None else _await_binary(child, str(self.binaries[arm]))
                 else:
-                    _await_exec(pid, launcher)
+                    _await_exec(pid, os.path.realpath(spawn_argv[0]))
                 if self.hooks.after_start is not None:
                     self.hooks.after_start(pair, attempt, position, harness_pid or pid)
-                at_start = _affinity(harness_pid) if harness_pid is not None else None
+                # Under a cgroup, the cpuset every task of the sample is confined to (no task can leave it, and a
+                # harness that ends before the bot looks cannot read as a violation); else the harness's own.
+                at_start: list[int] | None
+                if cgroup is not None:
+                    at_start = cgroup.effective_cpus()
+                else:
+                    at_start = _affinity(harness_pid) if harness_pid is not None else None
                 os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
                 # Under bwrap the harness is reaped by bwrap before this point: its exit affinity is unknowable.
                 at_exit = None if sandboxed else _affinity(pid)
@@ -294,13 +303,15 @@ class _Sampler:
                     os.waitpid(pid, 0)
             elapsed = time.monotonic() - started
             ended_unix = time.time()
+            exit_code = os.waitstatus_to_exitcode(status)
             if cgroup is not None:
                 cgroup.drain()
+                cgroup.check_joined(exit_code)
                 own_cpu_ms = cgroup.cpu_ms()
             else:
                 own_cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000.0
             busy_after = sum(cpu_busy_ms(cpu) for cpu in self.cpu_set)
-        exit_code = os.waitstatus_to_exitcode(status)
+            counted.close()  # perf ended with the harness: its count is written
         record, problem = read_timing_file(timing_path, self.timings)
         printed = _tail(stdout_path).strip().splitlines()
         if record is None and exit_code == 0 and printed:
@@ -331,17 +342,18 @@ class _Sampler:
             interference_ms=(busy_after - busy_before) - own_cpu_ms,
             telemetry=cpu_telemetry(self.cpu_set[0]),
             kernel_cpu_ms=own_cpu_ms,
+            counted=count.value if count is not None else None,
         )
 
 
 INFO_FD, BLOCK_FD = 3, 4
-"""Where a sandboxed sample's child sees bwrap's info pipe and, when a cgroup contains it, its block pipe."""
+"""Where a sandboxed sample's child sees bwrap's info pipe and, when perf counts the sample, its block pipe."""
 
 
 class _Pipes:
-    """A sample's pipes to bwrap: the info pipe it reports its child on and, with a cgroup, the block pipe it waits
-    on before the command runs (so the bot can move the child into the cgroup first). Every end is closed on
-    exit, whatever happened; closing the block pipe unblocks bwrap, which then runs or exits."""
+    """A sample's pipes to bwrap: the info pipe it reports its child on and, when perf counts the sample, the block
+    pipe it waits on before the command runs (so the bot can attach perf to the child first). Every end is closed
+    on exit, whatever happened; closing the block pipe unblocks bwrap, which then runs or exits."""
 
     def __init__(self, sandboxed: bool, blocked: bool) -> None:
         self.sandboxed, self.blocked = sandboxed, blocked
@@ -481,8 +493,10 @@ def run_performance(
     progress: ProgressSink | None = None,
     hooks: SampleHooks | None = None,
     sandbox: Sandbox | None = None,
+    counter: SampleCounter | None = None,
 ) -> PerfResult:
-    """Stage 7 for one row on this node: warmups, the persisted schedule, pinned pairs, then the verdict."""
+    """Stage 7 for one row on this node: warmups, the persisted schedule, pinned pairs, then the verdict. With a
+    `counter` (the node's PMU offers one, runners/exec/counter.py) every sandboxed sample also records its count."""
     _check_harness_args(harness_args)
     for arm in ("baseline", "candidate"):
         if not os.access(binaries[arm], os.X_OK):
@@ -517,6 +531,7 @@ def run_performance(
         sampling_assumption=SAMPLING_ASSUMPTION,
         kernel_corroborated=True,
         containment=sandbox.containment.kind,
+        counter=counter.event if counter is not None and sandbox.kind != "none" else None,
     )
     if unmeasurable_rule(perf, evidence.interference_resolution_ms) is not None:
         return finalize(evidence, perf)
@@ -529,6 +544,7 @@ def run_performance(
         workdir=workdir,
         hooks=hooks,
         sandbox=sandbox,
+        counter=counter,
     )
     probes: list[Sample] = []
     series: tuple[list[Sample], list[Sample], list[Invalidation]] = ([], [], [])

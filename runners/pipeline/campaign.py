@@ -17,6 +17,7 @@ from pathlib import Path
 
 from runners import build_info
 from runners.exec.build_cache import UNSANDBOXED_NO_CACHE, BuildCacheError, CampaignCache, configured_dir
+from runners.exec.counter import SampleCounter
 from runners.exec.harness import PreflightError, preflight_flags, row_args
 from runners.exec.placement import correctness_cpu_sets, host_facts, kept_off, perf_placement
 from runners.exec.sandbox import BinaryMismatch, Sandbox, SandboxUnavailable
@@ -507,7 +508,7 @@ def run_row(request: CampaignRequest, prepared: Prepared, row: RowConfig, work: 
     perf = run_performance(row_id=row.id, harness_args=args, binaries=prepared.binaries, perf=config.perf,
                            timing_field=config.harness.timing_field, placement=placement,
                            workdir=work / f"perf-{row.id}", progress=progress, hooks=request.perf_hooks,
-                           sandbox=request.sandbox)
+                           sandbox=request.sandbox, counter=SampleCounter.offered())
     schedule = Path(perf.schedule_path)
     if schedule.is_file():
         kept = request.out_dir / schedule.name

@@ -393,6 +393,8 @@ class Sample(_Model):
     stderr_tail: str = ""
     cpu_set: list[int]
     affinity_observed: list[int] | None
+    """The CPUs the sample could run on once started: under a cgroup its cpuset (every task's), else the harness
+    process's own affinity (None when it had ended before the bot could read it)."""
     affinity_at_exit: list[int] | None = None
     """Affinity read again when the process had exited but was not yet reaped (catches a move mid-run)."""
     affinity_ok: bool
@@ -402,6 +404,9 @@ class Sample(_Model):
     """User + system CPU time of the whole process tree, the kernel's figure, not the harness's: from the sample's
     cgroup (every task, reaped by anyone) or, without one, `wait4` rusage (`PerfResult.containment` says which;
     None in reports from before the kernel-corroborated gate)."""
+    counted: float | None = None
+    """The sample's count of `PerfResult.counter` (user-space instructions), from `perf stat` attached by the bot
+    before the harness ran, for the whole process tree; None where the node offers no counter."""
 
 
 class Invalidation(_Model):
@@ -589,6 +594,9 @@ class PerfResult(PerfOutcome):
     """The kernel clocks were gated too (False: a report from before the corroborating gate, verified without)."""
     probes: list[Sample] = Field(default_factory=list)
     """One timing-mode invocation per arm before any warmup: a missing or non-numeric timer blocks here."""
+    counter: str | None = None
+    """The perf event every sandboxed sample counted (`instructions:u` where the node's PMU offers it; each count in
+    `Sample.counted`); None where it offers none (a VM without a virtual PMU)."""
     containment: ContainmentKind | None = None
     """How every sample's whole process tree was kept on the row's CPUs and counted (runners/exec/containment.py):
     under a cgroup each sample's `kernel_cpu_ms` is the cgroup's CPU time of every task, else wait4's rusage;

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runners.exec.containment import UNCONTAINED, Containment, host_containment
+from runners.exec.counter import check_hardware_counter
 from runners.exec.placement import (
     PROC,
     SYS,
@@ -28,7 +29,6 @@ from runners.exec.placement import (
 from runners.exec.sandbox import SandboxKind, SandboxUnavailable
 from runners.exec.sandbox import check as sandbox_check
 from runners.schema.report import DoctorCheck, DoctorReport, DoctorStatus
-from runners.stages.instructions import check_hardware_counter
 
 PROFILERS = ("valgrind", "perf", "c++filt")
 """What regression attribution runs: callgrind instruction counts, sampled stacks, demangled symbol names."""

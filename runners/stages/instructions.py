@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,8 +37,6 @@ from runners.schema.report import (
     ARMS,
     Arm,
     CountedRun,
-    DoctorCheck,
-    DoctorStatus,
     InstructionCounts,
     PerfResult,
 )
@@ -48,9 +45,6 @@ from runners.stages.symbols import demangle
 
 COUNTED_RUNS = 2
 """Runs per arm: two show whether the count is exact; more would buy nothing for a deterministic replay."""
-PERF_STAT_EVENT = "instructions:u"
-_COUNTED_EVENT = re.compile(r"(?:[\w.-]+/)?instructions:u/?")
-"""`instructions:u`, or one PMU's share of it on a hybrid CPU (`cpu_core/instructions:u/`)."""
 
 
 # --- the counting stage -------------------------------------------------------------------------------------
@@ -158,78 +152,3 @@ def count_instructions(*, row_id: str, binaries: dict[Arm, Path], args: list[str
             emit(progress, "instructions", f"{arm} run {run}: {figure:,} instructions", row=row_id,
                  done=len(counts.runs), total=COUNTED_RUNS * len(ARMS))
     return counts
-
-
-# --- hardware counters: perf stat around a sample -------------------------------------------------------------
-
-
-def counted_command(perf: str, output: Path, command: list[str]) -> list[str]:
-    """`command` under `perf stat`, counting the user-space instructions of it and everything it starts into
-    `output`. For trusted commands only: perf's output stream is inherited by what it starts."""
-    return [perf, "stat", "-x,", "-e", PERF_STAT_EVENT, "-o", str(output), "--", *command]
-
-
-def parse_perf_stat(text: str) -> int | None:
-    """User-space instructions from `perf stat -x, -e instructions:u` output; None when perf did not count them
-    exactly (`<not supported>` on a VM without a PMU, `<not counted>`, or a count scaled from part of the run).
-
-    CSV fields: value, unit, event, (with `-G`, the cgroup,) run time, percentage of the run counted, then
-    optional metric columns. A hybrid CPU reports one line per core type; their counts add up."""
-    total: int | None = None
-    for line in text.splitlines():
-        fields = line.split(",")
-        if line.startswith("#") or len(fields) < 5 or not _COUNTED_EVENT.fullmatch(fields[2].strip()):
-            continue
-        cgroup = fields[3].startswith("/") and len(fields) > 5
-        value, share = fields[0].strip(), fields[5 if cgroup else 4].strip()
-        if not value.isdigit():
-            continue
-        try:
-            if float(share) != 100.0:
-                return None  # multiplexed: perf scaled an estimate, not a count
-        except ValueError:
-            return None
-        total = (total or 0) + int(value)
-    return total
-
-
-def hardware_counter_check(perf: str | None, output: str | None, count: int | None) -> DoctorCheck:
-    """The doctor's answer from what `perf stat` printed for a trivial command (or that perf is missing)."""
-    name = "hardware instruction counter"
-    if perf is None:
-        return DoctorCheck(name=name, status=DoctorStatus.WARN, detail="perf missing: samples count no instructions",
-                           fix="install perf (linux-perf or linux-tools): on a node with a PMU every measured sample "
-                               "then records its instruction count")
-    if count is not None:
-        return DoctorCheck(name=name, status=DoctorStatus.PASS,
-                           detail=f"perf_event_open offers {PERF_STAT_EVENT} ({count:,} for `true`): every measured "
-                                  "sample records its instruction count")
-    shown = next((line.strip() for line in (output or "").splitlines()
-                  if line.strip() and not line.startswith("#")), "no output")
-    return DoctorCheck(name=name, status=DoctorStatus.WARN,
-                       detail=f"perf_event_open does not offer {PERF_STAT_EVENT} here (perf stat: {shown}): samples "
-                              "record no instruction count; the counts after each row's samples (valgrind) remain",
-                       fix="a VM without a virtual PMU cannot count: bare metal, or a hypervisor exposing the PMU "
-                           "(KVM `-cpu host`, a cloud instance type with PMU access); as non-root, "
-                           "kernel.perf_event_paranoid <= 2")
-
-
-def probe_hardware_counter(search_path: str | None = None) -> tuple[str | None, str | None, int | None]:
-    """(perf, what it printed, the count) for `perf stat` around `true`: the node's own answer, not a guess."""
-    perf = shutil.which("perf", path=search_path)
-    true = shutil.which("true")
-    if perf is None or true is None:
-        return perf, None, None
-    with tempfile.TemporaryDirectory(prefix="kv-parity-perf-stat-") as scratch:
-        output = Path(scratch) / "stat.csv"
-        try:
-            subprocess.run(counted_command(perf, output, [true]), capture_output=True, check=False, timeout=60)
-            text = output.read_text(encoding="utf-8", errors="replace") if output.is_file() else None
-        except (OSError, subprocess.SubprocessError) as exc:
-            return perf, f"perf stat failed: {exc}", None
-    return perf, text, parse_perf_stat(text or "")
-
-
-def check_hardware_counter(search_path: str | None = None) -> DoctorCheck:
-    """`kv-parity doctor`: does this node give each measured sample its instruction count?"""
-    return hardware_counter_check(*probe_hardware_counter(search_path))
