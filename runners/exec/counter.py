@@ -28,7 +28,7 @@ from runners.schema.report import DoctorCheck, DoctorStatus
 PERF_STAT_EVENT = "instructions:u"
 ENABLE_TIMEOUT_S = 10.0
 """How long perf may take to attach and acknowledge that counting is on before the sample is given up."""
-EXIT_TIMEOUT_S = 10.0
+COUNTER_EXIT_WAIT_S = 10.0
 """How long perf may take to write its count once interrupted, before it is killed."""
 
 
@@ -186,7 +186,7 @@ class AttachedCount:
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGINT)
             try:
-                process.wait(timeout=EXIT_TIMEOUT_S)
+                process.wait(timeout=COUNTER_EXIT_WAIT_S)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
