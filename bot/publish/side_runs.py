@@ -34,6 +34,7 @@ from bot.publish.comments import CommentWriter
 from bot.publish.publisher import (
     PROGRESS_INTERVAL_SECONDS,
     STATE_CONCLUSIONS,
+    PublishSettings,
     web_url,
 )
 from bot.publish.tracking_render import ISSUE_TITLE, pull_request_comment, regression_body, tracking_marker
@@ -47,20 +48,8 @@ LABEL_COLOR = "b60205"
 LABEL_DESCRIPTION = "kv-parity: a regression reached the default branch"
 
 
-class SideRunSettings(Protocol):
-    """The settings the side-run publisher reads; `bot.settings.Settings` satisfies it."""
-
-    @property
-    def check_name(self) -> str: ...
-
-    @property
-    def command_word(self) -> str: ...
-
-    @property
-    def label(self) -> str: ...
-
-    @property
-    def api_base_url(self) -> str: ...
+class SideRunSettings(PublishSettings, Protocol):
+    """The publisher's settings and the tracking issue's label; `bot.settings.Settings` satisfies it."""
 
     @property
     def tracking_label(self) -> str: ...
