@@ -20,7 +20,7 @@ from bot.exit_codes import EXIT_FOR_STATUS
 from bot.publish import render
 from bot.publish.html_report import report_html
 from bot.publish.views import Links
-from runners.exec.containment import detect
+from runners.exec.containment import PARENT, detect
 from runners.exec.placement import SYS, choose_perf_core, cpu_topology, stat_tick_ms
 from runners.schema.report import CampaignReport, DoctorCheck, DoctorReport, DoctorStatus
 from runners.stages.doctor import (
@@ -156,6 +156,44 @@ def test_containment_names_the_mechanism_and_warns_without_a_cgroup(tmp_path: Pa
     assert fallback.status == DoctorStatus.WARN
     assert "refuses fork" in fallback.detail and "no cgroup v1 cpuset hierarchy is mounted" in fallback.detail
     assert check_containment("none").status == DoctorStatus.WARN
+
+
+def _unified_hierarchy(tmp_path: Path, controllers: str) -> tuple[Path, Path, Path]:
+    """A cgroup v2 hierarchy as files (this VM mounts v1, so v2 is tested on its files): the root's controllers,
+    its and the bot's parent's `cgroup.subtree_control` (the kernel makes that file when the directory is made)."""
+    root = tmp_path / "unified"
+    (root / PARENT).mkdir(parents=True)
+    (root / "cgroup.controllers").write_text(controllers + "\n", encoding="ascii")
+    for level in (root, root / PARENT):
+        (level / "cgroup.subtree_control").write_text("\n", encoding="ascii")
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"proc /proc proc rw 0 0\ncgroup2 {root} cgroup2 rw,nosuid,nodev 0 0\n", encoding="utf-8")
+    own = tmp_path / "cgroup"
+    own.write_text("0::/system.slice/kv-parity.service\n", encoding="utf-8")
+    return root, mounts, own
+
+
+def test_cgroup_v2_is_preferred_and_hands_cpuset_down_from_the_root(tmp_path: Path) -> None:
+    """Under v2 the bot's parent is made under the hierarchy's root (a cgroup holding processes, such as the
+    service's own, cannot hand a controller to children), with cpuset enabled at the root and in the parent."""
+    root, mounts, own = _unified_hierarchy(tmp_path, "cpuset cpu io memory pids")
+    found = detect(mounts=mounts, own=own)
+    assert (found.kind, found.cpuset, found.cpuacct) == ("cgroup2", root / PARENT, root / PARENT), found
+    for level in (root, root / PARENT):
+        assert (level / "cgroup.subtree_control").read_text(encoding="ascii") == "+cpuset"
+    assert check_containment("bwrap", found).status == DoctorStatus.PASS
+
+
+def test_a_unified_hierarchy_without_cpuset_falls_back_naming_why(tmp_path: Path) -> None:
+    """A systemd-confined service without `Delegate=yes` sees v2 without the cpuset controller and no v1: the
+    seccomp program, and the reason for each hierarchy in the doctor's detail."""
+    root, mounts, own = _unified_hierarchy(tmp_path, "cpu io memory pids")
+    found = detect(mounts=mounts, own=own)
+    assert found.kind == "seccomp"
+    assert f"v2 at {root}: the unified hierarchy at {root} does not offer the cpuset controller" in found.detail
+    assert "v1: no cgroup v1 cpuset hierarchy is mounted" in found.detail
+    assert (root / PARENT / "cgroup.subtree_control").read_text(encoding="ascii") == "\n", "nothing was enabled"
+    assert check_containment("bwrap", found).status == DoctorStatus.WARN
 
 
 def test_profilers_present_pass_missing_warn_naming_them(tmp_path: Path) -> None:
