@@ -274,6 +274,16 @@ def test_check_run_lifecycle(app_gh: GitHubGateway, fake: FakeGitHub, history: H
     ]
 
 
+def test_the_bots_check_run_is_found_past_the_first_page(app_gh: GitHubGateway, history: History) -> None:
+    """A head with more kv-parity check runs than a page holds (reruns of long-lived pull requests): the oldest run
+    sits on the second page of the newest-first list and is still found, so the publisher never makes a second."""
+    ids = [app_gh.create_check_run(history.c4, "kv-parity", f"campaign-{n}") for n in range(101)]
+    assert app_gh.check_run_of(history.c4, "kv-parity", "campaign-0") == ids[0]
+    assert app_gh.check_run_of(history.c4, "kv-parity", "campaign-100") == ids[100]
+    assert app_gh.check_run_of(history.c4, "kv-parity", "campaign-101") is None
+    assert [run.id for run in app_gh.check_runs_of(history.c4, "kv-parity")] == [ids[100]], "filter=latest"
+
+
 def test_check_runs_need_a_github_app(gh: GitHubGateway, history: History) -> None:
     with pytest.raises(GitHubError) as raised:
         gh.create_check_run(history.c4, "kv-parity", "campaign-1")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from github.CheckRun import CheckRun
+from github.PaginatedList import PaginatedList
 
 from bot.core.repo_values import CheckRunInfo
 from bot.github.errors import GitHubNotFoundError
@@ -12,17 +15,17 @@ from bot.github.models import CheckAction, CheckConclusion, CheckOutput, CheckSt
 from bot.github.transport import GitHubTransport
 
 
-def _check_run_info(data: Mapping[str, Any]) -> CheckRunInfo:
-    app = data.get("app") or {}
+def _check_run_info(run: CheckRun) -> CheckRunInfo:
+    """What the bot reads of a listed check run (every field is in the list's own payload: no further request)."""
     return CheckRunInfo(
-        id=int(data["id"]),
-        name=str(data["name"]),
-        head_sha=str(data["head_sha"]),
-        status=str(data["status"]),
-        conclusion=data.get("conclusion"),
-        external_id=data.get("external_id") or None,
-        app_slug=app.get("slug"),
-        html_url=str(data.get("html_url") or ""),
+        id=run.id,
+        name=run.name,
+        head_sha=run.head_sha,
+        status=run.status,
+        conclusion=run.conclusion,
+        external_id=run.external_id or None,
+        app_slug=run.app.slug if run.app is not None else None,
+        html_url=run.html_url or "",
     )
 
 
@@ -62,13 +65,11 @@ class CheckRuns(GitHubTransport):
         """The id of the check run of this name and external id on a commit (the first made, should there be more),
         or None: what the publisher looks for before it creates one. Every run of the name counts, not only the
         newest (`filter=all`): an older campaign of the same head keeps its own."""
-        url = f"{self._repo.url}/commits/{urllib.parse.quote(head_sha, safe='')}/check-runs"
 
         def fetch() -> int | None:
-            _, data = self._requester.requestJsonAndCheck(
-                "GET", url, parameters={"check_name": name, "filter": "all", "per_page": 100}
-            )
-            ids = [int(run["id"]) for run in data.get("check_runs", []) if run.get("external_id") == external_id]
+            runs = self._listed(f"commits/{urllib.parse.quote(head_sha, safe='')}",
+                                {"check_name": name, "filter": "all"})
+            ids = [run.id for run in runs if run.external_id == external_id]
             return min(ids) if ids else None
 
         return self._call(f"GET check run {external_id!r} of {head_sha}", fetch)
@@ -100,32 +101,35 @@ class CheckRuns(GitHubTransport):
             lambda: self._repo.get_check_run(check_run_id).edit(**kwargs),
         )
 
-
     def check_runs_of(self, ref: str, check_name: str) -> list[CheckRunInfo]:
         """The check runs of this name on a commit, newest first (GitHub's `filter=latest` keeps the newest run of
         each name per App)."""
-        url = f"{self._repo.url}/commits/{urllib.parse.quote(ref, safe='')}/check-runs"
 
         def fetch() -> list[CheckRunInfo]:
-            _, data = self._requester.requestJsonAndCheck(
-                "GET", url, parameters={"check_name": check_name, "filter": "latest", "per_page": 100}
-            )
-            return [_check_run_info(run) for run in data.get("check_runs", [])]
+            listed = self._listed(f"commits/{urllib.parse.quote(ref, safe='')}",
+                                  {"check_name": check_name, "filter": "latest"})
+            return [_check_run_info(run) for run in listed]
 
         return self._call(f"GET check runs {check_name!r} of {ref}", fetch)
 
     def suite_check_runs(self, check_suite_id: int, check_name: str) -> list[CheckRunInfo]:
         """The check runs of this name in one check suite (what GitHub's Re-run buttons act on); none for a suite
         GitHub does not know."""
-        url = f"{self._repo.url}/check-suites/{check_suite_id}/check-runs"
 
         def fetch() -> list[CheckRunInfo]:
-            _, data = self._requester.requestJsonAndCheck(
-                "GET", url, parameters={"check_name": check_name, "per_page": 100}
-            )
-            return [_check_run_info(run) for run in data.get("check_runs", [])]
+            return [_check_run_info(run)
+                    for run in self._listed(f"check-suites/{check_suite_id}", {"check_name": check_name})]
 
         try:
             return self._call(f"GET check runs {check_name!r} of suite {check_suite_id}", fetch)
         except GitHubNotFoundError:
             return []  # a suite GitHub does not know (or no longer shows) holds nothing of ours
+
+    def _listed(self, owner: str, parameters: dict[str, str]) -> list[CheckRun]:
+        """Every page of `<owner>/check-runs` (a commit with more check runs than one page holds, 100, hides none),
+        followed by PyGithub through GitHub's `Link` headers."""
+        pages: PaginatedList[CheckRun] = PaginatedList(
+            CheckRun, self._requester, f"{self._repo.url}/{owner}/check-runs", {**parameters, "per_page": "100"},
+            list_item="check_runs",
+        )
+        return list(pages)
