@@ -133,8 +133,8 @@ def test_whole_campaign_edits_one_status_comment_and_posts_one_result(
     )
     view = campaign()
 
-    run_id = publisher.open_check_run(view)
-    publisher.queued(view, 2)
+    run_id = publisher.queued(view, 2)
+    assert run_id is not None
     for done in range(0, 61, 5):
         publisher.progress(view, ProgressEvent(stage="performance", row="vllm-disagg", done=done, total=60))
         clock.now += 4.0
@@ -164,7 +164,6 @@ def test_restarted_publisher_finds_the_status_comment_and_folds_older_results(
 
     restarted = Publisher(gateway, settings(fake.url), Clock())
     second = campaign("c-2", minute=5)
-    restarted.open_check_run(second)
     restarted.queued(second, 1)
     restarted.progress(second, ProgressEvent(stage="build", detail="cargo build"))
     restarted.finished(second, report_for("c-2", "perf_fail"), tmp_path / "c-2")
@@ -183,7 +182,6 @@ def test_restart_mid_campaign_keeps_one_status_comment(
 ) -> None:
     before = Publisher(gateway, settings(fake.url), Clock())
     view = campaign()
-    before.open_check_run(view)
     before.queued(view, 1)
     before.progress(view, ProgressEvent(stage="determinism", row="vllm-disagg"))
 
@@ -198,7 +196,7 @@ def test_restart_mid_campaign_keeps_one_status_comment(
 def test_finished_twice_posts_nothing_new(fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path) -> None:
     first = Publisher(gateway, settings(fake.url), Clock())
     view = campaign()
-    first.open_check_run(view)
+    first.queued(view, 1)
     report = report_for(CAMPAIGN_ID)
     first.finished(view, report, tmp_path)
     before = fake.comments(REPO, PR)
@@ -213,8 +211,6 @@ def test_finished_twice_posts_nothing_new(fake: FakeGitHub, gateway: GitHubGatew
 def test_position_zero_means_started(fake: FakeGitHub, gateway: GitHubGateway) -> None:
     publisher = Publisher(gateway, settings(fake.url), Clock())
     view = campaign()
-    publisher.open_check_run(view)
-
     run_id = publisher.queued(view, 0)
 
     (run,) = fake.check_runs(REPO)
@@ -252,7 +248,7 @@ def test_ended_states_map_to_check_conclusions(
 ) -> None:
     publisher = Publisher(gateway, settings(fake.url), Clock())
     view = campaign()
-    publisher.open_check_run(view)
+    publisher.queued(view, 1)
 
     publisher.ended(view, state, "why it ended\nsecond line of detail")
 

@@ -207,7 +207,7 @@ def test_every_configured_secret_and_credential_shape_is_redacted_everywhere(
     publisher = Publisher(gateway, settings.model_copy(update={"api_base_url": fake.url}), Clock())
     view = campaign()
 
-    publisher.open_check_run(view)
+    publisher.queued(view, 1)
     publisher.progress(view, ProgressEvent(stage="build", detail=leak))
     publisher.finished(view, report, tmp_path / "artifact")
     publisher.ended(campaign("c-2", minute=1), "config_error", f"bad config: {leak}\n{leak}")
@@ -275,7 +275,6 @@ def test_user_comments_with_copied_markers_change_nothing(
     publisher = Publisher(gateway, cli_settings(fake.url), Clock())
     view = campaign()
 
-    publisher.open_check_run(view)
     publisher.queued(view, 1)
     [status_id] = [c["id"] for c in fake.comments(REPO, PR) if c["user"] == BOT_LOGIN]
     publisher.finished(view, make_report("perf_fail"), tmp_path)
@@ -386,7 +385,6 @@ def test_progress_costs_one_write_per_stage_and_one_per_interval(fake: FakeGitHu
     clock = Clock()
     publisher = Publisher(gateway, cli_settings(fake.url), clock)
     view = campaign()
-    publisher.open_check_run(view)
     publisher.queued(view, 0)
     writes_before = len(fake.calls_to("PATCH", r"/check-runs/\d+$"))
     comments_before = len(fake.calls_to("PATCH", r"/issues/comments/\d+$"))
@@ -417,7 +415,7 @@ def test_a_batch_of_events_is_one_write_showing_the_newest(fake: FakeGitHub, gat
     clock = Clock()
     publisher = Publisher(gateway, cli_settings(fake.url), clock)
     view = campaign()
-    publisher.open_check_run(view)
+    publisher.queued(view, 0)
     before = len(fake.calls_to("PATCH", r"/check-runs/\d+$"))
 
     publisher.progress_batch(

@@ -208,6 +208,10 @@ class Pages:
     def row_url(self, pr_token: str, row_id: str) -> str:
         return f"{self.base}/pr/{pr_token}/rows/{quote(row_id, safe='')}"
 
+    def main_url(self, repo: str) -> str:
+        """The default branch's history page (`bot/pages/main_pages.py`), by the repository's random token."""
+        return f"{self.base}/main/{self.store.main_token(repo)}"
+
     def finished(self, campaign: Campaign, report: CampaignReport) -> None:
         """Keep the merge-base figures (always) and the page's report (when the campaign has a page)."""
         self.store.record_baselines(baseline_points(campaign, report))
@@ -233,8 +237,7 @@ class PageViews:
 
     def _nav(self, campaign: Campaign) -> Markup:
         if campaign.purpose in ("main", "reference"):
-            token = self.store.main_token(campaign.repo)
-            return Markup(f'<nav class="toc"><a href="{escape(self.pages.base or "")}/main/{escape(token)}">'
+            return Markup(f'<nav class="toc"><a href="{escape(self.pages.main_url(campaign.repo))}">'
                           "History of the default branch</a></nav>")
         pr_token = self.store.pr_token(campaign.repo, campaign.pr_number)
         if pr_token is None:

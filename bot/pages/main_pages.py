@@ -25,13 +25,6 @@ PER_MERGE = "per push: head / first parent"
 CUMULATIVE = "cumulative: tip / reference"
 
 
-def main_url(pages: Pages, repo: str) -> str | None:
-    """The repository's main history page, when pages are served and it may be shown."""
-    if pages.base is None or not pages.may_show(repo):
-        return None
-    return f"{pages.base}/main/{pages.store.main_token(repo)}"
-
-
 def _when(unix: float) -> str:
     return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M UTC")
 

@@ -152,12 +152,6 @@ class Publisher:
 
     # --- lifecycle steps
 
-    def open_check_run(self, campaign: Campaign, *, details_url: str | None = None) -> int:
-        """The campaign's check run on the head SHA: found by its external_id, else created queued with its Cancel
-        button."""
-        with self._lock:
-            return self.check_runs.ensure(campaign, self._opening(campaign, details_url), details_url)
-
     def queued(self, campaign: Campaign, position: int, *, details_url: str | None = None) -> int | None:
         """Show the queue position (0 = started) on the check run and in the status comment; returns the check
         run's id (None: this publisher opens none for a queued campaign)."""

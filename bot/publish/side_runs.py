@@ -106,10 +106,6 @@ class SideRunPublisher:
 
     # --- the lifecycle's steps (bot.core.ports.Publisher)
 
-    def open_check_run(self, campaign: Campaign, *, details_url: str | None = None) -> int:
-        with self._lock:
-            return self.check_runs.ensure(campaign, self._opening(campaign, details_url), details_url)
-
     def queued(self, campaign: Campaign, position: int, *, details_url: str | None = None) -> int | None:
         """The queue position (0 = started) on the check run only (Actions-only mode's publish job opens and
         completes it at once); there is no status comment."""
