@@ -13,7 +13,7 @@ from runners.demo import commit_change, init_fixture_repo, set_knobs
 from runners.pipeline.campaign import CampaignRequest, run_campaign
 from runners.schema.config import CampaignConfig, DeterminismConfig, InvalidationRules, RowConfig
 from runners.schema.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict
-from runners.stages.revisions import checkout_state
+from runners.stages.revisions import RevisionError, git
 
 AGG_ROW = "vllm-agg"
 DISAGG_ROW = "vllm-disagg"
@@ -28,6 +28,15 @@ def quick(config: CampaignConfig, **trace: object) -> CampaignConfig:
     if trace:
         updates["trace"] = config.trace.model_copy(update=trace)
     return config.model_copy(update=updates)
+
+
+def checkout_state(repo: Path) -> tuple[str, str, str]:
+    """HEAD's symbolic ref (or SHA), HEAD's SHA and `git status --porcelain`: must be unchanged by a campaign."""
+    try:
+        symbolic = git(repo, "symbolic-ref", "-q", "HEAD")
+    except RevisionError:
+        symbolic = "(detached)"
+    return symbolic, git(repo, "rev-parse", "HEAD"), git(repo, "status", "--porcelain")
 
 
 def campaign(repo: Path, head: str, config: CampaignConfig, trace: Path, out: Path,

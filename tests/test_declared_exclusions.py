@@ -113,7 +113,7 @@ def test_declarations_alone_never_change_a_verdict() -> None:
                          _pointer(full_report={"baseline": "absent", "candidate": "absent"}))
 
     assert declared_exclusion_verdict(SemanticVerdict.PASS, [], declared) == (SemanticVerdict.PASS, [])
-    assert declared.withheld() == []
+    assert [p.pointer for p in declared.pointers if p.withheld_by()] == []
 
 
 def test_a_failed_evidence_invocation_is_a_product_failure() -> None:
@@ -173,7 +173,7 @@ def test_a_value_the_harness_really_strips_stops_the_row_naming_it(
     assert row.semantic_reasons[1].startswith(f"candidate harness withheld {STRIPPED}: ")
     assert row.performance is None and "correctness not established (BLOCKED)" in row.perf_reason
     declared = row.declared_exclusions
-    assert declared is not None and declared.withheld() == [STRIPPED]
+    assert declared is not None and [p.pointer for p in declared.pointers if p.withheld_by()] == [STRIPPED]
     assert [run.purpose for run in declared.evidence_runs] == ["declared-exclusion evidence"] * 2
     assert {run.canonical_digest for run in declared.evidence_runs} == {row.parity.candidate_digest}
     assert _by_pointer(declared)[STRIPPED].describe("candidate") == "absent: withheld, --report-json has a value"

@@ -279,9 +279,6 @@ class DeclaredExclusions(_Model):
     problems: list[str] = Field(default_factory=list)
     """Evidence invocations that failed or disagreed with the compared canonical line (product failures)."""
 
-    def withheld(self) -> list[str]:
-        return [p.pointer for p in self.pointers if p.withheld_by()]
-
 
 class CoverageCounts(_Model):
     """Lifecycle evidence counted from one canonical report, independently of its digest."""

@@ -111,15 +111,6 @@ def relationship(repo: Path, base_sha: str, head_sha: str) -> tuple[str, str | N
     return ("diverged" if merge_base else "unrelated"), merge_base
 
 
-def checkout_state(repo: Path) -> tuple[str, str, str]:
-    """HEAD's symbolic ref (or SHA), HEAD's SHA and `git status --porcelain`: must be unchanged by a campaign."""
-    try:
-        symbolic = git(repo, "symbolic-ref", "-q", "HEAD")
-    except RevisionError:
-        symbolic = "(detached)"
-    return symbolic, git(repo, "rev-parse", "HEAD"), git(repo, "status", "--porcelain")
-
-
 @contextmanager
 def worktree(repo: Path, sha: str, path: Path) -> Iterator[Path]:
     """A detached worktree at exactly `sha`, removed (with its build target) when the block ends."""
