@@ -6,6 +6,8 @@ No sleeps for synchronisation: every wait is `wait_until(condition)` with a boun
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import json
 import os
 import signal
@@ -20,13 +22,14 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.requests import Request
 
 from bot.core.campaign import Campaign, CampaignState
 from bot.core.events import AnyEvent, parse_event
 from bot.dispatch.base import RunHandle
 from bot.dispatch.local import LocalBackend, campaign_argv, process_alive
 from bot.service.app import create_app
-from bot.service.signed_body import signature_valid
+from bot.service.signed_body import Refused, read_signed_body
 from bot.settings import Settings, SettingsError, load_settings
 from bot.store.campaigns import Store
 from runners.schema.report import CampaignReport
@@ -71,16 +74,36 @@ def states(store: Store, campaign_id: str) -> list[str]:
 # ----------------------------------------------------------------- the door
 
 
+def _read_signed(secret: bytes, body: bytes, header: bytes | None) -> bytes:
+    """The door's own check (`read_signed_body`) on one request, streamed in as the server hands it over."""
+    headers = [(b"content-length", str(len(body)).encode())]
+    if header is not None:
+        headers.append((b"x-hub-signature-256", header))
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    request = Request({"type": "http", "method": "POST", "path": "/webhook", "headers": headers}, receive)
+    return asyncio.run(read_signed_body(request, secret, timeout=5.0))
+
+
 def test_signature_check() -> None:
     body = b'{"a": 1}'
-    good = "sha256=" + __import__("hmac").new(b"k", body, "sha256").hexdigest()
-    assert signature_valid(b"k", body, good)
-    assert not signature_valid(b"k", body + b" ", good)
-    assert not signature_valid(b"other", body, good)
-    assert not signature_valid(b"k", body, None)
-    assert not signature_valid(b"k", body, "")
-    assert not signature_valid(b"k", body, "sha1=" + good[7:])
-    assert not signature_valid(b"k", body, "sha256=ü")
+    good = "sha256=" + hmac.new(b"k", body, "sha256").hexdigest()
+    assert _read_signed(b"k", body, good.encode()) == body
+    refused = [
+        (b"k", body + b" ", good.encode()),
+        (b"other", body, good.encode()),
+        (b"k", body, None),
+        (b"k", body, b""),
+        (b"k", body, ("sha1=" + good[7:]).encode()),
+        (b"k", body, good.upper().encode()),
+        (b"k", body, "sha256=ü".encode()),
+    ]
+    for secret, sent, header in refused:
+        with pytest.raises(Refused) as caught:
+            _read_signed(secret, sent, header)
+        assert caught.value.status == 401, (secret, sent, header)
 
 
 def test_wrong_or_missing_signature_is_401_and_nothing_is_stored(env: Env) -> None:

@@ -3,13 +3,16 @@ attempts, seen heads, refusals and the in-place migration of a database from bef
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+from bot.cli.history import history_main
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import ALLOWED, Campaign, CampaignRequest, CampaignState, DuplicateCampaign, IllegalTransition
+from bot.exit_codes import EXIT_OK
 from bot.pages.details import repository_seen
 from bot.store.campaigns import Store
 from bot.store.pages import RepositorySeen
@@ -208,6 +211,25 @@ def test_refusals_are_logged_and_the_answered_one_found_within_its_window(store:
     assert store.answered_refusal("acme/widgets", 1, "reader", since=found.at + 1) is None, "outside the window"
     assert store.answered_refusal("acme/widgets", 2, "reader", since=0) is None, "per pull request"
     assert [r.answered for r in store.refusals("acme/widgets", 1, "reader")] == [True, False]
+
+
+def test_history_of_a_pull_request_lists_everyone_refused_on_it(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kv-parity history --pr` shows the refusal log (who, permission, why, answered or not) after the campaigns,
+    for that pull request only: what an operator reads when someone asks why the bot ignored them."""
+    store.record_refusal("acme/widgets", 1, "Reader", "read", "/parity rerun needs write", answered=True)
+    store.record_refusal("acme/widgets", 1, "reader", "read", "/parity rerun needs write", answered=False)
+    store.record_refusal("acme/widgets", 1, "drive-by", "none", "/parity accept needs maintain", answered=True)
+    store.record_refusal("acme/widgets", 2, "reader", "read", "another pull request", answered=True)
+    assert [r.login for r in store.refusals("acme/widgets", 1)] == ["reader", "reader", "drive-by"]
+    assert history_main(["--db", str(store.path), "--pr", "acme/widgets#1"]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert [re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "T", line) for line in lines] == [
+        "refused reader (read) at T: /parity rerun needs write · answered",
+        "refused reader (read) at T: /parity rerun needs write · not answered (within the refusal window)",
+        "refused drive-by (none) at T: /parity accept needs maintain · answered",
+    ]
 
 
 def test_head_observations_answer_what_the_head_was_at_a_moment_and_since(store: Store) -> None:

@@ -17,6 +17,7 @@ from bot.exit_codes import EXIT_NOTHING_FOUND, EXIT_OK, EXIT_USAGE
 from bot.store.acceptances import AcceptanceEntry
 from bot.store.campaigns import Store
 from bot.store.pages import NOT_COMPARABLE, BaselinePoint
+from bot.store.people import Refusal
 from bot.store.tracking import MainPoint
 
 
@@ -34,6 +35,13 @@ def acceptance_line(entry: AcceptanceEntry) -> str:
     if entry.revoked_at is not None:
         line += f" · revoked by {entry.revoked_by} at {_stamp(entry.revoked_at)}"
     return line
+
+
+def refusal_line(refusal: Refusal) -> str:
+    """One refused request: who, with which permission, when, why, and whether it was answered on GitHub (a
+    repeated refusal within the refusal window is recorded, not answered again)."""
+    answered = "answered" if refusal.answered else "not answered (within the refusal window)"
+    return f"refused {refusal.login} ({refusal.permission}) at {_stamp(refusal.at)}: {refusal.reason} · {answered}"
 
 
 def _campaign_lines(store: Store, campaign: Campaign) -> list[str]:
@@ -97,7 +105,8 @@ def history_main(argv: Sequence[str]) -> int:
     parser.add_argument("--db", required=True, type=Path, help="the service's SQLite database (settings db_path)")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--campaign", help="one campaign: its transitions and publications")
-    what.add_argument("--pr", metavar="OWNER/NAME#N", help="a pull request's campaigns, newest first")
+    what.add_argument("--pr", metavar="OWNER/NAME#N",
+                      help="a pull request's campaigns (newest first), its acceptances and its refused requests")
     what.add_argument("--delivery", help="a webhook delivery's status and the campaigns it created")
     what.add_argument("--rejected", action="store_true", help="deliveries refused as malformed, with why")
     what.add_argument(
@@ -135,7 +144,9 @@ def _lines(store: Store, args: argparse.Namespace) -> list[str]:
         if not repo or not number.isdigit():
             raise SystemExit(f"kv-parity history: --pr wants OWNER/NAME#N, got {args.pr!r}")
         accepted = [acceptance_line(entry) for entry in store.acceptance_history(repo, int(number))]
-        return [line for c in store.for_pr(repo, int(number)) for line in _campaign_lines(store, c)] + accepted
+        refused = [refusal_line(refusal) for refusal in store.refusals(repo, int(number))]
+        campaigns = [line for c in store.for_pr(repo, int(number)) for line in _campaign_lines(store, c)]
+        return campaigns + accepted + refused
     if args.baseline:
         return _baseline_lines(store.baseline_history(args.baseline, args.row))
     if args.main:

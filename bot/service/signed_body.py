@@ -23,14 +23,6 @@ _JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 """Strings (skipped whole, so brackets inside them do not count) and the brackets that open or close."""
 
 
-def signature_valid(secret: bytes, body: bytes, header: str | None) -> bool:
-    """X-Hub-Signature-256 check in constant time (a timing leak would let an attacker forge it)."""
-    if not header:
-        return False
-    expected = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected.encode(), header.encode("utf-8", "replace"))
-
-
 def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether the JSON text opens more than `limit` nested arrays/objects (brackets inside strings do not
     count). Checked before parsing: a deep enough document makes json.loads raise RecursionError."""

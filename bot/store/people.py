@@ -54,6 +54,7 @@ CREATE INDEX IF NOT EXISTS refusal_log_by_person ON refusal_log (repo, pr_number
 
 @dataclass(frozen=True)
 class Refusal:
+    login: str
     permission: str
     reason: str
     at: float
@@ -120,18 +121,20 @@ class PeopleRecords(StorePart):
         """The latest refusal of this person on this pull request answered publicly at or after `since`."""
         with self._lock:
             row = self._db.execute(
-                "SELECT permission, reason, at FROM refusal_log WHERE repo = ? AND pr_number = ? AND login = ? "
+                "SELECT login, permission, reason, at FROM refusal_log WHERE repo = ? AND pr_number = ? AND login = ? "
                 "AND answered = 1 AND at >= ? ORDER BY seq DESC LIMIT 1",
                 (repo, pr_number, login.lower(), since),
             ).fetchone()
-        return None if row is None else Refusal(str(row[0]), str(row[1]), float(row[2]), True)
+        return None if row is None else Refusal(str(row[0]), str(row[1]), str(row[2]), float(row[3]), True)
 
-    def refusals(self, repo: str, pr_number: int, login: str) -> list[Refusal]:
-        """Every refusal of this person on this pull request, oldest first."""
+    def refusals(self, repo: str, pr_number: int, login: str | None = None) -> list[Refusal]:
+        """Every refusal on this pull request (of one person, or of everyone), oldest first: what
+        `kv-parity history --pr` shows beside the campaigns."""
+        person = "" if login is None else "AND login = ? "
         with self._lock:
             found = self._db.execute(
-                "SELECT permission, reason, at, answered FROM refusal_log WHERE repo = ? AND pr_number = ? "
-                "AND login = ? ORDER BY seq",
-                (repo, pr_number, login.lower()),
+                "SELECT login, permission, reason, at, answered FROM refusal_log WHERE repo = ? AND pr_number = ? "
+                f"{person}ORDER BY seq",
+                (repo, pr_number) if login is None else (repo, pr_number, login.lower()),
             ).fetchall()
-        return [Refusal(str(r[0]), str(r[1]), float(r[2]), bool(r[3])) for r in found]
+        return [Refusal(str(r[0]), str(r[1]), str(r[2]), float(r[3]), bool(r[4])) for r in found]
