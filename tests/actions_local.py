@@ -26,6 +26,15 @@ import yaml
 
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 IDENTIFIER = re.compile(r"(?<![\w'.-])([A-Za-z_][\w-]*(?:\.[\w-]+)+)")
+PROJECTION = re.compile(r"(?<![\w'.-])([A-Za-z_][\w-]*(?:\.[\w-]+)+)\.\*\.([\w-]+)")
+"""`github.event.pull_request.labels.*.name`: the named property of every element (GitHub's object filter)."""
+
+
+def _contains(search: Any, item: Any) -> bool:
+    """GitHub's `contains`: an element of an array, or a substring of a string, ignoring case for strings."""
+    if isinstance(search, list):
+        return any(str(element).lower() == str(item).lower() for element in search)
+    return str(item).lower() in str(search).lower()
 
 
 @dataclass
@@ -68,11 +77,19 @@ class LocalRun:
         return "" if value is None else value
 
     def evaluate(self, expression: str, scope: dict[str, Any]) -> Any:
-        """GitHub's expression subset the workflow uses: context paths, ||, &&, ==, !=, !, fromJSON, literals."""
+        """GitHub's expression subset the workflows use: context paths, object filters (`labels.*.name`), ||, &&,
+        ==, !=, !, fromJSON, contains, literals."""
         text = expression.replace("!cancelled()", "True").replace("||", " or ").replace("&&", " and ")
-        text = re.sub(r"!(?!=)", " not ", text).replace("fromJSON(", "_json(")
+        text = re.sub(r"!(?!=)", " not ", text).replace("fromJSON(", "_json(").replace("contains(", "_contains(")
+        text = PROJECTION.sub(lambda m: f"_each({m.group(1)!r}, {m.group(2)!r})", text)
         text = IDENTIFIER.sub(lambda m: f"_get({m.group(1)!r})", text)
-        names = {"_get": lambda p: self._lookup(p, scope), "_json": json.loads, "True": True}
+
+        def each(path: str, key: str) -> list[Any]:
+            found = self._lookup(path, scope)
+            return [element.get(key, "") for element in found] if isinstance(found, list) else []
+
+        names = {"_get": lambda p: self._lookup(p, scope), "_json": json.loads, "True": True, "_each": each,
+                 "_contains": _contains}
         value = eval(text, {"__builtins__": {}}, names)  # noqa: S307 - our own workflow file, in a test
         return value
 
@@ -227,7 +244,13 @@ class LocalRun:
             assert ready, f"jobs that can never start: {sorted(pending)}"
             for name in ready:
                 job = pending.pop(name)
-                scope = {"needs": {n: {"outputs": j.outputs, "result": j.result} for n, j in self.jobs.items()}}
+                scope = {  # a job's `if` sees the contexts GitHub gives it: github, inputs, vars, needs
+                    "inputs": self.inputs,
+                    "vars": self.variables,
+                    "github": {"run_id": self.run_id, "repository": "acme/widgets", "event_name": self.event_name,
+                               "event": self.event},
+                    "needs": {n: {"outputs": j.outputs, "result": j.result} for n, j in self.jobs.items()},
+                }
                 if "if" in job and not self.substitute("${{ " + job["if"].removeprefix("${{").removesuffix(
                         "}}").strip() + " }}", scope):
                     self.jobs[name] = Job(name, {}, "skipped")

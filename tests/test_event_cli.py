@@ -458,7 +458,7 @@ def test_trigger_workflow_runs_no_pull_request_code_with_least_privilege() -> No
     workflow = _load(TRIGGER)
     triggers = workflow.get("on", workflow.get(True))
     assert triggers == {
-        "pull_request_target": {"types": ["labeled", "synchronize", "unlabeled", "closed"]},
+        "pull_request_target": {"types": ["labeled", "synchronize", "unlabeled", "closed", "opened", "reopened"]},
         "issue_comment": {"types": ["created"]},
         "merge_group": {"types": ["checks_requested"]},
     }

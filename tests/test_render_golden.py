@@ -18,6 +18,7 @@ from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign, CampaignState
 from bot.core.commands import COMMANDS
 from bot.core.merge_queue import carry, standing
+from bot.core.watched_paths import watched_change
 from bot.publish import comment_markers, limits, markdown, render, views
 from bot.publish.views import Links, ProgressView
 from runners.progress import ProgressEvent
@@ -329,6 +330,21 @@ def test_merge_group_surfaces() -> None:
     check_golden("merge_group_not_carried.check_summary.md", with_title(lacking))
 
 
+def test_watched_paths_surfaces() -> None:
+    """The campaign check at an unlabelled head: needed (naming the watched paths, 50 at most), needed because
+    GitHub's list was cut, or skipped; each says nothing was measured and names the patterns and their config."""
+    patterns = ["lib/mocker/**", "Cargo.lock", "!**/*.md"]
+    source = f".github/kv-parity.toml @ {BASE_SHA} (base branch tip)"
+    changed = ("Cargo.lock", "README.md", *(f"lib/mocker/src/m{n:02}.rs" for n in range(52)))
+    needed = watched_change(512, HEAD_SHA, source, patterns, changed)
+    check_golden("watched_paths_needed.check_summary.md", with_title(render.watched_paths_content(needed, "kv-parity")))
+    cut = watched_change(512, HEAD_SHA, source, patterns, None)
+    check_golden("watched_paths_cut.check_summary.md", with_title(render.watched_paths_content(cut, "kv-parity")))
+    skipped = watched_change(512, HEAD_SHA, source, patterns, ("README.md", "lib/mocker/NOTES.md"))
+    check_golden("watched_paths_skipped.check_summary.md",
+                 with_title(render.watched_paths_content(skipped, "kv-parity")))
+
+
 def test_every_golden_is_produced_by_a_test() -> None:
     """A stale golden (an outcome that no longer renders) would mislead reviewers."""
     produced = {
@@ -354,6 +370,7 @@ def test_every_golden_is_produced_by_a_test() -> None:
         ),
         "merge_group_carried.check_summary.md",
         "merge_group_not_carried.check_summary.md",
+        *(f"watched_paths_{kind}.check_summary.md" for kind in ("needed", "cut", "skipped")),
     }
     assert {p.name for p in GOLDEN.glob("*.md")} == produced
 

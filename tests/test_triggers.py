@@ -20,6 +20,7 @@ from bot.core.triggers import (
     Start,
     Status,
     TriggerContext,
+    Unlabelled,
     decide,
 )
 from tests.fakes.github_api import user_id
@@ -122,12 +123,10 @@ PULL_REQUEST_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
         [],
     ),
     ("push with label", pr("synchronize", labels=("kv-parity",)), start("synchronize"), ["maintainer"]),
-    (
-        "push without label",
-        pr("synchronize"),
-        Ignore("push to a pull request without the 'kv-parity' label"),
-        [],
-    ),
+    ("push without label asks the watched paths", pr("synchronize"), Unlabelled(1, HEAD, "main"), []),
+    ("push by a reader without label, the same", pr("synchronize", sender="reader"), Unlabelled(1, HEAD, "main"), []),
+    ("push to a fork without label, the same", pr("synchronize", fork=True), Unlabelled(1, HEAD, "main"), []),
+    ("push to a closed pr without label", pr("synchronize", state="closed"), Ignore("pull request is not open"), []),
     (
         "push by reader needs approval",
         pr("synchronize", labels=("kv-parity",), sender="reader"),
@@ -155,7 +154,15 @@ PULL_REQUEST_CASES: list[tuple[str, dict[str, Any], Intent, list[str]]] = [
         start("synchronize", head=APPROVED_FORK_HEAD),
         [],
     ),
-    ("opened", pr("opened"), Ignore("pull_request action 'opened' is not a trigger"), []),
+    ("opened without label asks the watched paths", pr("opened"), Unlabelled(1, HEAD, "main"), []),
+    ("reopened without label, the same", pr("reopened"), Unlabelled(1, HEAD, "main"), []),
+    (
+        "opened with the label waits for its labeled event",
+        pr("opened", labels=("kv-parity",)),
+        Ignore("pull_request action 'opened' is not a trigger"),
+        [],
+    ),
+    ("the bot's own push", pr("synchronize", sender=BOT), Ignore("the bot's own action"), []),
 ]
 
 

@@ -50,8 +50,10 @@ from bot.core.triggers import (
     Start,
     Status,
     TriggerContext,
+    Unlabelled,
     decide,
 )
+from bot.core.watched_actions import WatchedPathsDesk
 from bot.settings import Settings
 from runners.schema.config import CampaignMode, ConfigError, format_rows
 
@@ -128,6 +130,8 @@ class Decisions:
             return desk.act(intent)
         if isinstance(intent, MergeQueue):
             return MergeQueueDesk(self.ledger, self.api, self.publisher, self.settings).act(intent.event)
+        if isinstance(intent, Unlabelled):
+            return WatchedPathsDesk(self.api, self.publisher, self.settings).act(intent)
         if isinstance(intent, Refuse):
             return self._refuse(intent)
         if isinstance(intent, Help):

@@ -17,6 +17,7 @@ from bot.core.campaign import Campaign, CampaignState
 from bot.core.merge_queue import CarriedResult
 from bot.core.repo_values import BotIdentity, CheckRunInfo, CommentInfo, CommitInfo, PullInfo
 from bot.core.resolve import RevisionSource
+from bot.core.watched_paths import WatchedChange
 from runners.progress import ProgressEvent
 from runners.schema.bisect_rule import BisectReport
 from runners.schema.report import CampaignReport
@@ -64,8 +65,13 @@ class Publisher(Protocol):
 
 
 class PullRequestPublisher(Publisher, Protocol):
-    """A pull request's publisher, which also concludes the campaign check on a merge group's commit (the decision
-    core's; a side run's publisher reports only its own campaigns)."""
+    """A pull request's publisher, which also concludes the campaign check on a merge group's commit and at an
+    unlabelled head under watched paths (the decision core's; a side run's publisher reports only its own
+    campaigns)."""
+
+    def watched_paths_concluded(self, change: WatchedChange, *, details_url: str) -> int:
+        """The campaign check at an unlabelled head, created concluded (`skipped` or `action_required`)."""
+        ...
 
     def merge_group_carried(self, head_sha: str, result: CarriedResult) -> int:
         """Create the campaign check's run on a merge group's commit, concluded from `result` (carry mode)."""

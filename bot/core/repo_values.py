@@ -37,6 +37,10 @@ class PullInfo(_Frozen):
 
 
 
+COMPARE_FILES_LIMIT = 300
+"""GitHub's compare answer lists only the first 300 changed files."""
+
+
 class MergeBase(_Frozen):
     """Where a head diverged from a base branch: the baseline to benchmark against."""
 
@@ -46,6 +50,9 @@ class MergeBase(_Frozen):
     status: Literal["ahead", "behind", "identical", "diverged"]
     ahead_by: int
     behind_by: int
+    changed_files: tuple[str, ...] | None = None
+    """Every path the head changes since the merge base (a rename names both paths); None when GitHub's answer
+    was cut at its 300-file limit, so the whole list is not known."""
 
 
 

@@ -44,6 +44,8 @@ class Resolution:
     config: CampaignConfig | None
     error: str | None
     """Why the config cannot be used (missing, not UTF-8, invalid); the campaign then fails fast."""
+    changed_files: tuple[str, ...] | None = None
+    """The paths the head changes since the merge base (None: more than GitHub lists)."""
 
 
 def resolve(api: RevisionSource, head_sha: str, base_ref: str, config_path: str) -> Resolution:
@@ -54,7 +56,8 @@ def resolve(api: RevisionSource, head_sha: str, base_ref: str, config_path: str)
     relationship = RELATIONSHIPS.get(merge_base.status, merge_base.status)
 
     def failed(error: str, text: str = "") -> Resolution:
-        return Resolution(head_sha, base_sha, relationship, config_sha, source, text, None, error)
+        return Resolution(head_sha, base_sha, relationship, config_sha, source, text, None, error,
+                          merge_base.changed_files)
 
     raw = api.read_file(config_path, config_sha)
     if raw is None:
@@ -67,4 +70,5 @@ def resolve(api: RevisionSource, head_sha: str, base_ref: str, config_path: str)
         config = parse_config(text, source)
     except ConfigError as exc:
         return failed(str(exc), text)
-    return Resolution(head_sha, base_sha, relationship, config_sha, source, text, config, None)
+    return Resolution(head_sha, base_sha, relationship, config_sha, source, text, config, None,
+                      merge_base.changed_files)

@@ -141,11 +141,22 @@ class NeedsApproval:
 
 
 @dataclass(frozen=True)
+class Unlabelled:
+    """A new head of an open pull request without the label (opened, reopened, pushed): the base branch's
+    `[checks] watched_paths` say whether it needs a campaign (`bot.core.watched`); nothing runs by itself."""
+
+    pr: int
+    head_sha: str
+    base_ref: str
+
+
+@dataclass(frozen=True)
 class Ignore:
     reason: str
 
 
-Intent = Start | Rerun | Bisect | Cancel | Status | Help | Refuse | NeedsApproval | Ignore | Accept | MergeQueue
+Intent = (Start | Rerun | Bisect | Cancel | Status | Help | Refuse | NeedsApproval | Ignore | Accept | MergeQueue
+          | Unlabelled)
 
 
 @dataclass(frozen=True)
@@ -201,10 +212,14 @@ def _pull_request(event: PullRequestEvent, ctx: TriggerContext) -> Intent:
         return Cancel(pull.number, sender, "label", f"the {ctx.label!r} label was removed by @{sender}")
     if event.action == "closed":
         return Cancel(pull.number, sender, "closed", "the pull request was closed")
+    if event.action in ("opened", "reopened", "synchronize") and not labelled:
+        if pull.state != "open":
+            return Ignore("pull request is not open")
+        return Unlabelled(pull.number, pull.head.sha, pull.base.ref)
     if event.action == "synchronize":
         push = Start(pull.number, pull.head.sha, pull.base.ref, "synchronize", sender, approve_head=False)
-        if not labelled or pull.state != "open":
-            return Ignore(f"push to a pull request without the {ctx.label!r} label")
+        if pull.state != "open":
+            return Ignore("pull request is not open")
         if pull.is_fork:
             if ctx.is_approved(pull.number, pull.head.sha):
                 return push

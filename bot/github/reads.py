@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import urllib.parse
 
-from bot.core.repo_values import CommitInfo, MergeBase, PullInfo
+from github.File import File
+
+from bot.core.repo_values import COMPARE_FILES_LIMIT, CommitInfo, MergeBase, PullInfo
 from bot.github.errors import GitHubError, GitHubNotFoundError
 from bot.github.models import PullRef
 from bot.github.transport import GitHubTransport
@@ -47,6 +49,7 @@ class RepositoryReads(GitHubTransport):
                     "status": comparison.status,
                     "ahead_by": comparison.ahead_by,
                     "behind_by": comparison.behind_by,
+                    "changed_files": _changed_paths(comparison.files),
                 }
             )
 
@@ -116,3 +119,12 @@ class RepositoryReads(GitHubTransport):
                     for pull in self._repo.get_commit(sha).get_pulls()]
 
         return self._call(f"GET pulls of {sha[:12]}", fetch)
+
+
+def _changed_paths(files: list[File]) -> tuple[str, ...] | None:
+    """Both names of every changed file (a rename moves a path out of, or into, what a config watches), or None
+    when the list may be cut at GitHub's limit."""
+    if len(files) >= COMPARE_FILES_LIMIT:
+        return None
+    paths = {file.filename for file in files} | {file.previous_filename for file in files if file.previous_filename}
+    return tuple(sorted(paths))

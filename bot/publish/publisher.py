@@ -22,6 +22,7 @@ from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign
 from bot.core.commands import COMMANDS
 from bot.core.merge_queue import MERGE_GROUP_TRIGGER, CarriedResult
+from bot.core.watched_paths import WatchedChange, needs_campaign_id
 from bot.github.models import CheckConclusion, CheckOutput
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
 from bot.publish import render
@@ -269,6 +270,17 @@ class Publisher:
                     ),
                 )
             return run_id
+
+    def watched_paths_concluded(self, change: WatchedChange, *, details_url: str) -> int:
+        """The campaign check at an unlabelled head under `[checks] watched_paths`, created concluded: `skipped`, or
+        `action_required` with the pull request as its details (GitHub wants details for it); no buttons."""
+        content = render.watched_paths_content(change, self.settings.label, self.settings.command_word)
+        with self._lock:
+            return self.gateway.create_check_run(
+                change.head_sha, self.check_runs.check_name, needs_campaign_id(change.head_sha), status="completed",
+                output=CheckOutput(title=content.title, summary=content.summary), conclusion=change.conclusion,
+                details_url=details_url,
+            )
 
     def merge_group_carried(self, head_sha: str, result: CarriedResult) -> int:
         """The campaign check's run on a merge group's commit, created and concluded at once from the standing of

@@ -15,6 +15,8 @@ from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign
 from bot.core.commands import CommandSpec
 from bot.core.merge_queue import CarriedResult
+from bot.core.repo_values import COMPARE_FILES_LIMIT
+from bot.core.watched_paths import WatchedChange
 from bot.publish.comment_markers import STATUS_MARKER, context_sha, result_marker
 from bot.publish.limits import CHECK_TEXT_LIMIT, COMMENT_LIMIT, TITLE_LIMIT, title_line, trim_markdown, utf8_size
 from bot.publish.markdown import UNPINNED, duration, plural
@@ -242,6 +244,28 @@ def reply(
         "reply.md.j2", kind=kind, command_word=command_word, commands=list(commands), label=label, **context
     )
     return trim_markdown(text, COMMENT_LIMIT, "Trimmed to fit GitHub's limit.")
+
+
+WATCHED_PATHS_SHOWN = 50
+"""How many of an unlabelled head's watched changes the check run lists (the rest are counted)."""
+
+
+def watched_paths_content(change: WatchedChange, label: str, command_word: str = "/parity") -> CheckRunContent:
+    """The campaign check at an unlabelled head under watched paths: skipped, or waiting for a campaign, saying
+    plainly that nothing was measured."""
+    if change.changed is None:
+        title = "⏸ kv-parity needed: more files changed than GitHub lists"
+    elif change.needs_campaign:
+        title = f"⏸ kv-parity needed: {plural(len(change.watched), 'watched path')} changed"
+    else:
+        title = "⏭ kv-parity not needed: no watched path changed"
+    summary = render_markdown("watched_paths.md.j2", change=change, label=label, command_word=command_word,
+                              shown=WATCHED_PATHS_SHOWN, limit=COMPARE_FILES_LIMIT)
+    return CheckRunContent(
+        title=title_line(title, TITLE_LIMIT),
+        summary=trim_markdown(summary, CHECK_TEXT_LIMIT, "Trimmed to fit GitHub's limit."),
+        text="",
+    )
 
 
 def merge_group_content(result: CarriedResult, command_word: str = "/parity") -> CheckRunContent:

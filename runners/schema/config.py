@@ -324,6 +324,27 @@ class ChecksConfig(_Strict):
     accept_permission: Literal["maintain", "admin", "write"] = "maintain"
     """Who may accept a performance or size FAIL with `/parity accept` (at least this repository permission):
     read from the base branch like every rule, so a pull request cannot lower it."""
+    watched_paths: list[str] = []
+    """Paths whose change needs a campaign, in `.gitignore` syntax (`lib/mocker/**`, `!*.md`). When set, every
+    open pull request without the label gets the campaign check at its head at once: `skipped` (which passes a
+    required check) when it changes none of them, `action_required` naming the paths when it does, until a
+    maintainer adds the label. Empty (the default): unlabelled pull requests get no check run."""
+
+    @field_validator("watched_paths")
+    @classmethod
+    def _patterns_parse(cls, patterns: list[str]) -> list[str]:
+        if not patterns:
+            return patterns
+        from pathspec import GitIgnoreSpec  # the matcher where patterns are used (bot/core/watched.py)
+
+        for pattern in patterns:
+            if not pattern.strip() or pattern.lstrip().startswith("#"):
+                raise ValueError(f"checks.watched_paths: {pattern!r} is not a path pattern (empty or a comment)")
+            try:
+                GitIgnoreSpec.from_lines([pattern])
+            except ValueError as exc:
+                raise ValueError(f"checks.watched_paths: {pattern!r} is not a .gitignore pattern: {exc}") from None
+        return patterns
 
 
 class MergeQueueConfig(_Strict):

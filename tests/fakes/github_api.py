@@ -24,7 +24,8 @@ Behaviour decisions, where GitHub is ambiguous or where the stand-in simplifies:
   triage -> read), ``role_name`` the real role, as on GitHub.
 * ``contents`` and ``compare`` are answered from a real git repository (``add_repo(git_dir=...)``)
   and are 404 for repositories registered without one. Files over 1 MiB come back with
-  ``encoding: "none"`` like GitHub, to be read through ``git/blobs``. ``compare`` omits ``files``.
+  ``encoding: "none"`` like GitHub, to be read through ``git/blobs``. ``compare`` lists the changed files
+  (merge base to head, at most 300, as GitHub) with their status and names but no line counts or patch.
 * Workflow dispatch needs the workflow registered via ``add_workflow``; each accepted dispatch
   immediately creates a ``queued`` run (GitHub creates it a little later). Artifact downloads
   redirect (302) to a pre-signed blob URL on this server that needs no Authorization, as on
@@ -99,6 +100,8 @@ MAX_CHECK_TEXT = 65535
 MAX_COMMENT_BODY = 65536
 MAX_DISPATCH_INPUTS = 25
 CONTENTS_INLINE_LIMIT = 1024 * 1024
+COMPARE_FILES_LIMIT = 300
+"""GitHub's compare answer lists at most the first 300 changed files (from the merge base to the head)."""
 RATE_LIMIT = 5000
 """Requests an hour a credential may make (GitHub's primary limit for a token), reported in every answer's headers."""
 
@@ -298,6 +301,20 @@ class _Git:
     def merge_base(self, base: str, head: str) -> str | None:
         done = self._run("merge-base", base, head)
         return done.stdout.decode().strip() if done.returncode == 0 else None
+
+    def changed_files(self, base: str, head: str) -> list[tuple[str, str, str | None]]:
+        """(GitHub's status, path, path before a rename) of every file that differs between two commits, by name."""
+        statuses = {"A": "added", "D": "removed", "M": "modified", "R": "renamed", "C": "copied", "T": "changed"}
+        fields = self._run("diff", "--name-status", "-z", "-M", base, head, "--").stdout.decode().split("\0")
+        found: list[tuple[str, str, str | None]] = []
+        while len(fields) > 1:
+            code = fields.pop(0)
+            if code[:1] in ("R", "C"):
+                before, after = fields.pop(0), fields.pop(0)
+                found.append((statuses[code[0]], after, before))
+            else:
+                found.append((statuses[code[:1]], fields.pop(0), None))
+        return sorted(found, key=lambda entry: entry[1])
 
     def count(self, revision_range: str) -> int:
         return int(self._run("rev-list", "--count", revision_range).stdout.decode().strip())
@@ -1170,6 +1187,21 @@ class FakeGitHub:
         (base_commit,) = repo.git.commits(base, limit=1)[-1:]
         (merge_base_commit,) = repo.git.commits(merge_base, limit=1)[-1:]
         commits = repo.git.commits(f"{base}..{head}", limit=250)
+        files = [
+            {
+                "sha": hashlib.sha1(f"{head}:{path}".encode()).hexdigest(),
+                "filename": path,
+                "status": status,
+                "additions": 0,
+                "deletions": 0,
+                "changes": 0,
+                "blob_url": f"https://github.com/{repo.full_name}/blob/{head}/{path}",
+                "raw_url": f"https://github.com/{repo.full_name}/raw/{head}/{path}",
+                "contents_url": f"{self.url}/repos/{repo.full_name}/contents/{path}?ref={head}",
+                **({"previous_filename": before} if before is not None else {}),
+            }
+            for status, path, before in repo.git.changed_files(merge_base, head)[:COMPARE_FILES_LIMIT]
+        ]
         return JSONResponse(
             {
                 "url": f"{self.url}/repos/{repo.full_name}/compare/{ctx.params['basehead']}",
@@ -1182,6 +1214,7 @@ class FakeGitHub:
                 "base_commit": self._commit_json(repo, base_commit),
                 "merge_base_commit": self._commit_json(repo, merge_base_commit),
                 "commits": [self._commit_json(repo, commit) for commit in commits],
+                "files": files,
             }
         )
 
