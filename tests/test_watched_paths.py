@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bot.core.campaign import CampaignState
-from bot.core.watched_paths import needs_campaign_id, watched_change
+from bot.core.watched_paths import needs_campaign_id, needs_campaign_pr, watched_change
 from bot.modes.wiring import default_publisher
 from bot.service.app import create_app
 from bot.store.campaigns import Store
@@ -25,6 +25,7 @@ from tests.service_fixtures import BOT, TOKEN, Env
 from tests.webhooks import (
     CONFIG_TOML,
     REPO,
+    check_run_event,
     commit,
     git,
     post,
@@ -56,6 +57,14 @@ def test_a_list_cut_at_githubs_limit_cannot_clear_a_head() -> None:
     assert (cut.watched, cut.needs_campaign, cut.conclusion) == ((), True, "action_required")
 
 
+def test_a_watched_paths_check_run_names_its_pull_request_and_nothing_else_does() -> None:
+    head = "a" * 40
+    assert needs_campaign_pr(needs_campaign_id(512, head)) == 512
+    for other in ("kvp-0123456789ab", f"needs-campaign-x-{head}", "needs-campaign-512-abc", f"needs-campaign-{head}",
+                  f"campaign-512-{head}"):
+        assert needs_campaign_pr(other) is None, other
+
+
 @pytest.mark.parametrize("pattern", ["", "   ", "# a comment", "src/***/x\\"])
 def test_a_pattern_that_is_no_path_is_a_config_error_naming_it(pattern: str) -> None:
     with pytest.raises(ConfigError, match=r"checks\.watched_paths"):
@@ -69,7 +78,7 @@ def test_a_pattern_that_is_no_path_is_a_config_error_naming_it(pattern: str) -> 
 def history(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """main: root - base (the config watching src/sim); #1 changes the replay loop, #2 (a fork) only docs (one of
     them a Markdown file under src/sim, which the config excludes), #3 moves a file out of src/sim, #4 adds 300
-    files, more than GitHub lists."""
+    files, more than GitHub lists, #5 (a fork) changes the replay loop after #2's docs."""
     repo = tmp_path_factory.mktemp("watched")
     git(repo, "init", "--quiet", "-b", "main")
     shas: dict[str, Any] = {"repo": repo}
@@ -81,7 +90,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     shas["head2"] = commit(repo, {"src/sim/replay.rs": "fn c() {}\n"}, "again")
     git(repo, "checkout", "--quiet", "-b", "fork", shas["base"])
     shas["fork1"] = commit(repo, {"README.md": "# sim, documented\n", "src/sim/NOTES.md": "why\n"}, "docs only")
-    shas["fork2"] = shas["fork1"]
+    shas["fork2"] = commit(repo, {"src/sim/replay.rs": "fn forked() {}\n"}, "a fork changes the replay loop")
     git(repo, "checkout", "--quiet", "-b", "moves", shas["base"])
     git(repo, "mv", "src/sim/old.rs", "tools_old.rs")
     git(repo, "commit", "--quiet", "-m", "move a file out of the watched paths")
@@ -99,12 +108,14 @@ def _serve(fake: FakeGitHub, history: dict[str, Any]) -> None:
     fake.add_pull(REPO, 2, history["fork1"], "fork", "main", head_repo_full_name="contributor/widgets")
     fake.add_pull(REPO, 3, history["moved"], "moves", "main")
     fake.add_pull(REPO, 4, history["many"], "many", "main")
+    fake.add_pull(REPO, 5, history["fork2"], "fork", "main", head_repo_full_name="contributor/widgets")
+    fake.set_permission(REPO, "reader", "read")
     fake.set_permission(REPO, "maintainer", "write")
 
 
 def _opened(history: dict[str, Any], number: int, head: str, action: str = "opened") -> dict[str, Any]:
     return pull_request_event(action, number=number, head_sha=history[head], base_sha=history["base"],
-                              sender="contributor", fork=number == 2)
+                              sender="contributor", fork=number in (2, 5))
 
 
 def _runs(fake: FakeGitHub, head: str) -> list[dict[str, Any]]:
@@ -143,7 +154,8 @@ def test_the_service_concludes_each_unlabelled_head_by_what_it_changes(env: Env,
 
         [needed] = _runs(env.fake, history["head"])
         assert (needed["name"], needed["status"], needed["conclusion"]) == ("kv-parity", "completed", "action_required")
-        assert needed["external_id"] == needs_campaign_id(history["head"])
+        assert needed["external_id"] == needs_campaign_id(1, history["head"])
+        assert [action["identifier"] for action in needed["actions"]] == ["rerun"], "its Run button"
         assert needed["output"]["title"] == "⏸ kv-parity needed: 1 watched path changed"
         assert "- `src/sim/replay.rs`" in needed["output"]["summary"]
         assert "Nothing has been measured" in needed["output"]["summary"]
@@ -151,6 +163,7 @@ def test_the_service_concludes_each_unlabelled_head_by_what_it_changes(env: Env,
         [skipped] = _runs(env.fake, history["fork1"])
         assert (skipped["conclusion"], skipped["output"]["title"]) == (
             "skipped", "⏭ kv-parity not needed: no watched path changed")
+        assert skipped["actions"] == [], "nothing to run"
         assert "changes 2 file(s), none of them under the paths" in skipped["output"]["summary"]
         [moved] = _runs(env.fake, history["moved"])
         assert "- `src/sim/old.rs`" in moved["output"]["summary"]
@@ -167,6 +180,27 @@ def test_the_service_concludes_each_unlabelled_head_by_what_it_changes(env: Env,
                               and done[0], "the labelled campaign completed")
         newest = max(_runs(env.fake, history["head"]), key=lambda run: run["id"])  # what GitHub's latest is
         assert newest["external_id"] == campaign.id and newest["id"] > needed["id"]
+
+        # A fork's head that needs a campaign: GitHub names no pull request in a fork's check run, the external
+        # id does, so the Run button reaches #5; a reader's click is refused there, a maintainer's approves and
+        # runs exactly that head.
+        post(url, "pull_request", _opened(history, 5, "fork2"), delivery="opened-5")
+        assert outcome("opened-5").startswith("action_required: 1 watched path(s) changed")
+        [fork_run] = _runs(env.fake, history["fork2"])
+
+        def click(sender: str, delivery: str) -> str:
+            post(url, "check_run", check_run_event("requested_action", external_id=fork_run["external_id"],
+                                                   head_sha=history["fork2"], identifier="rerun", sender=sender,
+                                                   pulls=()), delivery=delivery)
+            return outcome(delivery)
+
+        assert click("reader", "click-reader").startswith("refused: @reader has 'read' permission")
+        [refusal] = [c["body"] for c in env.fake.comments(REPO, 5)]
+        assert "the 'rerun' button needs at least 'write'" in refusal, "answered on the fork's pull request"
+        click("maintainer", "click-maintainer")
+        [launched] = wait_until(lambda: store.for_pr(REPO, 5), "the fork's campaign")
+        assert (launched.head_sha, launched.trigger, launched.requested_by) == (
+            history["fork2"], "check_run", "maintainer")
 
 
 # ----------------------------------------------------------------- Actions-only mode

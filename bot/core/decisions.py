@@ -54,6 +54,7 @@ from bot.core.triggers import (
     decide,
 )
 from bot.core.watched_actions import WatchedPathsDesk
+from bot.core.watched_paths import needs_campaign_pr
 from bot.settings import Settings
 from runners.schema.config import CampaignMode, ConfigError, format_rows
 
@@ -184,6 +185,8 @@ class Decisions:
     def _campaign_pr(self, pr: int | None, campaign_id: str | None) -> tuple[int | None, Campaign | None]:
         """A check run names its campaign; fork pull requests are missing from check_run.pull_requests."""
         campaign = self.ledger.campaign(campaign_id) if campaign_id else None
+        if pr is None and campaign is None and campaign_id:
+            pr = needs_campaign_pr(campaign_id)  # the Run button of a watched-paths check run on a fork's head
         return (pr if pr is not None else campaign.pr_number if campaign else None), campaign
 
     def _pull(self, pr: int) -> PullInfo:

@@ -18,8 +18,18 @@ NEEDS_CAMPAIGN_PREFIX = "needs-campaign-"
 """External ids of these check runs: never a campaign's id, so they are told apart from the campaign's own."""
 
 
-def needs_campaign_id(head_sha: str) -> str:
-    return f"{NEEDS_CAMPAIGN_PREFIX}{head_sha}"
+def needs_campaign_id(pr: int, head_sha: str) -> str:
+    """The check run's external id: it names the pull request, which GitHub leaves out of a fork's check run, so
+    its Run button (and GitHub's Re-run) reaches the pull request it was made for."""
+    return f"{NEEDS_CAMPAIGN_PREFIX}{pr}-{head_sha}"
+
+
+def needs_campaign_pr(external_id: str) -> int | None:
+    """The pull request a watched-paths check run was made for, or None for any other external id."""
+    number, _, head = external_id.removeprefix(NEEDS_CAMPAIGN_PREFIX).partition("-")
+    if not external_id.startswith(NEEDS_CAMPAIGN_PREFIX) or not number.isdigit() or len(head) != 40:
+        return None
+    return int(number)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ from runners.progress import ProgressEvent
 
 RERUN = CheckAction(label="Rerun", description="Run the parity campaign again", identifier="rerun")
 CANCEL = CheckAction(label="Cancel", description="Stop this parity campaign", identifier="cancel")
+RUN = CheckAction(label="Run kv-parity", description="Measure this head (maintainers)", identifier="rerun")
+"""The button of a head that needs a campaign under `[checks] watched_paths` (a rerun of exactly that head)."""
 
 
 FAILED_ENDINGS = frozenset({"timed_out", "errored", "config_error"})

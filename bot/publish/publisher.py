@@ -27,7 +27,7 @@ from bot.github.models import CheckConclusion, CheckOutput
 from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
 from bot.publish import render
 from bot.publish.artifact import write_artifact as write_artifact
-from bot.publish.check_runs import CheckRunWriter
+from bot.publish.check_runs import RUN, CheckRunWriter
 from bot.publish.comments import CommentWriter
 from bot.publish.views import CheckRunContent, Links, ProgressView
 from runners.progress import ProgressEvent
@@ -273,13 +273,14 @@ class Publisher:
 
     def watched_paths_concluded(self, change: WatchedChange, *, details_url: str) -> int:
         """The campaign check at an unlabelled head under `[checks] watched_paths`, created concluded: `skipped`, or
-        `action_required` with the pull request as its details (GitHub wants details for it); no buttons."""
+        `action_required` with the pull request as its details (GitHub wants details for it) and a Run button (a
+        maintainer's click is a `rerun` of that exact head, authorised as every button is)."""
         content = render.watched_paths_content(change, self.settings.label, self.settings.command_word)
         with self._lock:
             return self.gateway.create_check_run(
-                change.head_sha, self.check_runs.check_name, needs_campaign_id(change.head_sha), status="completed",
-                output=CheckOutput(title=content.title, summary=content.summary), conclusion=change.conclusion,
-                details_url=details_url,
+                change.head_sha, self.check_runs.check_name, needs_campaign_id(change.pr, change.head_sha),
+                status="completed", output=CheckOutput(title=content.title, summary=content.summary),
+                conclusion=change.conclusion, details_url=details_url, actions=[RUN] if change.needs_campaign else [],
             )
 
     def merge_group_carried(self, head_sha: str, result: CarriedResult) -> int:
