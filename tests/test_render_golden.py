@@ -328,6 +328,10 @@ def test_merge_group_surfaces() -> None:
     check_golden("merge_group_carried.check_summary.md", with_title(ok))
     lacking = render.merge_group_content(carry(group, base, "main", [passed, failed, missing]))
     check_golden("merge_group_not_carried.check_summary.md", with_title(lacking))
+    needless = standing(515, "5" * 40, "open", "skipped", None,
+                        f"its head {'5' * 12} changes no watched path: no campaign needed")
+    with_needless = render.merge_group_content(carry(group, base, "main", [passed, needless]))
+    check_golden("merge_group_carried_needless.check_summary.md", with_title(with_needless))
 
 
 def test_watched_paths_surfaces() -> None:
@@ -370,6 +374,7 @@ def test_every_golden_is_produced_by_a_test() -> None:
         ),
         "merge_group_carried.check_summary.md",
         "merge_group_not_carried.check_summary.md",
+        "merge_group_carried_needless.check_summary.md",
         *(f"watched_paths_{kind}.check_summary.md" for kind in ("needed", "cut", "skipped")),
     }
     assert {p.name for p in GOLDEN.glob("*.md")} == produced

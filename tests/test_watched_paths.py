@@ -8,6 +8,7 @@ git history, whose compare answer lists the changed files as GitHub's does (at m
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from tests.webhooks import (
     check_run_event,
     commit,
     git,
+    merge_group_event,
     post,
     pull_request_event,
     register_test_app,
@@ -201,6 +203,43 @@ def test_the_service_concludes_each_unlabelled_head_by_what_it_changes(env: Env,
         [launched] = wait_until(lambda: store.for_pr(REPO, 5), "the fork's campaign")
         assert (launched.head_sha, launched.trigger, launched.requested_by) == (
             history["fork2"], "check_run", "maintainer")
+
+
+def test_the_merge_queue_carries_a_head_that_needs_no_campaign(env: Env, history: dict[str, Any]) -> None:
+    """Carry mode under watched paths: a queued pull request whose head changes none of them carries as needing no
+    campaign (its own check concluded `skipped`); one that changes them still needs a successful campaign."""
+    app = create_app(env.settings(**register_test_app(env.fake, env.tmp)), publisher_factory=default_publisher)
+    store: Store = app.state.store
+    repo, tip = history["repo"], history["base"]
+
+    def queue(number: int, head: str) -> str:
+        git(repo, "checkout", "--quiet", "-B", f"gh-readonly-queue/main/pr-{number}-{tip}", tip)
+        git(repo, "merge", "--quiet", "--no-ff", "-m", f"Merge pull request #{number}", history[head])
+        group = git(repo, "rev-parse", "HEAD")
+        git(repo, "checkout", "--quiet", "main")
+        return group
+
+    def outcome(delivery: str) -> str:
+        found = wait_until(lambda: (s := store.delivery_status(delivery)) and s[0] != "pending" and s, delivery)
+        return str(found[1])
+
+    try:
+        with serve_app(app) as url:
+            docs = queue(2, "fork1")
+            post(url, "merge_group", merge_group_event("checks_requested", head_sha=docs, base_sha=tip, number=2),
+                 delivery="queue-docs")
+            assert outcome("queue-docs").startswith(f"carried success to merge group {docs[:12]} (#2;")
+            [carried] = _runs(env.fake, docs)
+            assert carried["conclusion"] == "success"
+            assert f"its head {history['fork1'][:12]} changes no watched path" in carried["output"]["summary"]
+            moved = queue(3, "moved")
+            post(url, "merge_group", merge_group_event("checks_requested", head_sha=moved, base_sha=tip, number=3),
+                 delivery="queue-moved")
+            assert outcome("queue-moved").startswith(f"carried failure to merge group {moved[:12]} (#3;")
+    finally:
+        for number in (2, 3):
+            subprocess.run(["git", "-C", str(repo), "branch", "-D", f"gh-readonly-queue/main/pr-{number}-{tip}"],
+                           capture_output=True, check=False)
 
 
 # ----------------------------------------------------------------- Actions-only mode

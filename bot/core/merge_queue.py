@@ -7,7 +7,8 @@ pull requests are named by the queue's own branches, `gh-readonly-queue/<base>/p
 `head_ref` names the entry that made the group, and the entries ahead of it are the queue branches whose commits
 lie inside the group (between the base branch and the group's commit). Carrying forward never measures: the check
 succeeds only when every one of them is open and has a successful kv-parity conclusion (PASS, or an accepted FAIL)
-at its current head (a push removes a pull request from the queue, so its current head is the one queued).
+at its current head (a push removes a pull request from the queue, so its current head is the one queued), or, under
+the base branch's `[checks] watched_paths`, a head that changes none of them and so needs no campaign.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class MemberStanding(_Frozen):
     detail: str
     """Which campaign concluded what, or why there is no conclusion."""
     carried: bool
-    """It is open and its head's latest campaign concluded success."""
+    """It is open and its head's latest campaign concluded success, or its head needs none (`skipped`: it changes
+    none of the base branch's `[checks] watched_paths`)."""
 
 
 class CarriedResult(_Frozen):
@@ -66,7 +68,8 @@ class CarriedResult(_Frozen):
 def standing(
     number: int, head_sha: str | None, state: str | None, conclusion: str | None, campaign_id: str | None, detail: str
 ) -> MemberStanding:
-    """One member's standing: carried only from a successful conclusion at its current head while it is open."""
+    """One member's standing: carried only from a successful conclusion at its current head while it is open, or
+    from `skipped`, a head that changes no watched path (what its own check concluded)."""
     if head_sha is None or state != "open":
         return MemberStanding(
             number=number, head_sha=head_sha, conclusion=None, campaign_id=None,
@@ -74,7 +77,7 @@ def standing(
         )
     return MemberStanding(
         number=number, head_sha=head_sha, conclusion=conclusion, campaign_id=campaign_id, detail=detail,
-        carried=conclusion == "success",
+        carried=conclusion in ("success", "skipped"),
     )
 
 

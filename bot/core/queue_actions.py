@@ -18,6 +18,7 @@ from bot.core.merge_queue import MERGE_GROUP_TRIGGER, MemberStanding, branch_of,
 from bot.core.ports import PullRequestPublisher, RepoApi
 from bot.core.repo_values import NotFoundError
 from bot.core.resolve import resolve
+from bot.core.watched_paths import watched_change
 from bot.settings import Settings
 from runners.schema.config import format_rows
 
@@ -42,7 +43,7 @@ class MergeQueueDesk:
         if mode == "off":
             return f"ignored: [merge_queue] mode is off in {resolution.config_source}"
         if mode == "carry":
-            return self._carry(group, base)
+            return self._carry(group, base, resolution.config.checks.watched_paths, resolution.config_source)
         return self._measure(group, resolution.config_source, resolution.config_sha, resolution.config_text)
 
     # ------------------------------------------------------------------ carry
@@ -62,16 +63,22 @@ class MergeQueueDesk:
             numbers |= {number for number, sha in others if sha in inside}
         return sorted(numbers)
 
-    def _member(self, number: int) -> MemberStanding:
+    def _member(self, number: int, base: str, patterns: list[str], config_source: str) -> MemberStanding:
         try:
             pull = self.api.pull(number)
         except NotFoundError:
             return standing(number, None, None, None, None, "")
         found = self.ledger.head_conclusion(number, pull.head_sha)
+        if found.conclusion is None and patterns and pull.state == "open":
+            # No campaign of this head: under watched paths, one that changes none of them needs none.
+            changed = self.api.merge_base(base, pull.head_sha).changed_files
+            if not watched_change(number, pull.head_sha, config_source, patterns, changed).needs_campaign:
+                return standing(number, pull.head_sha, pull.state, "skipped", None,
+                                f"its head {pull.head_sha[:12]} changes no watched path: no campaign needed")
         return standing(number, pull.head_sha, pull.state, found.conclusion, found.campaign_id, found.detail)
 
-    def _carry(self, group: MergeGroup, base: str) -> str:
-        members = [self._member(number) for number in self.pull_requests(group, base)]
+    def _carry(self, group: MergeGroup, base: str, patterns: list[str], config_source: str) -> str:
+        members = [self._member(number, base, patterns, config_source) for number in self.pull_requests(group, base)]
         result = carry(group.head_sha, group.base_sha, base, members)
         run_id = self.publisher.merge_group_carried(group.head_sha, result)
         lacking = [f"#{m.number}: {m.detail}" for m in result.members if not m.carried]

@@ -272,8 +272,10 @@ def merge_group_content(result: CarriedResult, command_word: str = "/parity") ->
     """The campaign check on a merge group's commit in carry mode: concluded from the group's pull requests,
     saying plainly that nothing was measured on that commit."""
     lacking = [member for member in result.members if not member.carried]
+    needless = sum(member.conclusion == "skipped" for member in result.members)
     if result.conclusion == "success":
         title = f"✅ Carried forward: {plural(len(result.members), 'pull request')} passed kv-parity at their heads"
+        title += f" ({needless} needed no campaign)" if needless else ""
     elif not result.members:
         title = "❌ Not carried forward: the merge group names no pull request"
     else:
