@@ -21,6 +21,7 @@ from typing import TypeVar
 import pytest
 
 from bot.cli.main import main as cli_main
+from bot.cli.reports import main_verify
 from bot.core.campaign import Campaign, CampaignState
 from bot.dispatch.base import PollResult, RunHandle, StartError
 from bot.dispatch.slurm import SlurmBackend
@@ -33,7 +34,8 @@ from runners.demo import Knob, commit_change, init_fixture_repo
 from runners.exec.build_cache import configured_dir
 from runners.pipeline.slurm import STATE_FILE, SlurmOptions, SlurmRun
 from runners.pipeline.slurm_client import SlurmClient, job_script
-from runners.schema.config import DEFAULT_CONFIG_PATH, SlurmRowConfig
+from runners.schema.bisect_rule import BisectReport
+from runners.schema.config import DEFAULT_CONFIG_PATH, CampaignConfig, SlurmRowConfig
 from runners.schema.report import CampaignReport
 from tests.configs import config_text, one_row_config
 from tests.fakes.github_api import FakeGitHub
@@ -201,6 +203,38 @@ def test_a_campaign_through_slurm_has_the_local_backends_verdicts(
     assert row.scheduled is not None and row.scheduled.node_name == socket.gethostname().split(".")[0]
     assert row.scheduled.job_id.isdigit() and row.scheduled.cpu_model
     assert local.rows[0].scheduled is None
+    assert squeue(slurm_conf) == []
+
+
+def test_a_bisect_through_slurm_runs_every_probe_as_slurm_jobs(
+        slurm_conf: Path, campaign_config: CampaignConfig, demo_trace: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`kv-parity bisect --backend slurm`: good, a comment, then the semantic change; the bad end and the one probe
+    between are each the split pipeline's jobs on the cluster (each report names its row's job and node), the
+    culprit is the semantic change, good is built once, and bisect.json verifies."""
+    from tests.test_bisect import bisect_config
+
+    repo = tmp_path / "repo"
+    init_fixture_repo(repo)
+    good = commit_change(repo, "add the campaign config",
+                         files={DEFAULT_CONFIG_PATH: config_text(bisect_config(campaign_config, demo_trace))})
+    commit_change(repo, "docs: reword", touch_comment=True)
+    culprit = commit_change(repo, "fix: transfer only destination-missing KV tokens", knobs={"SEMANTIC_CHANGE": True})
+    out = tmp_path / "out"
+    code = cli_main(["bisect", "--repo", str(repo), "--good", good, "--bad", culprit, "--out", str(out),
+                     "--backend", "slurm", "--row-time-limit", "20", "--quiet"])
+    printed = capsys.readouterr().out.splitlines()
+    assert code == 0 and printed[-1] == f"culprit: {culprit}", printed
+    bisect = BisectReport.model_validate_json((out / "bisect.json").read_text())
+    assert [probe.state for probe in bisect.probes] == ["bad", "good"]
+    for probe in bisect.probes:
+        [attempt] = probe.attempts
+        [row] = attempt.report.rows
+        assert row.scheduled is not None and row.scheduled.job_id.isdigit(), "the row ran as a Slurm job"
+        assert (out.parent / "out.slurm" / attempt.report.campaign_id / STATE_FILE).is_file()
+    second = bisect.probes[1].attempts[0].report.artifact("baseline").build_cache
+    assert second is not None and second.reused_from, "good is built once"
+    assert main_verify(out / "bisect.json") == 0
     assert squeue(slurm_conf) == []
 
 

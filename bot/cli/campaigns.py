@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from bot.exit_codes import EXIT_FOR_CONCLUSION, EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE
@@ -157,6 +158,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from runners.pipeline.bisect import BisectError, BisectRequest, parse_target, run_bisect
 
     repo = Path(args.repo)
+    if args.backend == "slurm" and args.config:
+        raise ConfigError("--backend slurm reads the config as the service does: committed at --config-ref "
+                          "(default --good) or a shipped --profile; --config FILE is not supported")
     config, source = resolve_config(repo, args.config, args.profile, args.config_ref or args.good)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kv-parity-bisect-"))
     progress: ProgressSink = terminal_progress(_verbosity(args))
@@ -168,6 +172,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             out_dir=out, rows=parse_rows(args.rows), target=parse_target(args.target), config_ref=args.config_ref,
             trace_path=Path(args.trace) if args.trace else None, sandbox=sandbox_check(args.sandbox),
             build_cache=_build_cache(args), **({"bisect_id": args.bisect_id} if args.bisect_id else {}),
+            run_probe=_slurm_probes(args, out) if args.backend == "slurm" else run_campaign,
         )
         config.select_rows(request.rows)
         bisect = run_bisect(request, write_artifact, progress)
@@ -186,6 +191,25 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     print(f"open {out / 'bisect.md'} (every probe's report under {out / 'probes'})")
     print(bisect.result.last_line)
     return 0 if bisect.result.outcome == "culprit" else EXIT_UNDECIDED["inconclusive"]
+
+
+def _slurm_probes(
+    args: argparse.Namespace, out: Path
+) -> Callable[[CampaignRequest, ProgressSink | None], CampaignReport]:
+    """Each bisect probe as the split pipeline's Slurm jobs: the campaign `kv-parity campaign --backend slurm` runs,
+    its work directory per probe under --work-dir (default beside --out)."""
+    from runners.pipeline.slurm import CampaignSpec, run_on_slurm
+
+    root = Path(args.work_dir) if args.work_dir else out.parent / f"{out.name}.slurm"
+
+    def run(campaign: CampaignRequest, progress: ProgressSink | None) -> CampaignReport:
+        spec = CampaignSpec(campaign_id=campaign.campaign_id, repo=campaign.repo, base_sha=campaign.base,
+                            head_sha=campaign.head, config_ref=campaign.config_ref or campaign.base,
+                            profile=args.profile, rows=campaign.rows, trace=campaign.trace_path)
+        return run_on_slurm(spec, (root / campaign.campaign_id).resolve(), campaign.out_dir, _slurm_options(args),
+                            args.sandbox, progress, build_cache=campaign.build_cache)
+
+    return run
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -293,6 +317,7 @@ def add_campaign_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     _add_build_cache_argument(bisect)
     _add_verbosity(bisect)
     add_sandbox_argument(bisect)
+    add_slurm_arguments(bisect)
     bisect.set_defaults(func=cmd_bisect)
 
 

@@ -282,7 +282,8 @@ class Decisions:
         word = self.settings.command_word
         if not self.ledger.runs_bisect:
             reason = "this bot's mode cannot run a bisect (it runs on the service's local backend)"
-            fix = "run `kv-parity bisect --good <merge base> --bad <head>` on a measuring machine"
+            fix = ("run `kv-parity bisect --good <merge base> --bad <head>` on a measuring machine (with "
+                   "`--backend slurm`, from a Slurm submit host: every probe runs as the cluster's jobs)")
             self.publisher.reply(intent.pr, "refused", reason=reason, fix=fix)
             return f"invalid: {reason}"
         pull = self._pull(intent.pr)

@@ -1,6 +1,7 @@
 """`kv-parity bisect`: find the first-parent commit between a good and a bad revision that made the campaign FAIL.
 
-Every probe is a whole campaign (`runners.pipeline.campaign.run_campaign`) of one commit against `good`, under the
+Every probe is a whole campaign (`runners.pipeline.campaign.run_campaign`, or the same campaign as Slurm jobs with
+`--backend slurm`) of one commit against `good`, under the
 campaign config's own predeclared gates: determinism, parity with coverage, the paired performance gate and the
 size gate. A semantic change is therefore found exactly as a slowdown is. The search is an ordinary binary search
 over the first-parent commits after `good` up to `bad`; what makes it honest is the rule, fixed before the first
@@ -78,6 +79,10 @@ def first_parent_commits(repo: Path, good: str, bad: str) -> list[str]:
     return listed
 
 
+ProbeRunner = Callable[[CampaignRequest, ProgressSink | None], CampaignReport]
+"""Runs one probe: a whole campaign of one commit against good, returning its report."""
+
+
 @dataclass
 class BisectRequest:
     repo: Path
@@ -96,6 +101,9 @@ class BisectRequest:
     build_cache: Path | None = field(default_factory=configured_dir)
     """None: `<out>/build-cache`, so the good build is reused by every probe all the same."""
     bisect_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    run_probe: ProbeRunner = run_campaign
+    """What runs one probe's campaign: here (`run_campaign`), or the same campaign as Slurm jobs
+    (`kv-parity bisect --backend slurm`); the rule and bisect.json are the same either way."""
 
     def __post_init__(self) -> None:
         self.repo = self.repo.resolve()
@@ -126,8 +134,9 @@ def _run_attempt(request: BisectRequest, good: str, commit: str, label: str, wri
         config_ref=request.config_ref or good, sandbox=request.sandbox,
         build_cache=request.build_cache or request.out_dir / "build-cache", attribute_failures=False,
     )
-    report = run_campaign(campaign, progress)
-    report.skipped.append(NOT_ATTRIBUTED)
+    report = request.run_probe(campaign, progress)
+    if NOT_ATTRIBUTED not in report.skipped:
+        report.skipped.append(NOT_ATTRIBUTED)
     write(report, out)
     return report, str(directory)
 
