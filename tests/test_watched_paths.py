@@ -22,7 +22,7 @@ from bot.service.app import create_app
 from bot.store.campaigns import Store
 from runners.schema.config import ConfigError, parse_config
 from tests.fakes.github_api import FakeGitHub
-from tests.service_fixtures import BOT, TOKEN, Env
+from tests.service_fixtures import BOT, TOKEN, Env, service, standin_env, widgets_history
 from tests.webhooks import (
     CONFIG_TOML,
     REPO,
@@ -203,6 +203,23 @@ def test_the_service_concludes_each_unlabelled_head_by_what_it_changes(env: Env,
         [launched] = wait_until(lambda: store.for_pr(REPO, 5), "the fork's campaign")
         assert (launched.head_sha, launched.trigger, launched.requested_by) == (
             history["fork2"], "check_run", "maintainer")
+
+
+def test_a_repository_that_watches_no_paths_pays_one_read_per_unlabelled_push(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every unlabelled push asks; where the base branch's config watches nothing (most repositories) the answer
+    is one read of the config at the branch, and nothing is written."""
+    (tmp_path / "widgets").mkdir()
+    history = widgets_history(tmp_path / "widgets")
+    with standin_env(tmp_path, history, monkeypatch, config_pulls=False) as plain, service(plain.settings()) as svc:
+        paths: list[tuple[str, str]] = []
+        for push, head in (("first", plain.head), ("second", plain.head2)):  # the first also learns who the bot is
+            before = len(plain.fake.calls)
+            post(svc.url, "pull_request", pull_request_event("synchronize", head_sha=head, base_sha=plain.base),
+                 delivery=push)
+            assert svc.wait_delivery(push) == "ignored: push to a pull request without the 'kv-parity' label"
+            paths = [(call.method, call.path) for call in plain.fake.calls[before:]]
+    assert paths == [("GET", f"/repos/{REPO}/contents/.github/kv-parity.toml")], paths
 
 
 def test_the_merge_queue_carries_a_head_that_needs_no_campaign(env: Env, history: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from bot.core.resolve import resolve
 from bot.core.triggers import Unlabelled
 from bot.core.watched_paths import watched_change
 from bot.settings import Settings
+from runners.schema.config import ConfigError, parse_config
 
 
 class WatchedPathsDesk:
@@ -19,6 +20,8 @@ class WatchedPathsDesk:
         self.api, self.publisher, self.settings = api, publisher, settings
 
     def act(self, intent: Unlabelled) -> str:
+        if not self._watching(intent.base_ref):
+            return f"ignored: push to a pull request without the {self.settings.label!r} label"
         resolution = resolve(self.api, intent.head_sha, intent.base_ref, self.settings.config_path)
         if resolution.config is None:
             return f"ignored: no usable campaign config on {intent.base_ref} for an unlabelled head"
@@ -36,3 +39,15 @@ class WatchedPathsDesk:
                                 resolution.changed_files)
         run_id = self.publisher.watched_paths_concluded(change, details_url=pull.html_url)
         return f"{change.conclusion}: {len(change.watched)} watched path(s) changed (check run {run_id})"
+
+    def _watching(self, base_ref: str) -> bool:
+        """Whether the base branch's config watches paths at all, from one read at the branch (every unlabelled
+        push asks, and most repositories watch none); a config that watches is then read again at the tip the
+        compare pins, with the changed files, as every decision reads it."""
+        raw = self.api.read_file(self.settings.config_path, base_ref)
+        if raw is None:
+            return False
+        try:
+            return bool(parse_config(raw.decode("utf-8"), base_ref).checks.watched_paths)
+        except (UnicodeDecodeError, ConfigError):
+            return False
