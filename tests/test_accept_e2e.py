@@ -257,16 +257,22 @@ def test_a_merge_group_carries_forward_each_pull_requests_conclusion(svc: Servic
     git(env.repo, "branch", "-D", f"gh-readonly-queue/main/pr-1-{tip}")
 
 
-def test_measure_mode_runs_a_campaign_of_the_group_and_destroyed_cancels_it(env: Env) -> None:
-    """`[merge_queue] mode = "measure"` on the base branch: a campaign of the group's commit against its base."""
+def _measured_group(env: Env) -> tuple[str, str]:
+    """A base branch whose config measures the merge queue, and the group of pull request #1 on it."""
     repo = env.repo
-    git(repo, "checkout", "--quiet", "-b", "measure-main", env.main2)
+    git(repo, "checkout", "--quiet", "-B", "measure-main", env.main2)
     config = (repo / ".github/kv-parity.toml").read_text() + '\n[merge_queue]\nmode = "measure"\n'
     tip = commit(repo, {".github/kv-parity.toml": config}, "measure the merge queue")
     git(repo, "checkout", "--quiet", "-B", f"gh-readonly-queue/measure-main/pr-1-{tip}", tip)
     git(repo, "merge", "--quiet", "--no-ff", "-X", "theirs", "-m", "Merge pull request #1", env.head)
     group = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "--quiet", "main")
+    return group, tip
+
+
+def test_measure_mode_runs_a_campaign_of_the_group_and_destroyed_cancels_it(env: Env) -> None:
+    """`[merge_queue] mode = "measure"` on the base branch: a campaign of the group's commit against its base."""
+    group, tip = _measured_group(env)
     settings = env.settings(hold=True, **register_test_app(env.fake, env.tmp))
     app = create_app(settings, publisher_factory=default_publisher)
     with serve_app(app) as url:
@@ -284,6 +290,27 @@ def test_measure_mode_runs_a_campaign_of_the_group_and_destroyed_cancels_it(env:
     [run] = [r for r in env.fake.check_runs(REPO) if r["head_sha"] == group]
     assert (run["name"], run["conclusion"]) == ("kv-parity", "cancelled")
     assert env.fake.comments(REPO, 1) == [], "a merge group's campaign comments on no pull request"
+    env.fake.check_conformance()
+
+
+def test_a_rerun_of_a_queued_pull_request_leaves_its_groups_measurement_running(env: Env) -> None:
+    """The group's measurement is recorded under the pull request but is of the group's commit, not an older head
+    of the pull request: a `/parity rerun` there starts the head's own campaign and supersedes nothing."""
+    group, tip = _measured_group(env)
+    app = create_app(env.settings(hold=True, **register_test_app(env.fake, env.tmp)),
+                     publisher_factory=default_publisher)
+    with serve_app(app) as url:
+        store: Store = app.state.store
+        post(url, "merge_group", merge_group_event("checks_requested", head_sha=group, base_sha=tip, number=1,
+                                                   base="measure-main"), delivery="measure")
+        [measuring] = wait_until(lambda: [c for c in store.for_pr(REPO, 1) if c.state == S.RUNNING], "running")
+        post(url, "issue_comment", comment_event("/parity rerun"), delivery="rerun")
+        wait_until(lambda: (s := store.delivery_status("rerun")) and s[0] != "pending", "the rerun handled")
+        assert [c.head_sha for c in store.for_pr(REPO, 1) if c.trigger == "comment"] == [env.head]
+        assert store.require(measuring.id).state == S.RUNNING, store.require(measuring.id).reason
+        post(url, "merge_group", merge_group_event("destroyed", head_sha=group, base_sha=tip, number=1,
+                                                   base="measure-main", reason="dequeued"), delivery="destroyed")
+        wait_until(lambda: store.require(measuring.id).state == S.CANCELLED, "cancelled by the queue")
     env.fake.check_conformance()
 
 

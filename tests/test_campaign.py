@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from runners.demo import commit_change, init_fixture_repo, set_knobs
+from runners.exec.containment import Containment
 from runners.pipeline.campaign import CampaignRequest, run_campaign
 from runners.schema.config import CampaignConfig, DeterminismConfig, InvalidationRules, RowConfig
 from runners.schema.report import CampaignReport, CheckConclusion, PerfVerdict, SemanticVerdict
@@ -229,6 +230,20 @@ def test_missing_flag_stops_naming_flag_and_revision(fixture_repo: Path, campaig
     assert "--num-gpu-blocks" in report.stopped.reason and "candidate" in report.stopped.reason
     assert head[:12] in report.stopped.reason
     assert report.rows == []
+    assert report.verdicts is not None and report.verdicts.conclusion == CheckConclusion.ACTION_REQUIRED
+
+
+def test_a_node_that_cannot_contain_a_start_stops_the_row_and_still_reports(
+        fixture_repo: Path, campaign_config: CampaignConfig, demo_trace: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bot's own failure to keep a pinned start in its cgroup (here a hierarchy that vanished) is a blocking
+    stop of that row, named in the report, never a traceback without one."""
+    vanished = tmp_path / "vanished-cgroup"
+    broken = Containment(kind="cgroup1", detail="test: a hierarchy that is gone", cpuset=vanished, cpuacct=vanished)
+    monkeypatch.setattr("runners.exec.sandbox.host_containment", lambda: broken)
+    report = campaign(fixture_repo, "main", quick(campaign_config), demo_trace, tmp_path / "out", [AGG_ROW])
+    assert report.stopped is not None and report.stopped.stage == f"row {AGG_ROW}" and report.stopped.blocking
+    assert "cannot make the start's cgroup under" in report.stopped.reason and str(vanished) in report.stopped.reason
     assert report.verdicts is not None and report.verdicts.conclusion == CheckConclusion.ACTION_REQUIRED
 
 

@@ -202,6 +202,26 @@ def test_where_a_campaign_waits_survives_reopening_and_the_next_transition_clear
     assert reopened.transition(campaign.id, S.CANCELLED, "cancelled").scheduler_wait is None
 
 
+def test_a_heads_latest_campaign_is_never_its_bisect(store: Store) -> None:
+    """A `/parity bisect` of a FAILed head concludes success when it names a culprit: that must not read as the
+    head's own conclusion (the merge queue would carry it, `/parity accept` would find no report)."""
+    failed = create(store)
+    store.transition(failed.id, S.DISPATCHED, "dispatched")
+    store.transition(failed.id, S.RUNNING, "started")
+    store.transition(failed.id, S.COMPLETED, "report written", conclusion="failure", semantic="FAIL")
+    bisect = store.create_campaign(
+        CampaignRequest(pr_number=1, head_sha=HEAD, base_sha=BASE, relationship="ancestor", rows=None,
+                        rows_key="bisect:", requested_by="maintainer", trigger="comment", config_text="[build]\n",
+                        config_source="cfg", config_sha=TIP, rerun=True, purpose="bisect"),
+        "acme/widgets", delivery_id="d2", backend="local")
+    store.transition(bisect.id, S.DISPATCHED, "dispatched")
+    store.transition(bisect.id, S.RUNNING, "started")
+    store.transition(bisect.id, S.COMPLETED, "culprit found", conclusion="success")
+    for completed in (False, True):
+        found = store.latest_of_head("acme/widgets", 1, HEAD, completed=completed)
+        assert found is not None and (found.id, found.conclusion) == (failed.id, "failure"), completed
+
+
 def test_refusals_are_logged_and_the_answered_one_found_within_its_window(store: Store) -> None:
     assert store.answered_refusal("acme/widgets", 1, "reader", since=0) is None
     store.record_refusal("acme/widgets", 1, "Reader", "read", "no", answered=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bot.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from runners.exec.build_cache import configured_dir
+from runners.exec.containment import MeasurementFault
 from runners.exec.sandbox import BinaryMismatch, SandboxUnavailable, add_sandbox_argument
 from runners.exec.sandbox import check as check_sandbox
 from runners.pipeline.campaign import CampaignRequest, CampaignStop
@@ -273,7 +274,7 @@ def row_main(argv: Sequence[str]) -> int:
     except Refusal as exc:
         print(f"kv-parity row: refusing to run {what}: {exc}; no harness process was started", file=sys.stderr)
         return EXIT_REFUSED
-    except (CampaignStop, BinaryMismatch) as exc:
+    except (CampaignStop, BinaryMismatch, MeasurementFault) as exc:
         print(f"kv-parity row: stopped {what}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except DistributedError as exc:

@@ -32,6 +32,7 @@ from bot.core.commands import FULL_SHA, approval_command
 from bot.core.events import CheckRunEvent, CheckSuiteEvent, IssueCommentEvent, PullRequestEvent, WebhookEvent
 from bot.core.heads import not_the_head_written_about
 from bot.core.ledger import Ledger
+from bot.core.merge_queue import MERGE_GROUP_TRIGGER
 from bot.core.ports import PullRequestPublisher, RepoApi
 from bot.core.queue_actions import MergeQueueDesk
 from bot.core.repo_values import PullInfo
@@ -348,8 +349,10 @@ class Decisions:
         return None if reason is None else (reason, approve)
 
     def _supersede(self, pr: int, head_sha: str, reason: str) -> None:
+        """End the live campaigns of the pull request's older heads; a merge group's measurement, recorded under
+        the pull request but of the group's commit, is the queue's (its `destroyed` ends it), never an older head."""
         for campaign in self.ledger.live(pr):
-            if campaign.head_sha != head_sha:
+            if campaign.head_sha != head_sha and campaign.trigger != MERGE_GROUP_TRIGGER:
                 self.ledger.end(campaign, S.SUPERSEDED, reason)
 
     def _launch(

@@ -50,11 +50,8 @@ class StoreLedger:
         return self.backend == "local"
 
     def failed_campaign(self, pr: int, head_sha: str) -> Campaign | None:
-        for campaign in self.store.for_pr(self.repo, pr):
-            if (campaign.head_sha == head_sha and campaign.purpose == "pull_request" and campaign.mode == "campaign"
-                    and campaign.state == CampaignState.COMPLETED):
-                return campaign if campaign_failed(campaign) else None
-        return None
+        campaign = self.store.latest_of_head(self.repo, pr, head_sha, completed=True)
+        return campaign if campaign is not None and campaign_failed(campaign) else None
 
     def config_text(self, campaign: Campaign) -> str:
         return self.store.config_text(campaign.id)

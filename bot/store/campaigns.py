@@ -305,12 +305,12 @@ class Store(
     def latest_of_head(
         self, repo: str, pr_number: int, head_sha: str, *, completed: bool = False
     ) -> Campaign | None:
-        """The newest campaign (mode campaign, not a merge group's) of this pull-request head; with `completed`, the
-        newest that finished with a report."""
+        """The newest campaign of this pull-request head that judges it (mode campaign, neither a merge group's nor
+        a bisect, whose success names a culprit); with `completed`, the newest that finished with a report."""
         state = " AND state = 'completed'" if completed else ""
         found = self._select(
-            f"repo = ? AND pr_number = ? AND head_sha = ? AND mode = 'campaign' AND trigger != 'merge_group'{state} "
-            "ORDER BY seq DESC LIMIT 1",
+            f"repo = ? AND pr_number = ? AND head_sha = ? AND mode = 'campaign' AND trigger != 'merge_group' "
+            f"AND purpose = 'pull_request'{state} ORDER BY seq DESC LIMIT 1",
             (repo, pr_number, head_sha),
         )
         return found[0] if found else None

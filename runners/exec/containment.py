@@ -44,7 +44,12 @@ the error). A pid namespace's last task normally takes the rest with it before t
 _names = itertools.count()
 
 
-class ContainmentError(RuntimeError):
+class MeasurementFault(RuntimeError):
+    """This node could not run or count a pinned start as the protocol requires (the bot's failure, never the
+    harness's): the campaign stops at that row, naming why, and still writes its report."""
+
+
+class ContainmentError(MeasurementFault):
     """A start's cgroup could not be made, joined, read or emptied: the start does not run (or is not counted)."""
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from runners.exec.containment import MeasurementFault
 from runners.schema.report import DoctorCheck, DoctorStatus
 
 PERF_STAT_EVENT = "instructions:u"
@@ -32,7 +33,7 @@ COUNTER_EXIT_WAIT_S = 10.0
 """How long perf may take to write its count once interrupted, before it is killed."""
 
 
-class CounterError(RuntimeError):
+class CounterError(MeasurementFault):
     """perf could not be attached to a sample, or did not acknowledge counting: the row stops, naming why."""
 
 

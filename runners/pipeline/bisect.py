@@ -135,8 +135,7 @@ def _run_attempt(request: BisectRequest, good: str, commit: str, label: str, wri
         build_cache=request.build_cache or request.out_dir / "build-cache", attribute_failures=False,
     )
     report = request.run_probe(campaign, progress)
-    if NOT_ATTRIBUTED not in report.skipped:
-        report.skipped.append(NOT_ATTRIBUTED)
+    report.skipped.append(NOT_ATTRIBUTED)
     write(report, out)
     return report, str(directory)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from runners import build_info
 from runners.exec.build_cache import UNSANDBOXED_NO_CACHE, BuildCacheError, CampaignCache, configured_dir
+from runners.exec.containment import MeasurementFault
 from runners.exec.counter import SampleCounter
 from runners.exec.harness import PreflightError, preflight_flags, row_args
 from runners.exec.placement import correctness_cpu_sets, host_facts, kept_off, perf_placement
@@ -190,6 +191,8 @@ def run_campaign(request: CampaignRequest, progress: ProgressSink | None = None)
                 report.rows.append(run_row(request, prepared, row, work, progress, window))
             except BinaryMismatch as exc:
                 raise CampaignStop(f"row {row.id}", str(exc), blocking=False) from exc
+            except MeasurementFault as exc:
+                raise CampaignStop(f"row {row.id}", str(exc), blocking=True) from exc
         report.fixtures = run_fixtures(request, prepared, report, work, progress)
     except CampaignStop as stop:
         report.stopped = stop.record
@@ -236,6 +239,8 @@ def run_fixture_set(config: CampaignConfig, *, binaries: dict[Arm, Path], help_t
             )
         except BinaryMismatch as exc:
             raise CampaignStop(f"fixture {fixture.id}", str(exc), blocking=False) from exc
+        except MeasurementFault as exc:
+            raise CampaignStop(f"fixture {fixture.id}", str(exc), blocking=True) from exc
         emit(progress, "fixtures", f"{result.status.value}: {result.reason}", row=fixture.id)
         results.append(result)
     return results
