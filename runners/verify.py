@@ -17,10 +17,11 @@ from runners.perf.schedule import make_schedule, schedule_seed
 from runners.schema.bisect_rule import (
     RERUNS,
     BisectReport,
+    Gate,
     ProbeState,
     attempt_target,
     conclude,
-    endpoint_target,
+    failed_gates,
     next_position,
     probe_state,
 )
@@ -278,6 +279,7 @@ def verify_bisect(bisect: BisectReport) -> list[str]:
     if not bisect.commits or bisect.commits[-1] != bisect.bad:
         problems.append(f"the commit list does not end at bad {bisect.bad}")
         return problems
+    endpoint_fails: list[Gate] = []
     for index, probe in enumerate(bisect.probes):
         where = f"probe {index + 1} ({probe.commit[:12]})"
         expected = next_position(len(bisect.commits), bisect.probes[:index])
@@ -289,6 +291,7 @@ def verify_bisect(bisect: BisectReport) -> list[str]:
         if not 1 <= len(probe.attempts) <= 1 + RERUNS:
             problems.append(f"{where}: {len(probe.attempts)} attempts; the rule allows 1 to {1 + RERUNS}")
         judged_on = attempt_target(rule, index)
+        state = ProbeState.UNDECIDED
         for number, attempt in enumerate(probe.attempts, 1):
             at = f"{where} attempt {number}"
             report = attempt.report
@@ -298,11 +301,17 @@ def verify_bisect(bisect: BisectReport) -> list[str]:
                 problems.append(f"{at}: the campaign compared {arms}, not {probe.commit[:12]} against good")
             if report.config != bisect.config or report.mode != "campaign":
                 problems.append(f"{at}: the campaign ran another config or mode than the bisect declared")
-            state = probe_state(campaign_verdicts(report), judged_on)
+            recomputed = campaign_verdicts(report)
+            state = probe_state(recomputed, judged_on)
+            if index == 0:
+                endpoint_fails = failed_gates(recomputed)
             if attempt.state != state:
                 problems.append(f"{at}: state {attempt.state.value}, recomputed {state.value}")
             if number < len(probe.attempts) and state != ProbeState.UNDECIDED:
                 problems.append(f"{at}: rerun although this attempt decided ({state.value})")
+        if probe.attempts and state == ProbeState.UNDECIDED and len(probe.attempts) < 1 + RERUNS:
+            problems.append(f"{where}: undecided after {len(probe.attempts)} attempt(s) but never rerun; the rule "
+                            f"reruns an undecided probe {RERUNS} time")
         if probe.attempts and probe.state != probe.attempts[-1].state:
             problems.append(f"{where}: state {probe.state.value}, but its last attempt says "
                             f"{probe.attempts[-1].state.value}")
@@ -311,7 +320,7 @@ def verify_bisect(bisect: BisectReport) -> list[str]:
         return problems
     endpoint = bisect.probes[0]
     if rule.target_source == "bad endpoint":
-        target = endpoint_target(rule, endpoint) if endpoint.state == ProbeState.BAD else []
+        target = endpoint_fails if endpoint.state == ProbeState.BAD else []
         if rule.target != target:
             problems.append(f"target {rule.target}, but the bad endpoint FAILs {target}")
     expected_result = conclude(bisect.good, bisect.commits, bisect.probes)

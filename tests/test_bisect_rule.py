@@ -180,3 +180,24 @@ def test_the_commits_are_the_first_parent_line_from_good_to_bad(tmp_path: Path) 
         first_parent_commits(repo, last, last)
     with pytest.raises(BisectError, match="is not on the first-parent history"):
         first_parent_commits(repo, last, good)
+
+
+def test_verify_finds_an_undecided_probe_that_was_never_rerun() -> None:
+    outcomes: list[str | list[str]] = list(FIRST_BAD_AT_5)
+    outcomes[3] = ["blocked", "blocked"]
+    outcomes[5:] = ["semantic"] * 3
+    data = make_bisect(outcomes).model_dump(mode="json")
+    data["probes"][1]["attempts"].pop()
+    problems = verify_bisect(BisectReport.model_validate(data))
+    assert f"probe 2 ({commit_sha(4)[:12]}): undecided after 1 attempt(s) but never rerun; the rule reruns an " \
+           "undecided probe 1 time" in problems, problems
+
+
+def test_verify_judges_the_target_on_recomputed_verdicts_not_stored_ones() -> None:
+    """The endpoint's stored verdicts are gone: verify says so and still recomputes the target from the rows,
+    instead of failing on the missing verdicts."""
+    data = make_bisect(FIRST_BAD_AT_5).model_dump(mode="json")
+    data["probes"][0]["attempts"][0]["report"]["verdicts"] = None
+    problems = verify_bisect(BisectReport.model_validate(data))
+    assert problems and all(problem.startswith("probe 1 ") for problem in problems), problems
+    assert not any(problem.startswith("target") for problem in problems), problems

@@ -124,14 +124,6 @@ def probe_state(verdicts: Verdicts, target: Sequence[Gate]) -> ProbeState:
     return ProbeState.UNDECIDED
 
 
-def endpoint_target(rule: BisectRule, endpoint: Probe) -> list[Gate]:
-    """The search's target: the requested gates, or the gates the bad endpoint's deciding attempt FAILed."""
-    if rule.target_source == "requested":
-        return list(rule.target)
-    verdicts = endpoint.attempts[-1].report.concluded
-    return failed_gates(verdicts)
-
-
 def attempt_target(rule: BisectRule, probe_index: int) -> list[Gate]:
     """Which gates an attempt is judged on: every gate for the bad endpoint when the target was not requested
     (any FAIL makes it bad and names the target), else the rule's target."""
@@ -221,5 +213,5 @@ def search(commits: Sequence[str], target: Sequence[Gate] | None, attempt: Attem
                 break
         probes.append(Probe(commit=commit, position=position, attempts=attempts, state=attempts[-1].state))
         if len(probes) == 1 and not requested and probes[0].state == ProbeState.BAD:
-            rule = rule.model_copy(update={"target": endpoint_target(rule, probes[0])})
+            rule = rule.model_copy(update={"target": failed_gates(probes[0].attempts[-1].report.concluded)})
     return rule, probes
