@@ -4,8 +4,6 @@ and the backend that reads one (`bot.dispatch.local`). Never 0 on a failure."""
 
 from __future__ import annotations
 
-from runners.schema.report import CheckConclusion, DoctorStatus
-
 EXIT_OK = 0
 EXIT_REFUSED = 1
 """Evidence that must not be used or handed on: a checksum mismatch, row results that do not belong together, an
@@ -22,14 +20,10 @@ EXIT_NOT_DISPATCHED = 3
 """`publish`: the report does not belong to the dispatched campaign or to the pull request's head, so nothing was
 published and maintainers must look (a build script of the pull request may have rewritten it)."""
 
-EXIT_FOR_CONCLUSION = {
-    CheckConclusion.SUCCESS: 0,
-    CheckConclusion.FAILURE: 1,
-    CheckConclusion.ACTION_REQUIRED: 3,
-    CheckConclusion.NEUTRAL: 4,
-}
-"""A campaign's exit status by the check conclusion it reached (`campaign`, `profile`, `demo`)."""
+EXIT_FOR_CONCLUSION = {"success": 0, "failure": 1, "action_required": 3, "neutral": 4}
+"""A campaign's exit status by the check conclusion it reached (`campaign`, `profile`, `demo`), keyed by the
+`CheckConclusion` values (string enums), so `kv-parity --help` does not load the report schema to know them."""
 EXIT_UNDECIDED = {"blocked": 3, "inconclusive": 4}
 """No decision: the exit code says why, whatever check conclusion the repository chose for it."""
-EXIT_FOR_STATUS = {DoctorStatus.PASS: 0, DoctorStatus.UNKNOWN: 1, DoctorStatus.WARN: 1, DoctorStatus.FAIL: 2}
-"""`doctor`: its worst check."""
+EXIT_FOR_STATUS = {"PASS": 0, "UNKNOWN": 1, "WARN": 1, "FAIL": 2}
+"""`doctor`: its worst check, keyed by the `DoctorStatus` values."""

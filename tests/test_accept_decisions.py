@@ -29,6 +29,7 @@ from bot.core.ports import RepoServices
 from bot.core.repo_values import BotIdentity, CheckRunInfo, CommentInfo
 from bot.core.triggers import Accept
 from bot.dispatch.local import LocalBackend
+from bot.github.errors import ArtifactTooLargeError
 from bot.github.models import ACTIONS_BOT
 from bot.lifecycle import Lifecycle
 from bot.modes.run_title_ledger import RunTitleLedger
@@ -297,3 +298,26 @@ def test_an_edited_accept_comment_is_refused_where_the_comment_is_the_record(mod
     assert hashlib.sha256(edited.encode()).hexdigest() not in mode.github.comments[-1].body
     standing = mode.ledger().acceptances(1, HEAD)
     assert [a.max for a in standing] == ([1.13] if mode.name == "sqlite" else [])
+
+
+def test_an_oversized_report_artifact_skips_that_run_not_the_reading() -> None:
+    """Actions-only mode reads a head's finished campaign from its runs' artifacts, newest first: a newer run whose
+    upload is over the bound is that run's problem, and the older run's report still answers."""
+    [mode] = list(_runs())
+    mode.finish("perf_fail")
+    [(first_id, first)] = mode.github.runs.items()
+    newer_id = first_id + 1
+    mode.github.runs[newer_id] = first.model_copy(update={"id": newer_id, "created_at": first.created_at
+                                                           + timedelta(minutes=1)})
+    oversized = {newer_id}
+    served = mode.github.download_artifact
+
+    def download(run_id: int, name: str, max_bytes: int | None = None) -> bytes | None:
+        if run_id in oversized:
+            raise ArtifactTooLargeError(f"artifact {name!r} of run {run_id} is over {max_bytes} bytes")
+        return served(run_id, name, max_bytes)
+
+    mode.github.download_artifact = download  # type: ignore[method-assign]
+    finished = mode.ledger().latest_finished(1, HEAD)
+    assert finished is not None and finished.campaign.head_sha == HEAD
+    assert re.match(ACCEPTED, mode.decisions().act(accept(mode, ACCEPT)))

@@ -33,6 +33,7 @@ from bot.core.ports import Publisher, RepoApi
 from bot.core.repo_values import BotIdentity, CommentInfo
 from bot.dispatch.artifact_zip import MAX_ARTIFACT_BYTES, ArtifactError, extract_artifact
 from bot.dispatch.campaign_workflow import LIVE_STATUSES, REPORT_ARTIFACT, RunTitle, dispatch_inputs, parse_run_title
+from bot.github.errors import ArtifactTooLargeError
 from bot.github.models import ACTIONS_BOT, WorkflowRunInfo
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
 from bot.settings import Settings
@@ -225,7 +226,10 @@ class RunTitleLedger:
 
     def _report_of(self, run: WorkflowRunInfo, title: RunTitle) -> CampaignReport | None:
         """The run's report artifact, only if it is the run's own campaign and verifies against itself."""
-        data = self.api.download_artifact(run.id, REPORT_ARTIFACT, max_bytes=MAX_ARTIFACT_BYTES)
+        try:
+            data = self.api.download_artifact(run.id, REPORT_ARTIFACT, max_bytes=MAX_ARTIFACT_BYTES)
+        except ArtifactTooLargeError:  # a run's oversized upload is that run's, never the reason to stop reading
+            return None
         if data is None:
             return None
         scratch = Path(tempfile.mkdtemp(prefix="kv-parity-report-"))

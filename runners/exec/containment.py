@@ -217,7 +217,7 @@ def _own_path(own: Path, controller: str | None) -> str:
     raise ContainmentError(f"{own} names no cgroup for {controller or 'the unified hierarchy'}")
 
 
-def _v2(mount: Path, own: Path) -> Containment:
+def _v2(mount: Path) -> Containment:
     """cgroup v2: the parent is made under the hierarchy's root (a cgroup holding processes cannot hand a
     controller to its children), with cpuset enabled for it and in it."""
     if "cpuset" not in _read(mount / "cgroup.controllers").split():
@@ -263,7 +263,7 @@ def detect(mounts: Path = MOUNTS, own: Path = OWN_CGROUPS) -> Containment:
     for path, kind, _ in table:
         if kind == "cgroup2":
             try:
-                return _v2(path, own)
+                return _v2(path)
             except (OSError, ContainmentError) as exc:
                 reasons.append(f"v2 at {path}: {exc}")
     try:

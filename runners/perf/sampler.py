@@ -244,8 +244,7 @@ class _Sampler:
         sandboxed = self.sandbox.kind != "none"
         containment = self.sandbox.containment
         counter = self.counter if sandboxed else None
-        run = self.sandbox.harness_run(harness, as_pid_1=True, info_fd=INFO_FD if sandboxed else None,
-                                       cpu_set=self.cpu_set)
+        run = self.sandbox.harness_run(harness, as_pid_1=True, info_fd=INFO_FD if sandboxed else None)
         if counter is not None:  # bwrap waits before the command until perf is attached and counting
             run = replace(run, block_fd=BLOCK_FD)
         command, env = self.sandbox.command(run)
@@ -278,7 +277,11 @@ class _Sampler:
                 if sandboxed:
                     child = pipes.reported_child()
                     if counter is not None and child is not None:
+                        # bwrap holds the harness while perf attaches: that wait is not the sample's (the wall
+                        # clock is a kernel gate's evidence, and only nodes with a PMU would pay it)
+                        attaching = time.monotonic()
                         count = counted.enter_context(counter.attached(child, self.logs / f"{name}.perf-stat"))
+                        started += time.monotonic() - attaching
                     pipes.release()
                     harness_pid = None if child is None else _await_binary(child, str(self.binaries[arm]))
                 else:
@@ -356,7 +359,6 @@ class _Pipes:
     on exit, whatever happened; closing the block pipe unblocks bwrap, which then runs or exits."""
 
     def __init__(self, sandboxed: bool, blocked: bool) -> None:
-        self.sandboxed, self.blocked = sandboxed, blocked
         self._open: list[int] = []
         self.info = self._pipe() if sandboxed else None
         self.block = self._pipe() if blocked else None
