@@ -352,6 +352,39 @@ def test_actions_only_mode_dispatches_each_push_and_publishes_a_fail_on_its_own_
     assert fake.comments(REPO, issue["number"]) == []
 
 
+def test_publish_purpose_main_links_the_artifact_url_from_the_check_run_and_the_tracking_issue(
+        tmp_path: Path, history: History, actions: tuple[FakeGitHub, dict[str, str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--artifact-url` is the report link of a main campaign as of a pull request's: the check run's Details and
+    summary, the tracking issue and the merged pull request's comment (no --details-url, so nothing else is)."""
+    fake, environ = actions
+    shas = history.shas
+    campaign_id = "kvp-main-artifact"
+    report = make_report("perf_fail").model_copy(update={
+        "campaign_id": campaign_id,
+        "revisions": [Revision(arm="baseline", sha=shas["cfg"], requested=shas["cfg"]),
+                      Revision(arm="candidate", sha=shas["m1"], requested=shas["m1"])]})
+    path = tmp_path / "report" / "report.json"
+    path.parent.mkdir()
+    path.write_text(report.model_dump_json())
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    artifact = "https://github.com/acme/widgets/actions/runs/42/artifacts/7"
+
+    assert cli_main(["publish", "--report", str(path), "--repo", REPO, "--purpose", "main",
+                     "--expect-campaign-id", campaign_id, "--expect-head", shas["m1"],
+                     "--expect-base", shas["cfg"], "--artifact-url", artifact]) == 0
+
+    [run] = fake.check_runs(REPO)
+    assert (run["name"], run["conclusion"], run["details_url"]) == ("kv-parity / main", "failure", artifact)
+    assert f"]({artifact})" in run["output"]["summary"]
+    [issue] = fake.issues(REPO)
+    assert f"[Full report and every sample]({artifact})" in issue["body"]
+    [on_pull] = fake.comments(REPO, 5)
+    assert f"[Report]({artifact})" in on_pull["body"]
+
+
 def test_kv_parity_track_dispatches_the_tip_against_the_reference(
         history: History, actions: tuple[FakeGitHub, dict[str, str]], capsys: pytest.CaptureFixture[str]) -> None:
     fake, environ = actions

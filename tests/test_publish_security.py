@@ -25,10 +25,11 @@ from bot.core.campaign import Campaign, CampaignState
 from bot.exit_codes import EXIT_NOT_DISPATCHED
 from bot.github.gateway import GitHubGateway
 from bot.github.models import TokenAuth
-from bot.github.redact import REDACTED, Redactor, secret_values
+from bot.github.redact import REDACTED, RedactingSideRunGateway, Redactor, secret_values
 from bot.publish import comment_markers
 from bot.publish.public import PublicReport, raw_outputs
 from bot.publish.publisher import Publisher
+from bot.publish.side_runs import SideRunPublisher
 from bot.settings import Settings
 from runners.progress import ProgressEvent
 from runners.schema.report import CampaignReport, Revision, StopRecord
@@ -220,6 +221,33 @@ def test_every_configured_secret_and_credential_shape_is_redacted_everywhere(
     assert "so\\|secret" not in sent and "so|secret" not in sent
     assert REDACTED in sent
     assert len(fake.calls_to("PATCH", r"/check-runs/\d+$")) >= 2
+
+
+def test_a_secret_in_the_tracking_issue_is_redacted_by_the_side_run_gateway(
+    fake: FakeGitHub, gateway: GitHubGateway, tmp_path: Path
+) -> None:
+    """A merged pull request's title (its author's text) reaches the tracking issue and the comment on it; the
+    side-run publisher's only door to GitHub redacts both, and an issue's title too."""
+    settings, _private = app_settings(tmp_path)
+    settings = settings.model_copy(update={"api_base_url": fake.url})
+    leak = f"{WEBHOOK_SECRET} {GH_TOKEN_SHAPE}"
+    merged_pr = 600
+    fake.add_pull(REPO, merged_pr, OTHER_HEAD, "faster", "main", base_sha=BASE_SHA, title=f"Faster {leak}",
+                  merge_commit_sha=HEAD_SHA)
+    pushed = campaign().model_copy(update={"pr_number": 0, "purpose": "main", "trigger": "push"})
+
+    SideRunPublisher(gateway, settings, Clock()).finished(pushed, make_report("perf_fail"), tmp_path / "artifact")
+
+    [issue] = fake.issues(REPO)
+    [on_pull] = fake.comments(REPO, merged_pr)
+    for body in (issue["body"], on_pull["body"]):
+        for secret in (WEBHOOK_SECRET, GH_TOKEN_SHAPE, "so\\|secret", "so|secret"):
+            assert secret not in body, secret
+    assert f"#{merged_pr} (Faster {REDACTED}" in issue["body"], "the pull request is still named"
+    redacting = RedactingSideRunGateway(gateway, Redactor([WEBHOOK_SECRET]))
+    opened = redacting.create_issue(f"title {WEBHOOK_SECRET}", f"body {GH_TOKEN_SHAPE}", ["kv-parity-regression"])
+    assert [(i["title"], i["body"]) for i in fake.issues(REPO) if i["number"] == opened.number] == [
+        (f"title {REDACTED}", f"body {REDACTED}")]
 
 
 def test_secret_values_come_from_every_secret_setting_and_the_key_file(tmp_path: Path) -> None:

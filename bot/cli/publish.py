@@ -18,10 +18,11 @@ from bot.exit_codes import EXIT_GITHUB, EXIT_NOT_DISPATCHED, EXIT_OK, EXIT_USAGE
 from bot.github.errors import GitHubError
 from bot.github.gateway import GitHubGateway
 from bot.github.models import ACTIONS_BOT, TokenAuth
+from bot.github.redact import SideRunGateway
 from bot.publish.from_report import PublishGateway, campaign_from_report, in_merge_queue, standing_acceptances
 from bot.publish.publisher import Publisher
 from bot.publish.report_guard import DispatchedCampaign, ReportMismatch, check_report_matches
-from bot.publish.side_runs import SideRunGateway, SideRunPublisher
+from bot.publish.side_runs import SideRunPublisher
 from bot.settings import Settings
 from runners.schema.config import parse_rows
 from runners.schema.report import CampaignReport
@@ -197,7 +198,8 @@ def _side_run_parser(purpose: str) -> argparse.ArgumentParser:
     parser.add_argument("--expect-base", required=True, help="its first parent (or the reference) dispatched")
     parser.add_argument("--expect-rows", default="")
     parser.add_argument("--expect-mode", default="campaign", choices=("campaign",))
-    parser.add_argument("--artifact-url")
+    parser.add_argument("--artifact-url",
+                        help="where the artifact is browsable: the check run's Details and the tracking issue's link")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--details-url")
     _add_names(parser)
@@ -244,9 +246,10 @@ def publish_main(argv: Sequence[str], gateway: SideRunGateway | None = None) -> 
     details_url = args.details_url or (None if args.artifact_url else _workflow_run_url(os.environ))
     settings = CliSettings(check_name=args.check_name, command_word=args.command_word, label=args.label,
                            api_base_url=args.api_url, tracking_label=args.tracking_label)
-    publisher = SideRunPublisher(gateway, settings, artifact_base_url=None)
     try:
-        publisher.finished(campaign, report, out_dir, details_url=details_url)
+        SideRunPublisher(gateway, settings).finished(
+            campaign, report, out_dir, artifact_url=args.artifact_url, details_url=details_url
+        )
     except GitHubError as exc:
         print(f"kv-parity publish: GitHub refused: {exc}", file=sys.stderr)
         return EXIT_GITHUB

@@ -3,8 +3,8 @@
 The sandbox keeps secrets away from pull-request code and the renderers publish no raw output of it, but a
 secret that got into a report anyway (a reason built from an exception, a path, a config error) must still
 never reach a public comment. Every string the publisher sends (check-run title, summary and text, every
-comment body) and report.md pass through `Redactor.redact`; `RedactingGateway` wraps the gateway so no
-publishing path can skip it.
+comment body, tracking issue) and report.md pass through `Redactor.redact`; `RedactingGateway` (and, for the
+side-run publisher, `RedactingSideRunGateway`) wraps the gateway so no publishing path can skip it.
 
 Matching survives the renderers' escaping: a secret is also found with a backslash or zero-width space
 between any two of its characters and with its whitespace collapsed, since `md()` does exactly that, and in
@@ -24,7 +24,7 @@ from markupsafe import escape
 from pydantic import BaseModel, SecretStr
 
 from bot.core.repo_values import BotIdentity, CommentInfo
-from bot.github.models import CheckAction, CheckConclusion, CheckOutput, CheckStatus
+from bot.github.models import CheckAction, CheckConclusion, CheckOutput, CheckStatus, IssueInfo, PullRef
 
 REDACTED = "[redacted]"
 MIN_SECRET_LENGTH = 6
@@ -155,6 +155,19 @@ class Gateway(Protocol):
     def identity(self) -> BotIdentity: ...
 
 
+class SideRunGateway(Gateway, Protocol):
+    """The publisher's calls plus main-branch tracking's (`bot.github.reads`, `bot.github.issues`): what the
+    side-run publisher (`bot.publish.side_runs`) needs."""
+
+    def pulls_of_commit(self, sha: str) -> list[PullRef]: ...
+
+    def ensure_label(self, name: str, color: str, description: str) -> None: ...
+
+    def open_issues(self, label: str) -> list[IssueInfo]: ...
+
+    def create_issue(self, title: str, body: str, labels: Sequence[str]) -> IssueInfo: ...
+
+
 class RedactingGateway:
     """A gateway whose every outgoing text has passed the redactor; the publisher holds only this one."""
 
@@ -226,3 +239,25 @@ class RedactingGateway:
 
     def identity(self) -> BotIdentity:
         return self.inner.identity()
+
+
+class RedactingSideRunGateway(RedactingGateway):
+    """`RedactingGateway` plus the tracking issue's calls, so the side-run publisher holds no raw gateway: the
+    issue's title and body pass the redactor like every other write; the reads pass through."""
+
+    inner: SideRunGateway
+
+    def __init__(self, inner: SideRunGateway, redactor: Redactor) -> None:
+        super().__init__(inner, redactor)
+
+    def create_issue(self, title: str, body: str, labels: Sequence[str]) -> IssueInfo:
+        return self.inner.create_issue(self.redactor.redact(title), self.redactor.redact(body), labels)
+
+    def open_issues(self, label: str) -> list[IssueInfo]:
+        return self.inner.open_issues(label)
+
+    def ensure_label(self, name: str, color: str, description: str) -> None:
+        self.inner.ensure_label(name, color, description)
+
+    def pulls_of_commit(self, sha: str) -> list[PullRef]:
+        return self.inner.pulls_of_commit(sha)

@@ -9,7 +9,9 @@ comment (which belongs to the pull request's campaigns).
   and comments on each merged pull request. Every post carries a hidden marker naming the campaign and is made
   only if the bot's own posts there do not carry it yet, so a retried publication posts nothing twice.
 
-Every string that leaves passes the redactor, as with `bot.publish.publisher.Publisher`.
+Every string that leaves passes the redactor, as with `bot.publish.publisher.Publisher`: the publisher holds only
+a `RedactingSideRunGateway`, never the raw gateway, so the tracking issue's title and body are redacted in the one
+place every other write is.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from bot.core.attempts import PriorAttempt
 from bot.core.campaign import Campaign
 from bot.core.commands import COMMANDS
-from bot.github.models import CheckConclusion, IssueInfo, PullRef
-from bot.github.redact import Gateway, RedactingGateway, Redactor, secret_values
+from bot.github.models import CheckConclusion
+from bot.github.redact import RedactingSideRunGateway, Redactor, SideRunGateway, secret_values
 from bot.publish import render
 from bot.publish.artifact import write_artifact
 from bot.publish.bisect_render import bisect_check_run, bisect_comment, bisect_marker
@@ -55,18 +58,6 @@ class SideRunSettings(PublishSettings, Protocol):
     def tracking_label(self) -> str: ...
 
 
-class SideRunGateway(Gateway, Protocol):
-    """The publisher's calls plus main-branch tracking's (`bot.github.reads`, `bot.github.issues`)."""
-
-    def pulls_of_commit(self, sha: str) -> list[PullRef]: ...
-
-    def ensure_label(self, name: str, color: str, description: str) -> None: ...
-
-    def open_issues(self, label: str) -> list[IssueInfo]: ...
-
-    def create_issue(self, title: str, body: str, labels: Sequence[str]) -> IssueInfo: ...
-
-
 class SideRunPublisher:
     """The lifecycle's publisher for campaigns whose purpose is not a pull request's gate."""
 
@@ -82,8 +73,7 @@ class SideRunPublisher:
         open_when_queued: bool = True,
     ) -> None:
         self.redactor = redactor or Redactor(secret_values(settings_like, os.environ))
-        self.raw = gateway
-        self.gateway = RedactingGateway(gateway, self.redactor)
+        self.gateway = RedactingSideRunGateway(gateway, self.redactor)
         self.settings = settings_like
         self.artifact_base_url = artifact_base_url.rstrip("/") if artifact_base_url else None
         self._web = web_url(settings_like.api_base_url)
@@ -93,9 +83,12 @@ class SideRunPublisher:
         )
         self.comments = CommentWriter(self.gateway)
 
-    def _links(self, campaign: Campaign, run_id: int | None, details_url: str | None) -> Links:
+    def _links(self, campaign: Campaign, run_id: int | None, details_url: str | None,
+               artifact_url: str | None = None) -> Links:
+        if artifact_url is None and self.artifact_base_url:
+            artifact_url = f"{self.artifact_base_url}/{campaign.id}/"
         return Links(
-            artifact_url=f"{self.artifact_base_url}/{campaign.id}/" if self.artifact_base_url else None,
+            artifact_url=artifact_url,
             check_run_url=f"{self._web}/{campaign.repo}/runs/{run_id}" if run_id else None,
             details_url=details_url,
         )
@@ -134,15 +127,17 @@ class SideRunPublisher:
     def waiting(self, campaign: Campaign, *, details_url: str | None = None) -> None:
         """Nothing to edit: where a side run waits shows on its check run's next progress write."""
 
-    def finished(self, campaign: Campaign, report: CampaignReport, artifact_dir: Path, *,
+    def finished(self, campaign: Campaign, report: CampaignReport, artifact_dir: Path,
+                 artifact_url: str | None = None, *,
                  prior_attempts: Sequence[PriorAttempt] = (), details_url: str | None = None) -> int:
         """A main or reference campaign: the artifact, its check run, and on a FAIL the tracking issue and the
-        merged pull requests."""
+        merged pull requests; `artifact_url` (where `kv-parity publish --artifact-url` uploaded the artifact) is
+        their report link, as `Publisher.finished`'s."""
         with self._lock:
             report = with_verdicts(report)
             write_artifact(report, artifact_dir, prior_attempts, self.redactor)
             run_id = self.check_runs.ensure(campaign, self._opening(campaign, details_url), details_url)
-            links = self._links(campaign, run_id, details_url)
+            links = self._links(campaign, run_id, details_url, artifact_url)
             content = render.check_run_content(report, links, self.settings.command_word, prior_attempts)
             self.check_runs.complete(campaign, run_id, report.concluded.conclusion.value, content,
                                      links.details_url or links.artifact_url or links.check_run_url)
@@ -192,17 +187,19 @@ class SideRunPublisher:
         label = self.settings.tracking_label
         baseline = next((r.sha for r in report.revisions if r.arm == "baseline"), "")
         reference = (report.config.main.reference or baseline) if campaign.purpose == "reference" else None
-        pulls = [] if reference is not None else self.raw.pulls_of_commit(campaign.head_sha)
+        pulls = [] if reference is not None else self.gateway.pulls_of_commit(campaign.head_sha)
         merged = [pull for pull in pulls if pull.merged]
         body = regression_body(report, campaign.id, links, merged or pulls, reference=reference, label=label)
-        self.raw.ensure_label(label, LABEL_COLOR, LABEL_DESCRIPTION)
+        self.gateway.ensure_label(label, LABEL_COLOR, LABEL_DESCRIPTION)
         bot = self.comments.bot_id
-        issue = next((i for i in self.raw.open_issues(label) if i.author_id == bot), None)
+        issue = next((i for i in self.gateway.open_issues(label) if i.author_id == bot), None)
         if issue is None:
-            issue = self.raw.create_issue(self.redactor.redact(ISSUE_TITLE), self.redactor.redact(body), [label])
+            issue = self.gateway.create_issue(ISSUE_TITLE, body, [label])
         elif not self._posted(issue.number, tracking_marker(campaign.id, "issue"), issue.body):
             self.gateway.create_comment(issue.number, body)
+        # The merged pull request's comment has one report link: the details page, else the artifact.
+        on_pull = replace(links, details_url=links.details_url or links.artifact_url)
         for pull in merged:
             if not self._posted(pull.number, tracking_marker(campaign.id, "pull_request")):
                 self.gateway.create_comment(pull.number,
-                                            pull_request_comment(report, campaign.id, links, issue.number))
+                                            pull_request_comment(report, campaign.id, on_pull, issue.number))
