@@ -135,7 +135,8 @@ def _run_attempt(request: BisectRequest, good: str, commit: str, label: str, wri
         build_cache=request.build_cache or request.out_dir / "build-cache", attribute_failures=False,
     )
     report = request.run_probe(campaign, progress)
-    report.skipped.append(NOT_ATTRIBUTED)
+    if not any(row.attribution for row in report.rows):  # the split pipeline's row jobs still attribute
+        report.skipped.append(NOT_ATTRIBUTED)
     write(report, out)
     return report, str(directory)
 
