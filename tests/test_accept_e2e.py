@@ -145,12 +145,15 @@ def test_an_accepted_performance_fail_republishes_at_once_and_verify_recomputes_
     assert svc.check_run(second.id)["conclusion"] == "success"
     assert svc.store.require(second.id).conclusion == "success"
 
-    # Revoking republishes both as measured.
+    # Revoking republishes the head's latest finished campaign as measured (as accepting does: the check run GitHub
+    # reads for the head); the earlier campaign's run, superseded by it, keeps what it said when it was current.
     assert _accept(svc, "/parity accept revoke", comment_id=7002, delivery="revoke").startswith(
         f"revoked 1 acceptance(s) of {env.head[:12]}"
     )
     wait_until(lambda: svc.check_run(second.id)["conclusion"] == "failure", "republished as measured")
     assert svc.store.acceptances(REPO, 1, env.head) == []
+    assert svc.check_run(first.id)["conclusion"] == "success" and svc.check_run(first.id)["id"] < \
+        svc.check_run(second.id)["id"]
 
 
 def test_history_shows_the_acceptance(svc: Service, env: Env, capsys: pytest.CaptureFixture[str]) -> None:
