@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bot.core.commands import ParsedCommand, parse_commands
+from bot.core.commands import AcceptArgs, ParsedCommand, parse_commands
 from bot.core.repo_values import CommentInfo
 from runners.schema.report import Acceptance
 
@@ -59,21 +59,22 @@ def _from_comment(comment: CommentInfo, marker: re.Match[str], command_word: str
     first = commands[0] if commands else None
     if not isinstance(first, ParsedCommand) or first.accept is None or first.accept.revoke:
         return f"accept comment {comment_id} no longer reads as an acceptance"
-    args = first.accept
-    assert args.gate is not None and args.max is not None
     written = comment.created_at.timestamp() if comment.created_at else float(marker["at"])
+    return acceptance_of(first.accept, login=comment.author_login, permission=marker["permission"],
+                         comment_id=comment_id, comment_url=comment.html_url, head_sha=marker["head"],
+                         written_unix=written, recorded_unix=float(marker["at"]))
+
+
+def acceptance_of(args: AcceptArgs, *, login: str, permission: str, comment_id: int, comment_url: str,
+                  head_sha: str, written_unix: float, recorded_unix: float) -> Acceptance:
+    """The acceptance an `accept perf|size` command records: what it says, who wrote it where, and when (the one
+    builder for an acceptance handled now and one read back from its comment)."""
+    assert args.gate is not None and args.max is not None, "a revoke accepts nothing"
     return Acceptance(
-        gate="performance" if args.gate == "performance" else "sizes",
-        login=comment.author_login,
-        permission=marker["permission"],
-        comment_id=comment_id,
-        comment_url=comment.html_url,
-        reason=args.reason,
-        rows=list(args.rows) if args.rows else None,
-        max=args.max,
-        head_sha=marker["head"],
-        written_unix=written,
-        recorded_unix=float(marker["at"]),
+        gate="performance" if args.gate == "performance" else "sizes", login=login, permission=permission,
+        comment_id=comment_id, comment_url=comment_url, reason=args.reason,
+        rows=list(args.rows) if args.rows else None, max=args.max, head_sha=head_sha, written_unix=written_unix,
+        recorded_unix=recorded_unix,
     )
 
 

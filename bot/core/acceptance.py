@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bot.core.accept_comments import accept_marker, revoke_marker
+from bot.core.accept_comments import accept_marker, acceptance_of, revoke_marker
 from bot.core.authz import is_sufficient
 from bot.core.heads import not_the_head_written_about
 from bot.core.ledger import FinishedCampaign, Ledger
@@ -29,7 +29,7 @@ from bot.core.resolve import resolve
 from bot.core.triggers import Accept, Refuse
 from bot.settings import Settings
 from runners.schema.config import CampaignConfig
-from runners.schema.report import Acceptance, CampaignReport, GateVerdict, PerfVerdict, SemanticVerdict
+from runners.schema.report import CampaignReport, GateVerdict, PerfVerdict, SemanticVerdict
 from runners.schema.verdicts import with_acceptances
 
 EXCEPTIONS_DOC = "docs/configuration.md#semantic-exceptions-kv-parityexceptionstoml"
@@ -162,21 +162,10 @@ class AcceptanceDesk:
     # ------------------------------------------------------------------ effects
 
     def _accept(self, intent: Accept, pull: PullInfo, finished: FinishedCampaign, permission: str) -> str:
-        args = intent.args
-        assert args.gate is not None and args.max is not None
-        acceptance = Acceptance(
-            gate="performance" if args.gate == "performance" else "sizes",
-            login=intent.requested_by,
-            permission=permission,
-            comment_id=intent.comment_id,
-            comment_url=intent.comment_url,
-            reason=args.reason,
-            rows=list(args.rows) if args.rows else None,
-            max=args.max,
-            head_sha=pull.head_sha,
-            written_unix=intent.written_at.timestamp(),
-            recorded_unix=self.clock(),
-        )
+        acceptance = acceptance_of(intent.args, login=intent.requested_by, permission=permission,
+                                   comment_id=intent.comment_id, comment_url=intent.comment_url,
+                                   head_sha=pull.head_sha, written_unix=intent.written_at.timestamp(),
+                                   recorded_unix=self.clock())
         standing = [a for a in self.ledger.acceptances(intent.pr, pull.head_sha) if a.comment_id != intent.comment_id]
         self.ledger.record_acceptance(intent.pr, acceptance)
         judged = with_acceptances(finished.report, [*standing, acceptance])
