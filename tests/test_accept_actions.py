@@ -197,9 +197,12 @@ def test_write_permission_is_not_enough_by_default_and_nothing_is_recorded(actio
 def test_an_inconclusive_result_is_not_accepted(actions: Actions) -> None:
     first = actions.label()
     actions.finish(first, "inconclusive_straddle")
+    measured = actions.check_run(first["inputs"]["campaign_id"])["conclusion"]
     assert actions.comment_event(actions.say(ACCEPT)) == 0
     [refusal] = [b for b in actions.comments() if b.startswith("🚫 Not accepting")]
     assert "INCONCLUSIVE or BLOCKED result is not accepted" in refusal and "`/parity rerun`" in refusal
+    assert not any(b.startswith("<!-- kv-parity:accept") for b in actions.comments()), "nothing was recorded"
+    assert actions.check_run(first["inputs"]["campaign_id"])["conclusion"] == measured == "action_required"
 
 
 def test_revoke_withdraws_it_and_republishes_as_measured(actions: Actions) -> None:

@@ -252,6 +252,7 @@ def test_who_may_accept_what(case: Case, mode: Mode) -> None:
     expect = case.expect[mode.name] if isinstance(case.expect, dict) else case.expect
     assert re.match(expect.outcome, outcome), outcome
     assert [reply["kind"] for reply in mode.publisher.of("reply")[replied:]] == expect.replies
+    assert bool(mode.ledger().acceptances(1, HEAD)) == (expect.replies == ["accepted"])
     if mode.name == "sqlite":  # the service republishes on the lifecycle's next tick
         _tick_lifecycle(mode)
     republished = mode.publisher.of("finished")[published:]
@@ -291,11 +292,13 @@ def test_an_edited_accept_comment_is_refused_where_the_comment_is_the_record(mod
     the service kept what it accepted in its database."""
     mode.finish("perf_fail")
     intent = accept(mode, ACCEPT)
-    mode.decisions().act(intent)
+    assert re.match(ACCEPTED, mode.decisions().act(intent))
+    assert [a.max for a in mode.ledger().acceptances(1, HEAD)] == [1.13]
     index = next(i for i, c in enumerate(mode.github.comments) if c.id == intent.comment_id)
     edited = ACCEPT.replace("1.13", "9.99")
     mode.github.comments[index] = mode.github.comments[index].model_copy(update={"body": edited})
     assert hashlib.sha256(edited.encode()).hexdigest() not in mode.github.comments[-1].body
+    assert hashlib.sha256(ACCEPT.encode()).hexdigest() in mode.github.comments[-1].body  # the reply pins the original
     standing = mode.ledger().acceptances(1, HEAD)
     assert [a.max for a in standing] == ([1.13] if mode.name == "sqlite" else [])
 

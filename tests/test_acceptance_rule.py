@@ -115,6 +115,11 @@ def test_a_semantic_fail_is_never_accepted() -> None:
     judged = with_acceptances(report, [accept(report, max_=5.0), accept(report, "sizes", max_=1.0)])
     assert judged.concluded.conclusion == CheckConclusion.FAILURE
     assert all(outcome.covered == [] for outcome in judged.concluded.acceptances)
+    assert [outcome.acceptance.gate for outcome in judged.concluded.acceptances] == ["performance", "sizes"]
+    unaccepted = report.concluded
+    assert (judged.concluded.accepted_performance, judged.concluded.accepted_sizes) == (
+        unaccepted.performance, unaccepted.sizes), "no gate's verdict was changed by an acceptance"
+    assert judged.concluded.summary.count("(covers nothing here)") == 2, judged.concluded.summary
 
 
 def test_an_undecided_row_beside_an_accepted_fail_keeps_the_campaign_undecided() -> None:

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -278,10 +279,39 @@ def test_killing_a_sample_leaves_no_task_behind(placement: Placement) -> None:
     ours = f"{os.getpid()}-"  # other workers' starts make their own cgroups beside ours meanwhile
     before = {path.name for path in parent.iterdir() if path.is_dir() and path.name.startswith(ours)}
     sleeper = "import os, time\nos.fork()\ntime.sleep(60)"
+    marker = f"kv-parity-sleeper-{uuid.uuid4().hex}"  # in the argv of the start and of its forked child
     with pytest.raises(subprocess.TimeoutExpired):
-        sandbox.run(Run(argv=_python(sleeper), cpu_set=tuple(placement.cpu_set), proc=True), timeout=1)
+        sandbox.run(Run(argv=_python(sleeper, marker), cpu_set=tuple(placement.cpu_set), proc=True), timeout=1)
     after = {path.name for path in parent.iterdir() if path.is_dir() and path.name.startswith(ours)}
     assert after - before == set(), "the start's cgroup was removed"
+    assert _processes_naming(marker) == [], "no task of the start survives it"
+
+
+def _processes_naming(marker: str) -> list[str]:
+    """The command lines of this host's processes that contain `marker` (processes may exit while /proc is read)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if marker.encode() in cmdline:
+            found.append(f"{pid}: {cmdline.decode(errors='replace')}")
+    return found
+
+
+def test_processes_naming_finds_a_live_process() -> None:
+    """The check above can fail: a process that holds the marker in its argv is found while it lives."""
+    marker = f"kv-parity-waiter-{uuid.uuid4().hex}"
+    waits = "import sys; print('ready', flush=True); sys.stdin.read()"
+    with subprocess.Popen(_python(waits, marker), stdin=subprocess.PIPE, stdout=subprocess.PIPE) as waiter:
+        try:
+            assert waiter.stdout is not None and waiter.stdout.readline() == b"ready\n"  # its exec is complete
+            assert [line.split(":", 1)[0] for line in _processes_naming(marker)] == [str(waiter.pid)]
+        finally:
+            assert waiter.stdin is not None
+            waiter.stdin.close()
+    assert _processes_naming(marker) == []
 
 
 # --- 4. each sample's own hardware count, where the PMU offers one ---------------------------------------------
@@ -303,6 +333,7 @@ def test_perf_stat_is_attached_before_the_harness_and_counts_every_sample_into_t
                    counter=SampleCounter(perf, event="task-clock"))
     assert result.counter == "task-clock"
     runs = [*result.probes, *result.warmups, *result.samples]
+    assert len(runs) == 2 + 2 + 2 * ATTACK_PERF.pairs, "every probe, warmup and sample, none dropped"
     assert all(run.counted is not None and run.counted > 0 for run in runs), [run.counted for run in runs]
     files = sorted((tmp_path / "work" / "logs").glob("*.perf-stat"))
     assert len(files) == len(runs), "one count per start, kept where the bot writes, never in a sandbox's directory"

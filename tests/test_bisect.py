@@ -104,7 +104,20 @@ def test_kv_parity_bisect_names_the_semantic_change_as_the_culprit(
     data = json.loads((out / "bisect.json").read_text())
     data["probes"][1]["attempts"][0]["report"]["rows"][0]["semantic"] = "FAIL"
     (tmp_path / "forged.json").write_text(json.dumps(data), encoding="utf-8")
+    capsys.readouterr()  # what the consistent file's verify printed
     assert main_verify(tmp_path / "forged.json") == 1
+    forged = f"probe 2 ({shas[2][:12]}) attempt 1"
+    row = slower.rows[0].row.id
+    assert capsys.readouterr().out.splitlines() == [
+        f"{tmp_path / 'forged.json'}: 5 disagreement(s) with the recomputation:",
+        f"  - {forged}: row {row}: semantic verdict FAIL, recomputed PASS",
+        f"  - {forged}: row {row}: performance was measured although correctness was not established (FAIL); the"
+        " protocol stops the row first",
+        f"  - {forged}: campaign semantic: stored PASS, recomputed FAIL",
+        f"  - {forged}: campaign summary: stored semantic PASS · performance FAIL · sizes PASS, recomputed semantic"
+        " FAIL · performance FAIL · sizes PASS",
+        f"  - {forged}: state good, recomputed bad",
+    ], "the forged row's verdict, what follows from it, and the probe's state"
 
 
 def test_a_bisect_before_the_semantic_change_names_the_slower_commit(

@@ -147,6 +147,9 @@ def test_kv_parity_verify_reads_a_bisect_json(tmp_path: Path, capsys: pytest.Cap
     assert f"consistent (4 probes, 4 campaigns; culprit: {commit_sha(5)})" in capsys.readouterr().out
     path.write_text(_tampered(make_bisect(FIRST_BAD_AT_5), "result").model_dump_json(), encoding="utf-8")
     assert main_verify(path) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: 1 disagreement(s) with the recomputation:",
+        f"  - result culprit: {commit_sha(6)}, recomputed culprit: {commit_sha(5)}"]
     data = json.loads(path.read_text())
     del data["rule"]
     path.write_text(json.dumps(data), encoding="utf-8")

@@ -196,15 +196,18 @@ def test_verify_recomputes_the_instruction_gate() -> None:
     assert any("row performance verdict PASS, its evidence with the instruction counts says FAIL" in p
                for p in problems), problems
     silent = counts([1_000_000, 1_000_000], [1_000_000], problem=None)
-    quiet = consistent.model_copy(update={"rows": [row.model_copy(update={"instructions": silent}),
-                                                   *report.rows[1:]]})
+    quiet = report.model_copy(update={"rows": [row.model_copy(update={"instructions": silent}), *report.rows[1:]]})
     assert not any("has no count" in p for p in verify_report(quiet)), "a missing run is not a contradiction"
+    assert verify_report(quiet) == []
     broken = silent.model_copy(update={"runs": [*silent.runs, CountedRun(
         arm="candidate", run=1, argv=[], seconds=0.1, failure="callgrind exited 1")]})
-    unexplained = consistent.model_copy(update={"rows": [row.model_copy(update={"instructions": broken}),
-                                                         *report.rows[1:]]})
+    unexplained = report.model_copy(update={"rows": [row.model_copy(update={"instructions": broken}),
+                                                     *report.rows[1:]]})
     assert any("candidate run 1 has no count, but the counts record no problem" in p
                for p in verify_report(unexplained))
+    assert verify_report(unexplained) == [
+        f"row {row.row.id}: instruction counts: candidate run 1 has no count, but the counts record no problem and"
+        " would compare the arms"]
 
 
 # --- the config ---------------------------------------------------------------------------------------------
@@ -287,12 +290,24 @@ def test_the_doctor_says_whether_the_node_counts_instructions() -> None:
     assert missing.status == DoctorStatus.WARN and missing.detail.startswith("perf missing")
 
 
-def test_the_doctors_answer_on_this_node_follows_what_perf_printed() -> None:
+def test_the_doctors_answer_on_this_node_follows_what_perf_printed(tmp_path: Path) -> None:
+    without_perf = check_hardware_counter(search_path=str(tmp_path))  # a PATH with nothing on it
+    assert without_perf.status == DoctorStatus.WARN
+    assert without_perf.detail.startswith("perf missing: samples count no instructions"), without_perf.detail
     perf, printed, count = probe_hardware_counter()
     check = check_hardware_counter()
     assert (check.status == DoctorStatus.PASS) == (count is not None)
-    if perf is not None and printed is not None and count is None:
+    if perf is None:
+        assert check.detail.startswith("perf missing: samples count no instructions"), check.detail
+    elif count is not None:
+        assert f"offers instructions:u ({count:,.0f} for `true`)" in check.detail, check.detail
+    elif printed is not None:
         assert "does not offer instructions:u here" in check.detail
+        shown = next((line.strip() for line in printed.splitlines() if line.strip() and not line.startswith("#")),
+                     "no output")
+        assert f"does not offer instructions:u here (perf stat: {shown})" in check.detail, check.detail
+    else:
+        assert "does not offer instructions:u here (perf stat: no output)" in check.detail, check.detail
 
 
 # --- where people look --------------------------------------------------------------------------------------
